@@ -1,0 +1,246 @@
+"""The backend registry: name -> :class:`Backend`, with launch counting (SPEC P2).
+
+Every conv the layers run goes through :func:`causal_conv1d` or :func:`causal_conv1d_update`
+here, so a test can tell the fused prologue (one launch) from the separate one (three) by
+counting, without touching the guard::
+
+    with count_launches() as launches:
+        layer(x, prologue="auto")
+    assert launches.total("forward") == 1
+
+Backends register themselves under the ``gdn_equiv.backends`` entry-point group; the built-ins
+are registered the same way, and :func:`register_backend` adds one at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections import Counter
+from collections.abc import Iterator
+
+import torch
+
+from gdn_equiv.backends.base import (
+    Backend,
+    check_cu_seqlens,
+    check_forward_args,
+    check_update_args,
+    compute_dtype,
+)
+from gdn_equiv.errors import BackendUnavailable, InvalidArgument
+
+__all__ = [
+    "Backend",
+    "LaunchCounter",
+    "available_backends",
+    "causal_conv1d",
+    "causal_conv1d_update",
+    "check_cu_seqlens",
+    "compute_dtype",
+    "count_launches",
+    "get_backend",
+    "known_backends",
+    "register_backend",
+]
+
+Tensor = torch.Tensor
+
+# Built-ins load lazily so that importing the registry never imports triton or causal_conv1d.
+_BUILTIN = {
+    "torch": "gdn_equiv.backends.torch_backend:BACKEND",
+    "triton": "gdn_equiv.backends.triton_backend:BACKEND",
+    "cuda": "gdn_equiv.backends.cuda_backend:BACKEND",
+}
+_REGISTRY: dict[str, Backend] = {}
+_ENTRY_POINTS_LOADED = False
+
+
+def _load_object(spec: str) -> object:
+    module_name, _, attr = spec.partition(":")
+    obj: object = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def _entry_point_specs() -> dict[str, str]:
+    from importlib.metadata import entry_points
+
+    specs = {}
+    for ep in entry_points(group="gdn_equiv.backends"):
+        specs[ep.name] = ep.value
+    return specs
+
+
+def known_backends() -> list[str]:
+    """Every name that :func:`get_backend` accepts (it may still be unavailable here)."""
+    global _ENTRY_POINTS_LOADED
+    names = set(_REGISTRY) | set(_BUILTIN)
+    if not _ENTRY_POINTS_LOADED:
+        names |= set(_entry_point_specs())
+    return sorted(names)
+
+
+def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
+    """Add ``backend`` under ``backend.name``; re-registering a name needs ``replace=True``."""
+    if not isinstance(backend, Backend):
+        raise InvalidArgument(f"register_backend needs a gdn_equiv.backends.Backend, got {type(backend).__name__}")
+    if backend.name in _REGISTRY and not replace and _REGISTRY[backend.name] is not backend:
+        raise InvalidArgument(f"backend {backend.name!r} is already registered; pass replace=True to override it")
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``; ``module:attr`` loads a Backend (or a bare forward function) from code."""
+    if isinstance(name, Backend):
+        return name
+    if not isinstance(name, str):
+        raise InvalidArgument(f"backend must be a name, got {name!r}")
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    spec = _BUILTIN.get(name) or _entry_point_specs().get(name) or (name if ":" in name else None)
+    if spec is None:
+        raise InvalidArgument(f"unknown conv backend {name!r}; known backends: {', '.join(known_backends())}")
+    try:
+        obj = _load_object(spec)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgument(f"conv backend {name!r} could not be loaded from {spec!r}: {exc}") from exc
+    if callable(obj) and not isinstance(obj, Backend):
+        obj = Backend(name=name, forward=obj)
+    if not isinstance(obj, Backend):
+        raise InvalidArgument(f"{spec!r} is neither a gdn_equiv Backend nor a forward function")
+    if obj.name != name:
+        obj = Backend(name=name, forward=obj.forward, update=obj.update, unavailable=obj.unavailable,
+                      description=obj.description)
+    _REGISTRY[name] = obj
+    return obj
+
+
+def available_backends() -> list[str]:
+    """Known backends that can run on this machine."""
+    out = []
+    for name in known_backends():
+        try:
+            if get_backend(name).unavailable() is None:
+                out.append(name)
+        except InvalidArgument:
+            continue
+    return out
+
+
+class LaunchCounter:
+    """Counts conv launches by ``(backend, kind)``, kind being ``"forward"`` or ``"update"``."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def record(self, backend: str, kind: str) -> None:
+        self.counts[(backend, kind)] += 1
+
+    def total(self, kind: str | None = None, backend: str | None = None) -> int:
+        return sum(
+            n for (b, k), n in self.counts.items() if (kind is None or k == kind) and (backend is None or b == backend)
+        )
+
+    def __repr__(self) -> str:
+        return f"LaunchCounter({dict(self.counts)})"
+
+
+_ACTIVE_COUNTERS: list[LaunchCounter] = []
+
+
+@contextlib.contextmanager
+def count_launches() -> Iterator[LaunchCounter]:
+    """Count every conv launch made through the registry inside the ``with`` block."""
+    counter = LaunchCounter()
+    _ACTIVE_COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _ACTIVE_COUNTERS.remove(counter)
+
+
+def _record(backend: str, kind: str) -> None:
+    for counter in _ACTIVE_COUNTERS:
+        counter.record(backend, kind)
+
+
+def _runnable(name: str) -> Backend:
+    backend = get_backend(name)
+    reason = backend.unavailable()
+    if reason is not None:
+        raise BackendUnavailable(f"conv backend {name!r} cannot run here: {reason}")
+    return backend
+
+
+def causal_conv1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    activation: str | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: Tensor | None = None,
+    *,
+    backend: str = "torch",
+) -> tuple[Tensor, Tensor | None]:
+    """Depthwise causal conv through ``backend`` (one counted launch); arguments are checked first."""
+    check_forward_args(x, weight, bias, activation, initial_state, cu_seqlens)
+    impl = _runnable(backend)
+    _record(impl.name, "forward")
+    y, final = impl.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    _check_outputs(impl.name, x, y, final, output_final_state, weight.shape[1], cu_seqlens)
+    return y, final
+
+
+def causal_conv1d_update(
+    x: Tensor,
+    state: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    activation: str | None = None,
+    *,
+    backend: str = "torch",
+) -> tuple[Tensor, Tensor]:
+    """One decode step for ``N`` sequences; ``state`` is left as it was (checked, not trusted)."""
+    check_update_args(x, state, weight, bias, activation)
+    impl = _runnable(backend)
+    if impl.update is None:
+        # A plug-in without a step kernel: the full kernel over a one-token window is the same maths.
+        y, new_state = causal_conv1d(
+            x.unsqueeze(1), weight, bias, activation, state, True, None, backend=impl.name
+        )
+        assert new_state is not None
+        return y[:, 0], new_state
+    _record(impl.name, "update")
+    y, new_state = impl.update(x, state, weight, bias, activation)
+    if y.shape != x.shape or y.dtype != x.dtype or new_state.shape != state.shape:
+        raise InvalidArgument(
+            f"backend {impl.name!r} update returned y {tuple(y.shape)} {y.dtype} and state "
+            f"{tuple(new_state.shape)}; expected y {tuple(x.shape)} {x.dtype} and state {tuple(state.shape)}"
+        )
+    return y, new_state
+
+
+def _check_outputs(
+    name: str, x: Tensor, y: Tensor, final: Tensor | None, output_final_state: bool, W: int, cu_seqlens: Tensor | None
+) -> None:
+    """A plug-in's outputs must have the documented shape/dtype/device; say which rule broke."""
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        raise InvalidArgument(
+            f"backend {name!r} returned y of shape {tuple(getattr(y, 'shape', ()))}, expected {tuple(x.shape)}"
+        )
+    if y.dtype != x.dtype or y.device != x.device:
+        raise InvalidArgument(
+            f"backend {name!r} returned y as {y.dtype} on {y.device}, expected {x.dtype} on {x.device}"
+        )
+    if output_final_state:
+        N = x.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
+        expected = (N, x.shape[2], W)
+        if final is None or tuple(final.shape) != expected:
+            raise InvalidArgument(
+                f"backend {name!r} returned final_state {None if final is None else tuple(final.shape)}, "
+                f"expected shape {expected}"
+            )

@@ -1,0 +1,146 @@
+"""The conv-backend protocol (SPEC §3) and the argument checks every backend gets for free."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from gdn_equiv.config import CONV_ACTIVATIONS
+from gdn_equiv.errors import InvalidArgument
+
+Tensor = torch.Tensor
+
+
+class ForwardFn(Protocol):
+    def __call__(
+        self,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        activation: str | None,
+        initial_state: Tensor | None,
+        output_final_state: bool,
+        cu_seqlens: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None]: ...
+
+
+class UpdateFn(Protocol):
+    def __call__(
+        self, x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None
+    ) -> tuple[Tensor, Tensor]: ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A depthwise causal conv implementation.
+
+    ``forward(x [B,T,D], weight [D,W], bias [D]|None, activation, initial_state [N,D,W]|None,
+    output_final_state, cu_seqlens [N+1]|None) -> (y [B,T,D], final_state [N,D,W]|None)`` and
+    ``update(x [N,D], state [N,D,W], weight, bias, activation) -> (y [N,D], new_state)``; ``update``
+    must leave ``state`` as it was. ``x`` may be a channel slice of a wider tensor (last stride 1):
+    that is how the fused prologue hands q|k|v over without a copy. Output dtype is ``x.dtype``.
+
+    ``unavailable()`` returns ``None`` when the backend can run here, else the reason it cannot
+    (shown in pytest skip messages).
+    """
+
+    name: str
+    forward: ForwardFn
+    update: UpdateFn | None = None
+    unavailable: Callable[[], str | None] = lambda: None
+    description: str = ""
+
+
+def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
+    """fp32 arithmetic, or fp64 when any operand is fp64 (fp64 inputs keep their precision)."""
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _check_float(name: str, t: Tensor) -> None:
+    if not t.dtype.is_floating_point:
+        raise InvalidArgument(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+
+
+def check_cu_seqlens(cu_seqlens: Tensor, total: int, batch: int) -> None:
+    """The rules of SPEC §2 step 1; the message names the broken rule and the value."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise InvalidArgument(f"cu_seqlens must be a tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise InvalidArgument(f"cu_seqlens must have dtype int32 or int64, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise InvalidArgument(f"cu_seqlens must be 1-D with at least 2 entries, got shape {tuple(cu_seqlens.shape)}")
+    if batch != 1:
+        raise InvalidArgument(f"cu_seqlens needs a packed batch of size 1 (B == 1), got B={batch}")
+    values = cu_seqlens.tolist()
+    if values[0] != 0:
+        raise InvalidArgument(f"cu_seqlens must start at 0, got {values[0]}")
+    for i in range(1, len(values)):
+        if values[i] < values[i - 1]:
+            raise InvalidArgument(
+                f"cu_seqlens must be non-decreasing, got {values[i]} after {values[i - 1]} at index {i}"
+            )
+    if values[-1] != total:
+        raise InvalidArgument(f"cu_seqlens must end at {total} (B*T), got {values[-1]}")
+
+
+def check_forward_args(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    initial_state: Tensor | None,
+    cu_seqlens: Tensor | None,
+) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise InvalidArgument(f"x must be a [B, T, D] tensor, got shape {tuple(getattr(x, 'shape', ()))}")
+    _check_float("x", x)
+    B, T, D = x.shape
+    if weight.dim() != 2 or weight.shape[0] != D:
+        raise InvalidArgument(f"weight must have shape [D={D}, W], got {tuple(weight.shape)}")
+    _check_float("weight", weight)
+    W = weight.shape[1]
+    if W < 1:
+        raise InvalidArgument(f"kernel width W must be at least 1, got {W}")
+    if bias is not None:
+        if bias.shape != (D,):
+            raise InvalidArgument(f"bias must have shape [D={D}], got {tuple(bias.shape)}")
+        _check_float("bias", bias)
+    if activation not in CONV_ACTIVATIONS:
+        raise InvalidArgument(f"activation must be one of {CONV_ACTIVATIONS}, got {activation!r}")
+    for name, t in (("weight", weight), ("bias", bias), ("initial_state", initial_state), ("cu_seqlens", cu_seqlens)):
+        if t is not None and t.device != x.device:
+            raise InvalidArgument(f"{name} is on {t.device} but x is on {x.device}; all must share one device")
+    if cu_seqlens is not None:
+        check_cu_seqlens(cu_seqlens, T, B)
+    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+    if initial_state is not None:
+        if initial_state.shape != (N, D, W):
+            raise InvalidArgument(
+                f"initial_state must have shape [N={N}, D={D}, W={W}], got {tuple(initial_state.shape)}"
+            )
+        _check_float("initial_state", initial_state)
+
+
+def check_update_args(
+    x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None
+) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise InvalidArgument(f"update x must be a [N, D] tensor, got shape {tuple(getattr(x, 'shape', ()))}")
+    _check_float("x", x)
+    N, D = x.shape
+    if weight.dim() != 2 or weight.shape[0] != D:
+        raise InvalidArgument(f"weight must have shape [D={D}, W], got {tuple(weight.shape)}")
+    W = weight.shape[1]
+    if state.shape != (N, D, W):
+        raise InvalidArgument(f"state must have shape [N={N}, D={D}, W={W}], got {tuple(state.shape)}")
+    _check_float("state", state)
+    if bias is not None and bias.shape != (D,):
+        raise InvalidArgument(f"bias must have shape [D={D}], got {tuple(bias.shape)}")
+    if activation not in CONV_ACTIVATIONS:
+        raise InvalidArgument(f"activation must be one of {CONV_ACTIVATIONS}, got {activation!r}")
+    for name, t in (("weight", weight), ("bias", bias), ("state", state)):
+        if t is not None and t.device != x.device:
+            raise InvalidArgument(f"{name} is on {t.device} but x is on {x.device}; all must share one device")

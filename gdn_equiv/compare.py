@@ -1,0 +1,154 @@
+"""The one comparison function of the suite and its tolerance table (SPEC §6).
+
+Exact means ``rtol = atol = 0`` with NaNs compared by position. Tolerances apply only to conv
+weight/bias gradients (their time reduction may be tiled by channel count) and to cross-backend
+checks. A change to :data:`TOLERANCES` needs its reason written next to it: which reduction, what
+measured error. Never loosen one to make a test pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+Tensor = torch.Tensor
+
+# dtype -> (rtol, atol). The starting values of SPEC §6; no change yet.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-7, 1e-7),  # fp64 operands are computed in fp64; fp32-level error would be a bug
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+}
+
+EXACT = (0.0, 0.0)
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for ``dtype`` from the table."""
+    return TOLERANCES[dtype]
+
+
+class Mismatch(AssertionError):
+    """Raised by :func:`assert_equivalent`; ``report`` holds the numbers for summaries."""
+
+    def __init__(self, message: str, report: Report) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one comparison found; ``ok`` is the verdict."""
+
+    name: str
+    paths: tuple[str, str]
+    ok: bool
+    numel: int
+    mismatched: int = 0
+    nan_mismatched: int = 0
+    max_abs: float = 0.0
+    max_abs_index: tuple[int, ...] = ()
+    max_rel: float = 0.0
+    max_rel_index: tuple[int, ...] = ()
+    rtol: float = 0.0
+    atol: float = 0.0
+    problem: str = ""
+
+    def message(self, context: Any = None) -> str:
+        a, b = self.paths
+        head = f"{self.name}: {a} vs {b} are not {'equal' if self.rtol == self.atol == 0 else 'close'}"
+        lines = [head + "!"]
+        if self.problem:
+            lines.append(self.problem)
+        else:
+            pct = 100.0 * self.mismatched / max(self.numel, 1)
+            lines.append(f"Mismatched elements: {self.mismatched} / {self.numel} ({pct:.1f}%)")
+            if self.nan_mismatched:
+                lines.append(f"NaN mismatches (NaN in one path only): {self.nan_mismatched}")
+            lines.append(f"Greatest absolute difference: {self.max_abs} at index {self.max_abs_index} "
+                         f"(up to {self.atol} allowed)")
+            lines.append(f"Greatest relative difference: {self.max_rel} at index {self.max_rel_index} "
+                         f"(up to {self.rtol} allowed)")
+        if context is not None:
+            lines.append(f"Example: {context}")
+        return "\n".join(lines)
+
+
+def _unravel(flat_index: int, shape: torch.Size) -> tuple[int, ...]:
+    out = []
+    for size in reversed(shape):
+        out.append(flat_index % size)
+        flat_index //= size
+    return tuple(reversed(out))
+
+
+def compare(
+    actual: Tensor | None,
+    expected: Tensor | None,
+    *,
+    name: str = "tensor",
+    paths: tuple[str, str] = ("actual", "expected"),
+    rtol: float = 0.0,
+    atol: float = 0.0,
+) -> Report:
+    """Compare two tensors; exact unless given a tolerance. NaNs must sit at the same positions."""
+    if actual is None or expected is None:
+        ok = actual is None and expected is None
+        problem = "" if ok else f"one side is None ({paths[0]}: {_desc(actual)}, {paths[1]}: {_desc(expected)})"
+        return Report(name, paths, ok, 0, problem=problem, rtol=rtol, atol=atol)
+    for attr in ("shape", "dtype", "device"):
+        if getattr(actual, attr) != getattr(expected, attr):
+            return Report(name, paths, False, actual.numel(), rtol=rtol, atol=atol,
+                          problem=f"The values for attribute '{attr}' do not match: "
+                                  f"{getattr(actual, attr)} != {getattr(expected, attr)}.")
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    a_nan, e_nan = torch.isnan(a), torch.isnan(e)
+    nan_bad = a_nan ^ e_nan
+    both_nan = a_nan & e_nan
+    if rtol == 0 and atol == 0:
+        # bitwise for the originals (signed zeros count as equal, like torch.equal)
+        close = (actual.detach().cpu() == expected.detach().cpu()) | both_nan
+    else:
+        close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    bad = ~close | nan_bad
+    mismatched = int(bad.sum())
+    finite = ~(a_nan | e_nan)
+    diff = torch.where(finite, (a - e).abs(), torch.zeros_like(a))
+    diff = torch.nan_to_num(diff, nan=0.0, posinf=float("inf"))
+    rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    abs_idx = _unravel(int(diff.flatten().argmax()), a.shape) if diff.numel() else ()
+    rel_idx = _unravel(int(rel.flatten().argmax()), a.shape) if rel.numel() else ()
+    return Report(name, paths, mismatched == 0, a.numel(), mismatched, int(nan_bad.sum()), max_abs, abs_idx,
+                  max_rel, rel_idx, rtol, atol)
+
+
+def _desc(t: Tensor | None) -> str:
+    return "None" if t is None else f"tensor{tuple(t.shape)} {t.dtype}"
+
+
+def assert_equivalent(
+    actual: Tensor | None,
+    expected: Tensor | None,
+    *,
+    name: str = "tensor",
+    paths: tuple[str, str] = ("actual", "expected"),
+    exact: bool = True,
+    dtype: torch.dtype | None = None,
+    context: Any = None,
+) -> Report:
+    """Exact comparison, or the table's tolerance for ``dtype`` (default: the tensors' dtype)."""
+    rtol, atol = EXACT
+    if not exact:
+        ref = expected if expected is not None else actual
+        rtol, atol = tolerance(dtype or (ref.dtype if ref is not None else torch.float32))
+    report = compare(actual, expected, name=name, paths=paths, rtol=rtol, atol=atol)
+    if not report.ok:
+        raise Mismatch(report.message(context), report)
+    return report
