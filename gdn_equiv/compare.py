@@ -68,10 +68,14 @@ class Report:
             lines.append(f"Mismatched elements: {self.mismatched} / {self.numel} ({pct:.1f}%)")
             if self.nan_mismatched:
                 lines.append(f"NaN mismatches (NaN in one path only): {self.nan_mismatched}")
-            lines.append(f"Greatest absolute difference: {self.max_abs} at index {self.max_abs_index} "
-                         f"(up to {self.atol} allowed)")
-            lines.append(f"Greatest relative difference: {self.max_rel} at index {self.max_rel_index} "
-                         f"(up to {self.rtol} allowed)")
+            lines.append(
+                f"Greatest absolute difference: {self.max_abs} at index {self.max_abs_index} "
+                f"(up to {self.atol} allowed)"
+            )
+            lines.append(
+                f"Greatest relative difference: {self.max_rel} at index {self.max_rel_index} "
+                f"(up to {self.rtol} allowed)"
+            )
         if context is not None:
             lines.append(f"Example: {context}")
         return "\n".join(lines)
@@ -101,9 +105,16 @@ def compare(
         return Report(name, paths, ok, 0, problem=problem, rtol=rtol, atol=atol)
     for attr in ("shape", "dtype", "device"):
         if getattr(actual, attr) != getattr(expected, attr):
-            return Report(name, paths, False, actual.numel(), rtol=rtol, atol=atol,
-                          problem=f"The values for attribute '{attr}' do not match: "
-                                  f"{getattr(actual, attr)} != {getattr(expected, attr)}.")
+            return Report(
+                name,
+                paths,
+                False,
+                actual.numel(),
+                rtol=rtol,
+                atol=atol,
+                problem=f"The values for attribute '{attr}' do not match: "
+                f"{getattr(actual, attr)} != {getattr(expected, attr)}.",
+            )
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
     a_nan, e_nan = torch.isnan(a), torch.isnan(e)
@@ -125,8 +136,20 @@ def compare(
     max_rel = float(rel.max()) if rel.numel() else 0.0
     abs_idx = _unravel(int(diff.flatten().argmax()), a.shape) if diff.numel() else ()
     rel_idx = _unravel(int(rel.flatten().argmax()), a.shape) if rel.numel() else ()
-    return Report(name, paths, mismatched == 0, a.numel(), mismatched, int(nan_bad.sum()), max_abs, abs_idx,
-                  max_rel, rel_idx, rtol, atol)
+    return Report(
+        name,
+        paths,
+        mismatched == 0,
+        a.numel(),
+        mismatched,
+        int(nan_bad.sum()),
+        max_abs,
+        abs_idx,
+        max_rel,
+        rel_idx,
+        rtol,
+        atol,
+    )
 
 
 def _desc(t: Tensor | None) -> str:

@@ -108,6 +108,8 @@ def decide_upstream(layer: LayerFacts, call: CallFacts) -> bool:
         return False
     assert layer.convs is not None
     q, k, v = layer.convs
-    return q.backend == k.backend == v.backend and q.activation == k.activation == v.activation and (
-        q.kernel_size == k.kernel_size == v.kernel_size
+    return (
+        q.backend == k.backend == v.backend
+        and q.activation == k.activation == v.activation
+        and (q.kernel_size == k.kernel_size == v.kernel_size)
     )

@@ -112,8 +112,9 @@ def get_backend(name: str) -> Backend:
     if not isinstance(obj, Backend):
         raise InvalidArgument(f"{spec!r} is neither a gdn_equiv Backend nor a forward function")
     if obj.name != name:
-        obj = Backend(name=name, forward=obj.forward, update=obj.update, unavailable=obj.unavailable,
-                      description=obj.description)
+        obj = Backend(
+            name=name, forward=obj.forward, update=obj.update, unavailable=obj.unavailable, description=obj.description
+        )
     _REGISTRY[name] = obj
     return obj
 
@@ -209,9 +210,7 @@ def causal_conv1d_update(
     impl = _runnable(backend)
     if impl.update is None:
         # A plug-in without a step kernel: the full kernel over a one-token window is the same maths.
-        y, new_state = causal_conv1d(
-            x.unsqueeze(1), weight, bias, activation, state, True, None, backend=impl.name
-        )
+        y, new_state = causal_conv1d(x.unsqueeze(1), weight, bias, activation, state, True, None, backend=impl.name)
         assert new_state is not None
         return y[:, 0], new_state
     _record(impl.name, "update")

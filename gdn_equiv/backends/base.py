@@ -124,9 +124,7 @@ def check_forward_args(
         _check_float("initial_state", initial_state)
 
 
-def check_update_args(
-    x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None
-) -> None:
+def check_update_args(x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise InvalidArgument(f"update x must be a [N, D] tensor, got shape {tuple(getattr(x, 'shape', ()))}")
     _check_float("x", x)
