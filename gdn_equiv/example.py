@@ -71,7 +71,8 @@ class Example:
         convs = ", ".join(f"{n}={c.conv_spec(n).__dict__}" for n in "qkv" if c.conv_spec(n) != type(c.conv_spec(n))())
         return (
             f"Example(dtype={self.dtype}, B={self.batch}, T={self.seq_len}, varlen={self.varlen}{self.seq_lens or ''}, "
-            f"cache={self.cache}, use_cache={self.use_cache}, grad={self.grad}, train={self.train}, scale={self.scale}, "
+            f"cache={self.cache}, use_cache={self.use_cache}, grad={self.grad}, train={self.train}, "
+            f"scale={self.scale}, "
             f"seed={self.seed}, heads={c.num_heads}/{c.n_v_heads}, head_dim={c.head_dim}, expand_v={c.expand_v}, "
             f"gate={c.use_gate}, short_conv={c.use_short_conv}, conv_bias={c.conv_bias}, conv_size={c.conv_size}, "
             f"backend={c.conv_backend}{', ' + convs if convs else ''})"
