@@ -26,9 +26,12 @@ class FusedGatedDeltaNet(GatedDeltaNet):
     """Same parameters and maths as :class:`GatedDeltaNet`; fuses the three convs when the guard allows."""
 
     last_decision: Decision | None = None
+    #: The guard in use: a pure function of (LayerFacts, CallFacts). A subclass may supply another
+    #: (the suite's planted defects do), which is injection by argument, not patching.
+    guard = staticmethod(decide)
 
-    def decide(self, call_facts: Any) -> Decision:
-        return decide(self.layer_facts(), call_facts)
+    def decide(self, call_facts: CallFacts) -> Decision:
+        return self.guard(self.layer_facts(), call_facts)
 
     def _prologue(
         self, proj: Projections, call: _Call, use_cache: bool, prologue: str = "auto", **kwargs: Any
@@ -37,9 +40,7 @@ class FusedGatedDeltaNet(GatedDeltaNet):
             raise InvalidArgument(f"unexpected keyword arguments: {sorted(kwargs)}")
         if prologue not in PROLOGUES:
             raise InvalidArgument(f"prologue must be one of {PROLOGUES}, got {prologue!r}")
-        decision = decide(
-            self.layer_facts(), CallFacts(call.last_state is not None, bool(use_cache), call.cu_seqlens is not None)
-        )
+        decision = self.decide(CallFacts(call.last_state is not None, bool(use_cache), call.cu_seqlens is not None))
         self.last_decision = decision
         if prologue == "fused" or (prologue == "auto" and decision.fuse):
             return self._fused_prologue(proj), (None, None, None)
