@@ -1,0 +1,5 @@
+import sys
+
+from gdn_equiv.cli import main
+
+sys.exit(main())

@@ -1,0 +1,195 @@
+"""``gdn-equiv``: check, fuzz, repro, bench.
+
+``check`` runs the properties (P2-P6) against a backend with a Hypothesis profile and prints a
+summary table; ``fuzz`` repeats them with fresh seeds for a time budget; both keep Hypothesis'
+example database and write a report directory (summary.json, each failure's shrunk example and a
+standalone reproducer). ``repro FILE`` replays a failure. ``bench prologue`` times the prologue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+# examples per property for each profile (the pytest profiles live in conftest.py)
+PROFILE_EXAMPLES = {"dev": 10, "ci": 40, "gpu": 30, "fuzz": 200}
+
+
+def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, database: object) -> list:
+    from gdn_equiv import runner
+    from gdn_equiv.guard import Condition
+
+    checks = []
+    for backend in args.backend.split(","):
+        for name in args.property or list(runner.SPECS):
+            checks.append(
+                runner.run_property(
+                    name,
+                    backend,
+                    max_examples=max_examples,
+                    device=args.device,
+                    max_seq_len=args.max_seq_len,
+                    seed=seed,
+                    database=database,
+                )
+            )
+            _progress(checks[-1])
+        if not args.skip_necessity:
+            for condition in Condition:
+                checks.append(
+                    runner.find_counterexample(condition, backend, max_examples=max_examples, device=args.device)
+                )
+                _progress(checks[-1])
+    return checks
+
+
+def _progress(check: object) -> None:
+    print(
+        f"  {check.name:<24} {check.backend:<8} {check.result:<15} {check.examples:>5} examples "  # type: ignore[attr-defined]
+        f"{check.seconds:6.1f}s",
+        flush=True,
+    )  # type: ignore[attr-defined]
+
+
+def _finish(args: argparse.Namespace, checks: list, started: float, mode: str) -> int:
+    from gdn_equiv import runner
+
+    failed = [c for c in checks if c.result == "FAIL"]
+    meta = {
+        "mode": mode,
+        "target": args.target,
+        "backend": args.backend,
+        "profile": args.profile,
+        "device": args.device,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    summary = runner.write_report(checks, Path(args.report), device=args.device, meta=meta)
+    print()
+    print(runner.format_table(checks))
+    total = sum(c.examples for c in checks)
+    print(f"\n{total} examples in {meta['seconds']} s on {args.device}; {len(failed)} failing; report: {summary}")
+    for c in checks:
+        if c.result == "NONE FOUND":
+            print(f"note: {c.name}: no counterexample found, the condition may be unnecessary on {c.backend}")
+    for c in failed:
+        print(f"\nFAIL {c.name} [{c.backend}]\n{c.failure}\nreproducer: {c.repro}")
+    return 1 if failed else 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    started = time.perf_counter()
+    examples = args.examples or PROFILE_EXAMPLES[args.profile]
+    print(
+        f"gdn-equiv check: target={args.target} backend={args.backend} device={args.device} "
+        f"profile={args.profile} ({examples} examples per property)"
+    )
+    db = DirectoryBasedExampleDatabase(args.database)
+    return _finish(args, _checks(args, examples, None, db), started, "check")
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    import random
+
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    started = time.perf_counter()
+    deadline = started + args.seconds
+    db = DirectoryBasedExampleDatabase(args.database)
+    print(f"gdn-equiv fuzz: target={args.target} backend={args.backend} device={args.device} for {args.seconds}s")
+    checks: list = []
+    rounds = 0
+    while time.perf_counter() < deadline:
+        rounds += 1
+        batch = _checks(args, args.examples or PROFILE_EXAMPLES["fuzz"] // 4, random.getrandbits(32), db)
+        checks = _merge(checks, batch)
+        if any(c.result == "FAIL" for c in batch):
+            break
+        args.skip_necessity = True  # necessity needs one search, not one per round
+    print(f"{rounds} rounds")
+    return _finish(args, checks, started, "fuzz")
+
+
+def _merge(total: list, batch: list) -> list:
+    by_key = {(c.name, c.backend): c for c in total}
+    for c in batch:
+        old = by_key.get((c.name, c.backend))
+        if old is None:
+            by_key[(c.name, c.backend)] = c
+            continue
+        old.examples += c.examples
+        old.not_applicable += c.not_applicable
+        old.seconds += c.seconds
+        old.reasons.update(c.reasons)
+        if c.result == "FAIL":
+            old.result, old.failure, old.example = c.result, c.failure, c.example
+    return list(by_key.values())
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from gdn_equiv import runner
+
+    return runner.replay(Path(args.file))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from gdn_equiv import bench
+
+    results = bench.bench_prologue(
+        backends=args.backend.split(",") if args.backend else None,
+        iters=args.iters,
+        warmup=args.warmup,
+        quick=args.quick,
+    )
+    bench.print_table(results)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gdn_equiv.runner import default_device
+
+    parser = argparse.ArgumentParser(prog="gdn-equiv", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--backend", default="torch", help="conv backend(s), comma separated, or module:callable")
+        p.add_argument("--target", default="gdn_equiv", choices=["gdn_equiv"], help="layer under test")
+        p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda when present)")
+        p.add_argument("--profile", default="ci", choices=sorted(PROFILE_EXAMPLES))
+        p.add_argument("--examples", type=int, default=None, help="examples per property (overrides the profile)")
+        p.add_argument("--property", action="append", help="run only this property (repeatable)")
+        p.add_argument("--max-seq-len", type=int, default=20, help="longest generated sequence")
+        p.add_argument("--skip-necessity", action="store_true", help="skip the P6 counterexample searches")
+        p.add_argument("--report", default="gdn-equiv-report", help="report directory")
+        p.add_argument("--database", default=".hypothesis/examples", help="Hypothesis example database")
+
+    p = sub.add_parser("check", help="run the properties once with a profile's budget")
+    common(p)
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("fuzz", help="run the properties with fresh seeds until the time budget is spent")
+    common(p)
+    p.add_argument("--seconds", type=float, default=60.0, help="time budget")
+    p.set_defaults(func=cmd_fuzz)
+    p = sub.add_parser("repro", help="replay a failure JSON from a report")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_repro)
+    p = sub.add_parser("bench", help="benchmarks (a command, never a test)")
+    p.add_argument("what", choices=["prologue"])
+    p.add_argument("--backend", default=None, help="backends to time (default: all available)")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--quick", action="store_true", help="tiny shapes (smoke test on CPU)")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

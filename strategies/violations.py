@@ -1,0 +1,86 @@
+"""States that break exactly one guard condition, for the necessity searches (SPEC P6)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import strategies as st
+
+from gdn_equiv.config import ConvSpec
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.example import Example
+from gdn_equiv.guard import Condition
+
+_OTHER_DTYPE = {"float32": "float64", "float64": "float32", "float16": "float32", "bfloat16": "float32"}
+
+
+def _with_conv(example: Example, name: str, **changes: object) -> Example:
+    c = example.config
+    spec = replace(c.conv_spec(name), **changes)
+    return replace(example, config=c.replace(**{f"{name}_conv": spec}))
+
+
+@st.composite
+def violating(
+    draw: st.DrawFn, condition: Condition, *, backends: tuple[str, ...] = ("torch",), max_seq_len: int = 12
+) -> Example:
+    """A fusable example changed so that ``condition`` (and, by construction, only it) fails.
+
+    Shrinks towards the smallest fusable example with the smallest change: q's conv is the one
+    changed, towards no bias and no cache.
+    """
+    from gdn_equiv.strategies import examples
+
+    base: Example = draw(examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len))
+    c = base.config
+    name = draw(st.sampled_from("qkv"))
+    if condition is Condition.G1:
+        return replace(base, config=c.replace(use_short_conv=False))
+    if condition is Condition.G2:
+        return replace(base, cache="populated", prefix_len=draw(st.integers(1, 6)), use_cache=False)
+    if condition is Condition.G3:
+        return replace(base, cache=draw(st.sampled_from(["none", "empty"])), use_cache=True)
+    if condition is Condition.G4:
+        if draw(st.booleans()):
+            lens = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4))
+            return replace(
+                base,
+                batch=1,
+                seq_len=max(sum(lens), 1) if sum(lens) else 1,
+                varlen="cu_seqlens",
+                seq_lens=tuple(lens) if sum(lens) else (1,),
+            )
+        lens = tuple(draw(st.integers(0, base.seq_len)) for _ in range(base.batch))
+        return replace(base, varlen="mask", seq_lens=lens, pad_side=draw(st.sampled_from(["right", "left"])))
+    if condition is Condition.G5:
+        from gdn_equiv.backends import available_backends
+
+        current = c.conv_backend
+        others = [b for b in (*backends[1:], *available_backends()) if b != current]
+        if not others:
+            raise InvalidArgument(f"G5 needs a second conv backend besides {current!r}; none is available here")
+        return _with_conv(base, name, backend=draw(st.sampled_from(others)))
+    if condition is Condition.G6:
+        current = c.conv_spec(name).activation
+        other = None if current in ("silu", "swish") else "silu"
+        return _with_conv(base, name, activation=other)
+    if condition is Condition.G7:
+        size = c.conv_spec(name).kernel_size or c.conv_size
+        return _with_conv(base, name, kernel_size=draw(st.integers(2, 6).filter(lambda w: w != size)))
+    if condition is Condition.G8:
+        if draw(st.booleans()):
+            return replace(
+                base,
+                config=c.replace(
+                    conv_bias=not c.conv_bias,
+                    **{f"{n}_conv": replace(c.conv_spec(n), bias=c.conv_bias) for n in "qkv" if n != name},
+                ),
+            )
+        return _with_conv(base, name, bias=not c.conv_bias)
+    if condition is Condition.G9:
+        current = c.conv_spec(name).dtype or base.dtype
+        return _with_conv(base, name, dtype=_OTHER_DTYPE[current])
+    raise AssertionError(condition)
+
+
+__all__ = ["ConvSpec", "violating"]
