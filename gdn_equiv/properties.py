@@ -272,7 +272,6 @@ def cross_backend(example: Example, backend: str, *, device: str = "cpu") -> Rep
 def _with_backend(example: Example, backend: str) -> Example:
     from dataclasses import replace
 
-
     c = example.config
     convs = {
         f"{n}_conv": replace(c.conv_spec(n), backend=None) if c.conv_spec(n).backend else c.conv_spec(n) for n in "qkv"
