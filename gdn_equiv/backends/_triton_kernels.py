@@ -1,0 +1,722 @@
+"""Triton kernels of the ``triton`` conv backend; imported only when that backend first runs.
+
+Kept apart from ``triton_backend.py`` because ``@triton.jit`` decides at decoration time whether to
+compile or interpret (``TRITON_INTERPRET=1``): importing this module is what commits to one.
+
+Positions are *relative to the sequence start* ``bos``: ``q >= 0`` is the token ``x[bos + q]``,
+``-W <= q < 0`` is the history column ``state[seq, :, W + q]`` (column ``W-1`` is the latest input).
+A channel's arithmetic never involves another channel, the block shape or ``D``: that is what keeps
+the fused prologue (one call over q|k|v) bitwise equal to the separate one (three calls). Every launch
+passes ``enable_fp_fusion=False`` so that ``acc + v * w`` is a rounded multiply then a rounded add in
+every kernel (the full-sequence and the step kernel give the same bits, and so does torch's CPU sum).
+Time reductions (weight/bias gradients) are per-block ``tl.sum`` over a block shape fixed by the
+caller, then a sequential sum over blocks in block order: deterministic and independent of ``D``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _window(
+    x_ptr,
+    s_ptr,
+    x_base,
+    q,
+    bos,
+    seq,
+    d,
+    dmask,
+    rmask,
+    sx_t,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    W: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """The conv input at relative position ``q`` (token or history column), 0 where masked or absent."""
+    in_x = q >= 0
+    v = tl.load(x_ptr + x_base + (bos + q).to(tl.int64) * sx_t + d * sx_d, mask=rmask & in_x & dmask, other=0.0)
+    v = v.to(CDT)
+    if HAS_STATE:
+        h = tl.load(
+            s_ptr + seq.to(tl.int64) * ss_n + d * ss_d + (W + q) * ss_w, mask=rmask & (q < 0) & dmask, other=0.0
+        )
+        v = tl.where(in_x, v, h.to(CDT))
+    return v
+
+
+@triton.jit
+def _preact(
+    x_ptr,
+    s_ptr,
+    w_ptr,
+    b_ptr,
+    x_base,
+    p,
+    bos,
+    seq,
+    d,
+    dmask,
+    rmask,
+    sx_t,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sw_d,
+    sw_w,
+    sb_d,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """``sum_j w_j * xwin[p - (W-1) + j]`` in the fixed order j = 0..W-1, then ``+ bias``."""
+    w = tl.load(w_ptr + d * sw_d, mask=dmask, other=0.0).to(CDT)
+    acc = (
+        _window(
+            x_ptr,
+            s_ptr,
+            x_base,
+            p - (W - 1),
+            bos,
+            seq,
+            d,
+            dmask,
+            rmask,
+            sx_t,
+            sx_d,
+            ss_n,
+            ss_d,
+            ss_w,
+            W,
+            HAS_STATE,
+            CDT,
+        )
+        * w
+    )
+    for j in tl.static_range(1, W):
+        w = tl.load(w_ptr + d * sw_d + j * sw_w, mask=dmask, other=0.0).to(CDT)
+        v = _window(
+            x_ptr,
+            s_ptr,
+            x_base,
+            p - (W - 1) + j,
+            bos,
+            seq,
+            d,
+            dmask,
+            rmask,
+            sx_t,
+            sx_d,
+            ss_n,
+            ss_d,
+            ss_w,
+            W,
+            HAS_STATE,
+            CDT,
+        )
+        acc = acc + v * w
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
+    return acc
+
+
+@triton.jit
+def _activate(a, ACT: tl.constexpr):
+    """silu as ``a / (1 + exp(-a))``: the torch backend's formula; shared by the sequence and step kernels."""
+    if ACT:
+        a = a / (1.0 + tl.exp(-a))
+    return a
+
+
+@triton.jit
+def _fwd_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    y_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    VARLEN: tl.constexpr,
+    CDT: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    r = pid_t * BT + tl.arange(0, BT)[:, None]
+    d = pid_d * BD + tl.arange(0, BD)[None, :]
+    rmask = r < T
+    dmask = d < D
+    if VARLEN:
+        seq = tl.load(seq_ptr + r, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+        x_base = 0
+    else:
+        seq = pid_b
+        bos = 0
+        x_base = pid_b.to(tl.int64) * sx_b
+    a = _preact(
+        x_ptr,
+        s_ptr,
+        w_ptr,
+        b_ptr,
+        x_base,
+        r - bos,
+        bos,
+        seq,
+        d,
+        dmask,
+        rmask,
+        sx_t,
+        sx_d,
+        ss_n,
+        ss_d,
+        ss_w,
+        sw_d,
+        sw_w,
+        sb_d,
+        W,
+        HAS_BIAS,
+        HAS_STATE,
+        CDT,
+    )
+    y = _activate(a, ACT)
+    y_off = (pid_b.to(tl.int64) * T + r) * D + d
+    tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=rmask & dmask)
+
+
+@triton.jit
+def _final_state_kernel(
+    x_ptr,
+    s_ptr,
+    f_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    W: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    VARLEN: tl.constexpr,
+    CDT: tl.constexpr,
+    BW: tl.constexpr,
+    BD: tl.constexpr,
+):
+    """``final[seq, :, f]`` = window index ``L + f`` of cat(state, x): the last W inputs of the sequence."""
+    seq = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    f = tl.arange(0, BW)[:, None]
+    d = pid_d * BD + tl.arange(0, BD)[None, :]
+    dmask = d < D
+    if VARLEN:
+        bos = tl.load(cu_ptr + seq)
+        L = tl.load(cu_ptr + seq + 1) - bos
+        x_base = 0
+    else:
+        bos = 0
+        L = T
+        x_base = seq.to(tl.int64) * sx_b
+    v = _window(
+        x_ptr, s_ptr, x_base, L + f - W, bos, seq, d, dmask, f < W, sx_t, sx_d, ss_n, ss_d, ss_w, W, HAS_STATE, CDT
+    )
+    tl.store(f_ptr + (seq.to(tl.int64) * D + d) * W + f, v.to(f_ptr.dtype.element_ty), mask=(f < W) & dmask)
+
+
+@triton.jit
+def _grad_preact(
+    x_ptr,
+    s_ptr,
+    w_ptr,
+    b_ptr,
+    dy_ptr,
+    x_base,
+    dy_base,
+    r,
+    bos,
+    L,
+    seq,
+    d,
+    dmask,
+    rmask,
+    sx_t,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sw_d,
+    sw_w,
+    sb_d,
+    sdy_t,
+    sdy_d,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """``g_r = dy_r * act'(a_r)`` at relative rows ``r`` (0 outside ``[0, L)``); ``a_r`` is recomputed."""
+    gmask = rmask & (r >= 0) & (r < L)
+    g = tl.load(dy_ptr + dy_base + (bos + r).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
+    g = g.to(CDT)
+    if ACT:
+        a = _preact(
+            x_ptr,
+            s_ptr,
+            w_ptr,
+            b_ptr,
+            x_base,
+            r,
+            bos,
+            seq,
+            d,
+            dmask,
+            gmask,
+            sx_t,
+            sx_d,
+            ss_n,
+            ss_d,
+            ss_w,
+            sw_d,
+            sw_w,
+            sb_d,
+            W,
+            HAS_BIAS,
+            HAS_STATE,
+            CDT,
+        )
+        sig = 1.0 / (1.0 + tl.exp(-a))
+        g = g * (sig * (1.0 + a * (1.0 - sig)))
+    return g
+
+
+@triton.jit
+def _grad_input(
+    x_ptr,
+    s_ptr,
+    w_ptr,
+    b_ptr,
+    dy_ptr,
+    df_ptr,
+    x_base,
+    dy_base,
+    p,
+    bos,
+    L,
+    seq,
+    d,
+    dmask,
+    rmask,
+    sx_t,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sw_d,
+    sw_w,
+    sb_d,
+    sdy_t,
+    sdy_d,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """Gradient of the conv input at relative position ``p`` (a token, or a history column when p < 0).
+
+    ``xwin[p]`` feeds outputs ``p + k`` through tap ``W-1-k``; summed k = 0..W-1, then the final-state
+    gradient for the column it lands in (``W + p - L``). Returns ``(dx, g_p)``.
+    """
+    g0 = _grad_preact(
+        x_ptr,
+        s_ptr,
+        w_ptr,
+        b_ptr,
+        dy_ptr,
+        x_base,
+        dy_base,
+        p,
+        bos,
+        L,
+        seq,
+        d,
+        dmask,
+        rmask,
+        sx_t,
+        sx_d,
+        ss_n,
+        ss_d,
+        ss_w,
+        sw_d,
+        sw_w,
+        sb_d,
+        sdy_t,
+        sdy_d,
+        W,
+        HAS_BIAS,
+        HAS_STATE,
+        ACT,
+        CDT,
+    )
+    dx = g0 * tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
+    for k in tl.static_range(1, W):
+        g = _grad_preact(
+            x_ptr,
+            s_ptr,
+            w_ptr,
+            b_ptr,
+            dy_ptr,
+            x_base,
+            dy_base,
+            p + k,
+            bos,
+            L,
+            seq,
+            d,
+            dmask,
+            rmask,
+            sx_t,
+            sx_d,
+            ss_n,
+            ss_d,
+            ss_w,
+            sw_d,
+            sw_w,
+            sb_d,
+            sdy_t,
+            sdy_d,
+            W,
+            HAS_BIAS,
+            HAS_STATE,
+            ACT,
+            CDT,
+        )
+        dx = dx + g * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
+    if HAS_DF:
+        col = W + p - L
+        df = tl.load(
+            df_ptr + seq.to(tl.int64) * sdf_n + d * sdf_d + col * sdf_w,
+            mask=rmask & (col >= 0) & (col < W) & dmask,
+            other=0.0,
+        )
+        dx = dx + df.to(CDT)
+    return dx, g0
+
+
+@triton.jit
+def _bwd_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    dy_ptr,
+    df_ptr,
+    dx_ptr,
+    part_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
+    sdy_t,
+    sdy_d,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
+    NEED_DW: tl.constexpr,
+    CDT: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+):
+    """dx for a (time block x channel block) tile, and that tile's partial sums of dweight/dbias."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    r = pid_t * BT + tl.arange(0, BT)[:, None]
+    d1 = pid_d * BD + tl.arange(0, BD)
+    d = d1[None, :]
+    rmask = r < T
+    dmask = d < D
+    if VARLEN:
+        seq = tl.load(seq_ptr + r, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+        L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
+        x_base = 0
+        dy_base = 0
+    else:
+        seq = pid_b
+        bos = 0
+        L = T
+        x_base = pid_b.to(tl.int64) * sx_b
+        dy_base = pid_b.to(tl.int64) * sdy_b
+    p = r - bos
+    dx, g = _grad_input(
+        x_ptr,
+        s_ptr,
+        w_ptr,
+        b_ptr,
+        dy_ptr,
+        df_ptr,
+        x_base,
+        dy_base,
+        p,
+        bos,
+        L,
+        seq,
+        d,
+        dmask,
+        rmask,
+        sx_t,
+        sx_d,
+        ss_n,
+        ss_d,
+        ss_w,
+        sw_d,
+        sw_w,
+        sb_d,
+        sdy_t,
+        sdy_d,
+        sdf_n,
+        sdf_d,
+        sdf_w,
+        W,
+        HAS_BIAS,
+        HAS_STATE,
+        ACT,
+        HAS_DF,
+        CDT,
+    )
+    tl.store(dx_ptr + (pid_b.to(tl.int64) * T + r) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=rmask & dmask)
+    if NEED_DW:
+        prow = pid_b * tl.num_programs(0) + pid_t
+        base = part_ptr + prow.to(tl.int64) * (W + 1) * D
+        for j in tl.static_range(W):
+            v = _window(
+                x_ptr,
+                s_ptr,
+                x_base,
+                p - (W - 1) + j,
+                bos,
+                seq,
+                d,
+                dmask,
+                rmask,
+                sx_t,
+                sx_d,
+                ss_n,
+                ss_d,
+                ss_w,
+                W,
+                HAS_STATE,
+                CDT,
+            )
+            tl.store(base + j * D + d1, tl.sum(g * v, axis=0), mask=d1 < D)
+        tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
+
+
+@triton.jit
+def _dstate_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    dy_ptr,
+    df_ptr,
+    ds_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
+    sdy_t,
+    sdy_d,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
+    CDT: tl.constexpr,
+    BW: tl.constexpr,
+    BD: tl.constexpr,
+):
+    """Gradient of ``initial_state[seq]``: the input gradient at the history positions p = c - W."""
+    seq = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    c = tl.arange(0, BW)[:, None]
+    d = pid_d * BD + tl.arange(0, BD)[None, :]
+    cmask = c < W
+    dmask = d < D
+    if VARLEN:
+        bos = tl.load(cu_ptr + seq)
+        L = tl.load(cu_ptr + seq + 1) - bos
+        x_base = 0
+        dy_base = 0
+    else:
+        bos = 0
+        L = T
+        x_base = seq.to(tl.int64) * sx_b
+        dy_base = seq.to(tl.int64) * sdy_b
+    ds, _ = _grad_input(
+        x_ptr,
+        s_ptr,
+        w_ptr,
+        b_ptr,
+        dy_ptr,
+        df_ptr,
+        x_base,
+        dy_base,
+        c - W,
+        bos,
+        L,
+        seq,
+        d,
+        dmask,
+        cmask,
+        sx_t,
+        sx_d,
+        ss_n,
+        ss_d,
+        ss_w,
+        sw_d,
+        sw_w,
+        sb_d,
+        sdy_t,
+        sdy_d,
+        sdf_n,
+        sdf_d,
+        sdf_w,
+        W,
+        HAS_BIAS,
+        True,
+        ACT,
+        HAS_DF,
+        CDT,
+    )
+    tl.store(ds_ptr + (seq.to(tl.int64) * D + d) * W + c, ds.to(ds_ptr.dtype.element_ty), mask=cmask & dmask)
+
+
+@triton.jit
+def _reduce_kernel(part_ptr, out_ptr, P, D, W: tl.constexpr, BD: tl.constexpr):
+    """``out[j, d] = sum_i part[i, j, d]`` summed i = 0, 1, ... in order (one program per (channel block, j))."""
+    pid_d = tl.program_id(0)
+    j = tl.program_id(1)
+    d = pid_d * BD + tl.arange(0, BD)
+    dmask = d < D
+    ptrs = part_ptr + j * D + d
+    acc = tl.load(ptrs, mask=dmask, other=0.0)
+    for _ in range(1, P):
+        ptrs += (W + 1) * D
+        acc = acc + tl.load(ptrs, mask=dmask, other=0.0)
+    tl.store(out_ptr + j * D + d, acc, mask=dmask)
+
+
+@triton.jit
+def _update_kernel(
+    x_ptr,
+    s_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    ns_ptr,
+    D,
+    sx_n,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sw_d,
+    sw_w,
+    sb_d,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    CDT: tl.constexpr,
+    BD: tl.constexpr,
+):
+    """One decode step: window = (state[:, :, 1:], x); same tap order and activation as ``_fwd_kernel``."""
+    n = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    d = pid_d * BD + tl.arange(0, BD)
+    dmask = d < D
+    # x goes through the state dtype first, like the torch backend's cat(state[..., 1:], x.to(state.dtype))
+    xs = tl.load(x_ptr + n.to(tl.int64) * sx_n + d * sx_d, mask=dmask, other=0.0).to(ns_ptr.dtype.element_ty)
+    s_base = s_ptr + n.to(tl.int64) * ss_n + d * ss_d
+    ns_base = ns_ptr + (n.to(tl.int64) * D + d) * W
+    w = tl.load(w_ptr + d * sw_d, mask=dmask, other=0.0).to(CDT)
+    if W == 1:
+        acc = xs.to(CDT) * w
+    else:
+        v = tl.load(s_base + ss_w, mask=dmask, other=0.0)
+        tl.store(ns_base, v, mask=dmask)
+        acc = v.to(CDT) * w
+        for j in tl.static_range(1, W - 1):
+            w = tl.load(w_ptr + d * sw_d + j * sw_w, mask=dmask, other=0.0).to(CDT)
+            v = tl.load(s_base + (j + 1) * ss_w, mask=dmask, other=0.0)
+            tl.store(ns_base + j, v, mask=dmask)
+            acc = acc + v.to(CDT) * w
+        w = tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
+        acc = acc + xs.to(CDT) * w
+    tl.store(ns_base + (W - 1), xs, mask=dmask)
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
+    y = _activate(acc, ACT)
+    tl.store(y_ptr + n.to(tl.int64) * D + d, y.to(y_ptr.dtype.element_ty), mask=dmask)

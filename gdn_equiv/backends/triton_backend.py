@@ -1,0 +1,272 @@
+"""The ``triton`` backend: the project's own depthwise causal conv kernels (SPEC §3).
+
+Forward, backward (x, weight, bias, initial_state, and the final-state output's gradient), varlen
+``cu_seqlens`` and the single-step update, on CUDA or under ``TRITON_INTERPRET=1`` on CPU. Kernels live
+in :mod:`gdn_equiv.backends._triton_kernels`, imported on first use, so importing this module (and
+asking :func:`unavailable`) never imports triton.
+
+Numerics, per channel and independent of ``D``, of the channel's position and of the block shape:
+``acc = xwin[t]*w0; acc = acc + xwin[t+j]*w_j (j = 1..W-1); acc = acc + bias; y = acc / (1 + exp(-acc))``,
+in fp32, or fp64 when ``x`` or ``weight`` is fp64 (fp64 is supported, on GPU and in the interpreter).
+Multiplies and adds are never contracted into FMAs (``enable_fp_fusion=False``), so the step kernel
+reproduces the sequence kernel bit for bit. Block shapes are constants (no autotuning), so the
+weight/bias gradient reductions are also independent of ``D``: fixed per-tile sums, then a sequential
+sum over tiles. The input ``x`` may be any strided view (e.g. a channel slice of the q|k|v projection):
+it is read in place, never copied.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from types import ModuleType
+
+import torch
+
+from gdn_equiv.backends.base import Backend, compute_dtype
+from gdn_equiv.errors import InvalidArgument
+
+Tensor = torch.Tensor
+
+# (time rows, channels, warps) per tile; constants so that no reduction order depends on the shape.
+# Under the interpreter, small tiles keep it fast and make tiny tests cross tile boundaries.
+_GPU_FWD = (64, 128, 4)
+_GPU_BWD = (64, 128, 8)
+_INTERP = (8, 32, 1)
+_STEP_BLOCK_D = 256
+
+_KERNELS: ModuleType | None = None
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def unavailable() -> str | None:
+    """``None`` when triton is importable and can run here (a CUDA device, or the interpreter)."""
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed (pip install triton)"
+    if not (_interpreting() or torch.cuda.is_available()):
+        return "triton needs a CUDA device, or TRITON_INTERPRET=1 to run its interpreter on CPU"
+    return None
+
+
+def _kernels() -> ModuleType:
+    global _KERNELS
+    if _KERNELS is None:
+        from gdn_equiv.backends import _triton_kernels
+
+        _KERNELS = _triton_kernels
+    return _KERNELS
+
+
+def _blocks(backward: bool) -> tuple[int, int, int]:
+    if _interpreting():
+        return _INTERP
+    return _GPU_BWD if backward else _GPU_FWD
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _check_device(x: Tensor) -> None:
+    if x.device.type != "cuda" and not _interpreting():
+        raise InvalidArgument(
+            f"the triton backend needs CUDA tensors (or TRITON_INTERPRET=1 for CPU), got x on {x.device}"
+        )
+
+
+def _tl_dtype(dtype: torch.dtype):  # -> tl.dtype
+    import triton.language as tl
+
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _strides3(t: Tensor | None) -> tuple[int, int, int]:
+    return (0, 0, 0) if t is None else (t.stride(0), t.stride(1), t.stride(2))
+
+
+class _Varlen:
+    """Per-token sequence index (``searchsorted``, no host sync) and the sequence bounds."""
+
+    def __init__(self, x: Tensor, cu_seqlens: Tensor | None) -> None:
+        self.on = cu_seqlens is not None
+        if cu_seqlens is None:
+            self.cu = self.seq = x  # never read: VARLEN is off
+            self.N = x.shape[0]
+        else:
+            self.cu = cu_seqlens.to(device=x.device, dtype=torch.int32).contiguous()
+            T = x.shape[1]
+            tokens = torch.arange(T, device=x.device, dtype=torch.int32)
+            self.seq = torch.searchsorted(self.cu[1:], tokens, right=True).to(torch.int32)
+            self.N = self.cu.numel() - 1
+
+
+def _forward_impl(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    vl: _Varlen,
+) -> tuple[Tensor, Tensor | None]:
+    k = _kernels()
+    B, T, D = x.shape
+    W = weight.shape[1]
+    cdt = _tl_dtype(compute_dtype(x, weight))
+    BT, BD, warps = _blocks(backward=False)
+    y = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
+    state = initial_state if initial_state is not None else x
+    b = bias if bias is not None else weight
+    ss = _strides3(initial_state)
+    if B * T * D > 0:
+        k._fwd_kernel[(_cdiv(T, BT), _cdiv(D, BD), B)](
+            x, weight, b, state, y, vl.seq, vl.cu, T, D,
+            x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss,
+            W=W, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None, ACT=activation is not None,
+            VARLEN=vl.on, CDT=cdt, BT=BT, BD=BD, num_warps=warps, enable_fp_fusion=False,
+        )  # fmt: skip
+    final = None
+    if output_final_state:
+        state_dtype = x.dtype if initial_state is None else initial_state.dtype
+        final = torch.empty((vl.N, D, W), dtype=state_dtype, device=x.device)
+        if vl.N * D > 0:
+            k._final_state_kernel[(vl.N, _cdiv(D, BD))](
+                x, state, final, vl.cu, T, D, x.stride(0), x.stride(1), x.stride(2), *ss,
+                W=W, HAS_STATE=initial_state is not None, VARLEN=vl.on, CDT=cdt, BW=_pow2(W), BD=BD,
+                num_warps=warps, enable_fp_fusion=False,
+            )  # fmt: skip
+    return y, final
+
+
+def _backward_impl(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    initial_state: Tensor | None,
+    vl: _Varlen,
+    dy: Tensor,
+    dfinal: Tensor | None,
+    need_dw: bool,
+    need_dstate: bool,
+) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    k = _kernels()
+    B, T, D = x.shape
+    W = weight.shape[1]
+    cdt_torch = compute_dtype(x, weight)
+    cdt = _tl_dtype(cdt_torch)
+    BT, BD, warps = _blocks(backward=True)
+    state = initial_state if initial_state is not None else x
+    b = bias if bias is not None else weight
+    df = dfinal if dfinal is not None else x
+    ss, sdy, sdf = _strides3(initial_state), _strides3(dy), _strides3(dfinal)
+    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
+    n_t = _cdiv(T, BT)
+    part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
+    flags = dict(W=W, HAS_BIAS=bias is not None, ACT=activation is not None, HAS_DF=dfinal is not None,
+                 VARLEN=vl.on, CDT=cdt, BD=BD, num_warps=warps, enable_fp_fusion=False)  # fmt: skip
+    if B * T * D > 0:
+        k._bwd_kernel[(n_t, _cdiv(D, BD), B)](
+            x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D,
+            x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss, *sdy, *sdf,
+            HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, **flags,
+        )  # fmt: skip
+    dw = db = None
+    if need_dw:
+        sums = torch.zeros((W + 1, D), dtype=cdt_torch, device=x.device)
+        if B * T * D > 0:
+            k._reduce_kernel[(_cdiv(D, BD), W + 1)](part, sums, B * n_t, D, W=W, BD=BD, num_warps=warps)
+        dw = sums[:W].t().to(weight.dtype)
+        db = sums[W].to(bias.dtype) if bias is not None else None
+    dstate = None
+    if need_dstate and initial_state is not None:
+        dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=x.device)
+        if vl.N * D > 0:
+            k._dstate_kernel[(vl.N, _cdiv(D, BD))](
+                x, weight, b, state, dy, df, dstate, vl.cu, T, D,
+                x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss, *sdy,
+                *sdf, BW=_pow2(W), **flags,
+            )  # fmt: skip
+    return dx, dw, db, dstate
+
+
+class _CausalConv1d(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, initial_state, cu_seqlens, activation, output_final_state):  # type: ignore[override]
+        vl = _Varlen(x, cu_seqlens)
+        y, final = _forward_impl(x, weight, bias, activation, initial_state, output_final_state, vl)
+        ctx.save_for_backward(x, weight, bias, initial_state)
+        ctx.vl = vl
+        ctx.activation = activation
+        ctx.set_materialize_grads(False)
+        return y, final
+
+    @staticmethod
+    def backward(ctx, dy, dfinal):  # type: ignore[override]
+        x, weight, bias, initial_state = ctx.saved_tensors
+        if dy is None:
+            dy = torch.zeros_like(x)
+        need = ctx.needs_input_grad
+        dx, dw, db, dstate = _backward_impl(
+            x, weight, bias, ctx.activation, initial_state, ctx.vl, dy, dfinal,
+            need_dw=need[1] or need[2], need_dstate=need[3],
+        )  # fmt: skip
+        return (dx if need[0] else None, dw if need[1] else None, db if need[2] else None,
+                dstate if need[3] else None, None, None, None)  # fmt: skip
+
+
+def forward(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: Tensor | None,
+) -> tuple[Tensor, Tensor | None]:
+    _check_device(x)
+    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, initial_state))
+    if grads:
+        return _CausalConv1d.apply(x, weight, bias, initial_state, cu_seqlens, activation, output_final_state)
+    return _forward_impl(x, weight, bias, activation, initial_state, output_final_state, _Varlen(x, cu_seqlens))
+
+
+def update(
+    x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None
+) -> tuple[Tensor, Tensor]:
+    """One step for ``N`` sequences; returns a new state (``state`` is only read)."""
+    _check_device(x)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, state, weight, bias)):
+        # differentiable path: the sequence kernel over one token computes the same bits
+        y, new_state = forward(x.unsqueeze(1), weight, bias, activation, state, True, None)
+        assert new_state is not None
+        return y[:, 0], new_state
+    N, D = x.shape
+    W = weight.shape[1]
+    y = torch.empty((N, D), dtype=x.dtype, device=x.device)
+    new_state = torch.empty((N, D, W), dtype=state.dtype, device=x.device)
+    if N * D > 0:
+        b = bias if bias is not None else weight
+        _kernels()._update_kernel[(N, _cdiv(D, _STEP_BLOCK_D))](
+            x, state, weight, b, y, new_state, D, x.stride(0), x.stride(1), *_strides3(state),
+            weight.stride(0), weight.stride(1), b.stride(0),
+            W=W, HAS_BIAS=bias is not None, ACT=activation is not None, CDT=_tl_dtype(compute_dtype(x, weight)),
+            BD=_STEP_BLOCK_D, num_warps=4, enable_fp_fusion=False,
+        )  # fmt: skip
+    return y, new_state
+
+
+BACKEND = Backend(
+    name="triton",
+    forward=forward,
+    update=update,
+    unavailable=unavailable,
+    description="the project's Triton kernels (tiled forward/backward, varlen, step); CUDA or TRITON_INTERPRET=1",
+)
