@@ -1,0 +1,203 @@
+"""Helpers for running the suite under pytest: example counting, Hypothesis profiles, xdist GPU
+pinning and NaN poisoning of fresh CUDA memory.
+
+Everything here is plain Python that the root ``conftest.py`` wires into pytest; property tests only
+need :func:`count_example`::
+
+    @given(ex=examples(fusable=True))
+    def test_fused_forward_is_bitwise_equal(ex, gdn_backend):
+        count_example()
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
+
+__all__ = [
+    "PROFILES",
+    "count_example",
+    "count_hypothesis_test_cases",
+    "counts",
+    "default_profile",
+    "nan_poisoned_empty",
+    "parse_names",
+    "pin_xdist_worker_device",
+    "register_profiles",
+    "visible_device_count",
+]
+
+# ---- example counting ----------------------------------------------------------------------
+
+_COUNTS = {"properties": 0, "hypothesis": 0}
+
+
+def count_example() -> None:
+    """Record that a property body ran for one example; call it once per example.
+
+    The pytest session sums these over all xdist workers and prints them at the end of the run.
+    """
+    _COUNTS["properties"] += 1
+
+
+def count_hypothesis_test_cases(stats: Mapping[str, Any]) -> int:
+    """Examples Hypothesis ran (passing or failing, every phase) according to its run statistics.
+
+    Invalid and overrun test cases are not counted: no property ran for them.
+    """
+    n = 0
+    for key, phase in stats.items():
+        if key.endswith("-phase") and isinstance(phase, Mapping):
+            n += sum(1 for case in phase.get("test-cases", ()) if case.get("status") in ("valid", "interesting"))
+    _COUNTS["hypothesis"] += n
+    return n
+
+
+def counts() -> dict[str, int]:
+    """This process' counts: ``{"properties": count_example calls, "hypothesis": examples run}``."""
+    return dict(_COUNTS)
+
+
+# ---- Hypothesis profiles -------------------------------------------------------------------
+
+# ci is sized for the whole suite (a few dozen @given tests, most cheap) to run >= 2,000 examples
+# within about 4 minutes on 2 cores with ``pytest -n auto``; slow properties scale down with
+# ``settings(max_examples=...)`` relative to ``settings.default.max_examples``, not absolute numbers.
+PROFILES: dict[str, dict[str, Any]] = {
+    "dev": {"max_examples": 15, "deadline": None},
+    "ci": {"max_examples": 60, "deadline": None},
+    "gpu": {"max_examples": 100, "deadline": None, "derandomize": True},
+    "fuzz": {"max_examples": 10_000, "deadline": None},
+}
+
+
+def register_profiles() -> None:
+    """Register the ``dev``, ``ci``, ``gpu`` and ``fuzz`` profiles (idempotent)."""
+    from hypothesis import HealthCheck, settings
+
+    for name, values in PROFILES.items():
+        settings.register_profile(
+            name,
+            print_blob=True,  # every failure prints @reproduce_failure, so it replays exactly
+            suppress_health_check=[HealthCheck.too_slow],
+            **values,
+        )
+
+
+def default_profile(env: Mapping[str, str] = os.environ) -> str:
+    """``HYPOTHESIS_PROFILE`` if set, else ``ci`` under ``CI=true`` and ``dev`` otherwise."""
+    if env.get("HYPOTHESIS_PROFILE"):
+        return env["HYPOTHESIS_PROFILE"]
+    return "ci" if env.get("CI", "").strip().lower() in ("1", "true", "yes") else "dev"
+
+
+# ---- options -------------------------------------------------------------------------------
+
+
+def parse_names(option: str) -> list[str]:
+    """``"torch, triton,my.mod:conv"`` -> ``["torch", "triton", "my.mod:conv"]`` (order kept, no repeats)."""
+    out: list[str] = []
+    for part in option.split(","):
+        name = part.strip()
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+# ---- xdist GPU pinning ---------------------------------------------------------------------
+
+
+def visible_device_count() -> int:
+    """GPUs this process may see, counted without initialising CUDA.
+
+    ``torch.cuda.device_count()`` asks the CUDA runtime (unless NVML-based checks are enabled),
+    which reads ``CUDA_VISIBLE_DEVICES`` once and for all; ``nvidia-smi -L`` runs in a child process.
+    """
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def _worker_index(worker: str) -> int | None:
+    match = re.fullmatch(r"gw(\d+)", worker.strip())
+    return int(match.group(1)) if match else None
+
+
+def pin_xdist_worker_device(env: MutableMapping[str, str] = os.environ, *, device_count: int | None = None) -> str | None:
+    """Give xdist worker ``gwN`` one GPU, round-robin, by setting ``CUDA_VISIBLE_DEVICES``.
+
+    An existing ``CUDA_VISIBLE_DEVICES`` list is respected (its entries are shared out, whatever
+    they are: indices, UUIDs or MIG ids); otherwise ``device_count`` GPUs (default: counted by
+    :func:`visible_device_count`) are. Outside xdist, with no GPU, or once CUDA is initialised
+    (too late to pin) nothing changes. Returns the device entry chosen, or ``None``.
+    """
+    index = _worker_index(env.get("PYTEST_XDIST_WORKER", ""))
+    if index is None:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return None
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+        if not devices or devices[0] == "-1":  # "" or "-1": CUDA is hidden on purpose
+            return None
+    else:
+        n = visible_device_count() if device_count is None else device_count
+        devices = [str(i) for i in range(n)]
+    if not devices:
+        return None
+    chosen = devices[index % len(devices)]
+    env["CUDA_VISIBLE_DEVICES"] = chosen
+    return chosen
+
+
+# ---- NaN poisoning -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def nan_poisoned_empty(device_type: str = "cuda") -> Iterator[None]:
+    """Inside the block, ``torch.empty``/``empty_like``/``Tensor.new_empty`` on ``device_type`` return
+    floating tensors filled with NaN, so a kernel that reads memory it never wrote shows it.
+
+    fla's test suite does the same by patching the same three factories. (The caching allocator
+    has no fill hook, and deterministic mode's NaN fill changes which algorithms run.)
+    """
+    import torch
+
+    originals = (torch.empty, torch.empty_like, torch.Tensor.new_empty)
+
+    def poison(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type == device_type and (t.is_floating_point() or t.is_complex()):
+            with torch.no_grad():
+                t.fill_(float("nan"))
+        return t
+
+    def empty(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return poison(originals[0](*args, **kwargs))
+
+    def empty_like(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return poison(originals[1](*args, **kwargs))
+
+    def new_empty(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return poison(originals[2](self, *args, **kwargs))
+
+    torch.empty, torch.empty_like = empty, empty_like  # type: ignore[assignment]
+    torch.Tensor.new_empty = new_empty  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.empty, torch.empty_like = originals[0], originals[1]  # type: ignore[assignment]
+        torch.Tensor.new_empty = originals[2]  # type: ignore[method-assign]

@@ -1,0 +1,340 @@
+"""Strategies for whole test cases: :class:`gdn_equiv.example.Example` (a config plus one call)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from hypothesis import settings, target
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from gdn_equiv.example import Example
+
+from .facts import DTYPE_NAMES, _nonempty, rare
+from .layers import layer_configs
+
+__all__ = ["CALL_REASONS", "REASONS", "attention_mask_lens", "cu_seqlens_for", "examples", "seq_lens"]
+
+CALL_REASONS = ("G1", "G2", "G3", "G4")
+REASONS = ("G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9")
+CHUNK = 64  # the chunked core's chunk size: lengths around it and its multiples matter
+SCALES = (1.0, 0.0, 100.0, 1e4)
+
+
+def cu_seqlens_for(
+    total: int, *, min_seqs: int = 1, max_seqs: int | None = 4, allow_empty: bool = True
+) -> st.SearchStrategy[tuple[int, ...]]:
+    """Sequence lengths that sum to ``total`` (``cu_seqlens`` is their cumulative sum with a leading 0).
+
+    ``min_seqs..max_seqs`` sequences (``None``: up to ``total + 1``); empty and length-1 sequences are
+    ordinary draws unless ``allow_empty=False``. Shrinks towards one sequence of length ``total``.
+    """
+    if total < 0:
+        raise InvalidArgument(f"total must be >= 0, got {total}")
+    if min_seqs < 1:
+        raise InvalidArgument(f"min_seqs must be >= 1, got {min_seqs}")
+    if not allow_empty and min_seqs > max(total, 1):
+        raise InvalidArgument(f"{min_seqs} non-empty sequences cannot sum to {total}")
+    hi = max_seqs if max_seqs is not None else total + 1
+    if hi < min_seqs:
+        raise InvalidArgument(f"need min_seqs <= max_seqs, got {min_seqs}, {max_seqs}")
+    if not allow_empty:
+        hi = min(hi, max(total, 1))
+    return _lengths(total, min_seqs, hi, allow_empty)
+
+
+@st.composite
+def _lengths(draw: st.DrawFn, total: int, min_seqs: int, max_seqs: int, allow_empty: bool) -> tuple[int, ...]:
+    n = draw(st.integers(min_seqs, max_seqs))
+    if allow_empty:
+        cuts = sorted(draw(st.lists(st.integers(0, total), min_size=n - 1, max_size=n - 1)))
+    else:
+        cuts = sorted(draw(st.lists(st.integers(1, total - 1), min_size=n - 1, max_size=n - 1, unique=True)))
+    bounds = [0, *cuts, total]
+    return tuple(b - a for a, b in pairwise(bounds))
+
+
+def attention_mask_lens(
+    *, batch: int, seq_len: int, min_tokens: int = 1, pad_sides: Sequence[str] = ("right", "left")
+) -> st.SearchStrategy[tuple[tuple[int, ...], str]]:
+    """Valid tokens per row of an ``attention_mask [batch, seq_len]`` and the padding side.
+
+    Rows may be full, partly padded or all padding; at least ``min_tokens`` tokens in total.
+    Shrinks towards full rows (no padding) on the first of ``pad_sides``.
+    """
+    if batch < 1 or seq_len < 1:
+        raise InvalidArgument(f"need batch >= 1 and seq_len >= 1, got {batch}, {seq_len}")
+    if not 0 <= min_tokens <= batch * seq_len:
+        raise InvalidArgument(f"min_tokens must be in [0, {batch * seq_len}], got {min_tokens}")
+    return _mask_lens(batch, seq_len, min_tokens, tuple(_nonempty("pad_sides", pad_sides)))
+
+
+@st.composite
+def _mask_lens(
+    draw: st.DrawFn, batch: int, seq_len: int, min_tokens: int, pad_sides: tuple[str, ...]
+) -> tuple[tuple[int, ...], str]:
+    # drawn as padding per row so that shrinking removes padding
+    pads = draw(st.lists(st.integers(0, seq_len), min_size=batch, max_size=batch))
+    lens = [seq_len - p for p in pads]
+    missing = min_tokens - sum(lens)
+    for b in range(batch):  # top up, first rows first, so the constraint holds by construction
+        if missing <= 0:
+            break
+        add = min(missing, seq_len - lens[b])
+        lens[b] += add
+        missing -= add
+    return tuple(lens), draw(st.sampled_from(pad_sides))
+
+
+def seq_lens(*, min_value: int = 1, max_value: int = 140) -> st.SearchStrategy[int]:
+    """Sequence lengths, mostly short: 70% in ``1..8``, 20% up to one chunk (64), 10% up to
+    ``max_value`` (a few chunks). Shrinks towards ``min_value``."""
+    if not 1 <= min_value <= max_value:
+        raise InvalidArgument(f"need 1 <= min_value <= max_value, got {min_value}, {max_value}")
+    return _seq_len(min_value, max_value)
+
+
+@st.composite
+def _seq_len(draw: st.DrawFn, min_value: int, max_value: int) -> int:
+    band = draw(st.integers(0, 9))
+    hi = 8 if band < 7 else CHUNK if band < 9 else max_value
+    return draw(st.integers(min_value, max(min_value, min(hi, max_value))))
+
+
+def _fuzzing() -> bool:
+    return settings.get_current_profile_name() == "fuzz"
+
+
+def _flag(value: bool | None, p: float) -> st.SearchStrategy[bool]:
+    return rare(p) if value is None else st.just(value)
+
+
+def examples(
+    *,
+    backends: Sequence[str] = ("torch",),
+    dtypes: Sequence[str] = DTYPE_NAMES,
+    conv_dtypes: Sequence[str] | None = None,
+    min_batch: int = 1,
+    max_batch: int = 2,
+    min_seq_len: int = 1,
+    max_seq_len: int = 140,
+    varlen: bool | None = None,
+    cache: bool | None = None,
+    use_cache: bool | None = None,
+    grad: bool | None = None,
+    train: bool | None = None,
+    fusable: bool | None = None,
+    reasons: Sequence[str] | None = None,
+    scales: Sequence[float] = SCALES,
+    vary_convs: float = 0.1,
+    max_prefix_len: int = 6,
+    max_seqs: int = 4,
+    use_short_conv: bool | None = None,
+    max_heads: int = 2,
+) -> st.SearchStrategy[Example]:
+    """Whole test cases: a small layer config (:func:`layer_configs`) and one call.
+
+    The call: dtype from ``dtypes``; batch ``min_batch..max_batch``; length from :func:`seq_lens`
+    (up to ``max_seq_len``); ``varlen`` kind ``none`` / ``cu_seqlens`` (``B = 1``, lengths from
+    :func:`cu_seqlens_for`, empty and length-1 sequences included) / ``mask`` (rows from
+    :func:`attention_mask_lens`, all-pad rows and left/right padding included); cache ``none`` /
+    ``empty`` / ``populated`` (after a ``prefix_len``-token call); ``use_cache``; ``grad``; ``train``;
+    a seed and an input ``scale`` from ``scales``. ``varlen``/``cache``/``use_cache``/``grad``/``train``:
+    ``True``/``False`` pins them (``cache=True``: a cache object, empty or populated), ``None`` draws.
+
+    ``fusable=True`` builds states where the guard fuses and ``fusable=False`` states where it does
+    not, both by construction: a non-empty set of guard conditions (``reasons``, default: drawn from
+    G1–G9 as the pins and ``backends``/``dtypes`` allow) is broken on top of a fusable state.
+    ``fusable=None`` draws freely, with per-conv variations rare (``vary_convs``), so most
+    examples look fusable while every guard reason stays reachable.
+
+    In the ``fuzz`` profile, ``target()`` pushes towards long, large-valued inputs.
+
+    Shrinks towards ``B=1, T=1``, fp32, no varlen, no cache, no bias, seed 0, scale 1, the smallest
+    config.
+    """
+    dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
+    conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
+    if not 1 <= min_batch <= max_batch:
+        raise InvalidArgument(f"need 1 <= min_batch <= max_batch, got {min_batch}, {max_batch}")
+    if not 1 <= min_seq_len <= max_seq_len:
+        raise InvalidArgument(f"need 1 <= min_seq_len <= max_seq_len, got {min_seq_len}, {max_seq_len}")
+    _nonempty("scales", scales)
+    allowed = _allowed_reasons(backends, conv_dtypes, dtypes, varlen, cache, use_cache, use_short_conv, min_batch)
+    if fusable is True:
+        for name, value in (("varlen", varlen), ("use_cache", use_cache)):
+            if value:
+                raise InvalidArgument(f"fusable=True cannot be combined with {name}={value}")
+        if use_short_conv is False:
+            raise InvalidArgument("fusable=True cannot be combined with use_short_conv=False")
+        if reasons:
+            raise InvalidArgument(f"fusable=True breaks no condition, got reasons={reasons}")
+    if reasons is not None:
+        if fusable is not False:
+            raise InvalidArgument("reasons needs fusable=False")
+        bad = set(reasons) - set(allowed)
+        if bad or not reasons:
+            raise InvalidArgument(f"reasons must be a non-empty subset of {allowed} here, got {sorted(reasons)}")
+    if fusable is False and not allowed:
+        raise InvalidArgument("no guard condition can be broken under these pins")
+    varlen_kinds = ("none", "cu_seqlens", "mask") if min_batch == 1 else ("none", "mask")
+
+    return _examples(
+        _ExampleParams(
+            fusable=fusable,
+            reasons=None if reasons is None else tuple(reasons),
+            allowed=allowed,
+            dtypes=tuple(dtypes),
+            conv_dtypes=conv_dtypes,
+            backends=tuple(_nonempty("backends", backends)),  # type: ignore[arg-type]
+            max_heads=max_heads,
+            vary_convs=vary_convs,
+            use_short_conv=use_short_conv,
+            varlen=varlen,
+            varlen_kinds=varlen_kinds,
+            cache=cache,
+            use_cache=use_cache,
+            min_batch=min_batch,
+            max_batch=max_batch,
+            min_seq_len=min_seq_len,
+            max_seq_len=max_seq_len,
+            max_seqs=max_seqs,
+            max_prefix_len=max_prefix_len,
+            scales=tuple(scales),
+            grad=grad,
+            train=train,
+        )
+    )
+
+
+def _allowed_reasons(
+    backends: Sequence[str],
+    conv_dtypes: Sequence[str],
+    dtypes: Sequence[str],
+    varlen: bool | None,
+    cache: bool | None,
+    use_cache: bool | None,
+    use_short_conv: bool | None,
+    min_batch: int,
+) -> tuple[str, ...]:
+    """The guard conditions an example can break under the given pins."""
+    out = []
+    if use_short_conv is not True:
+        out.append("G1")
+    if cache is not False:
+        out.append("G2")
+    if use_cache is not False:
+        out.append("G3")
+    if varlen is not False:
+        out.append("G4")
+    if use_short_conv is not False:
+        out += ["G6", "G7", "G8"]
+        if len(set(backends)) > 1:
+            out.append("G5")
+        if any(c != d for d in dtypes for c in conv_dtypes):
+            out.append("G9")
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class _ExampleParams:
+    fusable: bool | None
+    reasons: tuple[str, ...] | None
+    allowed: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    conv_dtypes: tuple[str, ...]
+    backends: tuple[str, ...]
+    max_heads: int
+    vary_convs: float
+    use_short_conv: bool | None
+    varlen: bool | None
+    varlen_kinds: tuple[str, ...]
+    cache: bool | None
+    use_cache: bool | None
+    min_batch: int
+    max_batch: int
+    min_seq_len: int
+    max_seq_len: int
+    max_seqs: int
+    max_prefix_len: int
+    scales: tuple[float, ...]
+    grad: bool | None
+    train: bool | None
+
+
+@st.composite
+def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
+    if p.fusable is None or p.fusable:
+        broken: frozenset[str] = frozenset()
+    elif p.reasons is not None:
+        broken = frozenset(p.reasons)
+    else:
+        broken = frozenset(draw(st.lists(st.sampled_from(p.allowed), min_size=1, max_size=3, unique=True)))
+    conv_broken = sorted(broken & {"G5", "G6", "G7", "G8", "G9"})
+    layer_dtypes = p.dtypes
+    if "G9" in broken:  # the layer's dtype must leave another conv dtype to break G9 with
+        layer_dtypes = [d for d in p.dtypes if any(c != d for c in p.conv_dtypes)]
+    dtype = draw(st.sampled_from(layer_dtypes))
+    common = {
+        "backends": p.backends,
+        "max_heads": p.max_heads,
+        "vary_convs": p.vary_convs,
+        "conv_dtypes": p.conv_dtypes,
+        "dtype": dtype,
+    }
+    if p.fusable is None:
+        config = draw(layer_configs(use_short_conv=p.use_short_conv, **common))
+    elif "G1" in broken:
+        config = draw(layer_configs(use_short_conv=False, **common))
+    elif conv_broken:
+        config = draw(layer_configs(fusable_convs=False, break_conditions=conv_broken, **common))
+    else:
+        config = draw(layer_configs(fusable_convs=True, **common))
+
+    # the call
+    if p.fusable is None:
+        kinds = ("none",) if p.varlen is False else p.varlen_kinds[1:] if p.varlen else ("none", *p.varlen_kinds)
+        kind = draw(st.sampled_from(kinds))
+        cache_kinds = {None: ("none", "none", "empty", "populated"), False: ("none",)}.get(
+            p.cache, ("empty", "populated")
+        )
+        cache_kind = draw(st.sampled_from(cache_kinds))
+        writes = draw(_flag(p.use_cache, 0.3))
+    else:
+        kind = draw(st.sampled_from(p.varlen_kinds[1:])) if "G4" in broken else "none"
+        if "G2" in broken:
+            cache_kind = "populated"
+        else:
+            cache_kind = draw(st.sampled_from({None: ("none", "empty"), False: ("none",)}.get(p.cache, ("empty",))))
+        writes = "G3" in broken
+    batch = 1 if kind == "cu_seqlens" else draw(st.integers(p.min_batch, p.max_batch))
+    seq_len = draw(seq_lens(min_value=p.min_seq_len, max_value=p.max_seq_len))
+    lens: tuple[int, ...] = ()
+    pad_side = "right"
+    if kind == "cu_seqlens":
+        lens = draw(cu_seqlens_for(seq_len, max_seqs=p.max_seqs))
+    elif kind == "mask":
+        lens, pad_side = draw(attention_mask_lens(batch=batch, seq_len=seq_len))
+    prefix_len = draw(st.integers(1, p.max_prefix_len)) if cache_kind == "populated" else 0
+    example = Example(
+        config=config,
+        dtype=dtype,
+        batch=batch,
+        seq_len=seq_len,
+        seed=draw(st.integers(0, 2**16)),
+        scale=draw(st.sampled_from(tuple(p.scales))),
+        varlen=kind,
+        seq_lens=lens,
+        pad_side=pad_side,
+        cache=cache_kind,
+        prefix_len=prefix_len,
+        use_cache=writes,
+        grad=draw(_flag(p.grad, 0.5)),
+        train=draw(_flag(p.train, 0.5)),
+    )
+    if _fuzzing():
+        target(float(batch * seq_len), label="examples: tokens")
+        target(float(example.scale), label="examples: input scale")
+    return example

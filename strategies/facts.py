@@ -1,0 +1,173 @@
+"""Strategies over the guard's raw facts (:mod:`gdn_equiv.config`): for guard-level properties.
+
+These never build a module, so they reach states no real layer is in (a conv on another device,
+a bias in another dtype than its weight) as cheaply as the common ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerFacts
+
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+DEVICES = ("cpu", "cuda:0", "cuda:1")
+BACKEND_NAMES = ("torch", "triton", "cuda")
+
+__all__ = ["call_facts", "conv_facts", "dtypes", "layer_facts", "rare"]
+
+
+def _nonempty(name: str, values: Sequence[object]) -> tuple[object, ...]:
+    values = tuple(values)
+    if not values:
+        raise InvalidArgument(f"{name} must not be empty")
+    return values
+
+
+def rare(p: float) -> st.SearchStrategy[bool]:
+    """``True`` with probability about ``p``; shrinks to ``False``.
+
+    ``st.booleans()`` is a fair coin; this is a biased one that still shrinks to the common case.
+    """
+    if not 0 <= p <= 1:
+        raise InvalidArgument(f"p must be a probability in [0, 1], got {p!r}")
+    permille = round(p * 1000)
+    if permille not in _RARE:
+        threshold = 1000 - permille
+        _RARE[permille] = st.integers(0, 999).map(lambda n: n >= threshold)
+    return _RARE[permille]
+
+
+_RARE: dict[int, st.SearchStrategy[bool]] = {}
+
+
+def dtypes(*, allowed: Sequence[str] = DTYPE_NAMES) -> st.SearchStrategy[str]:
+    """Floating dtype names (``"float32"``, ...), as :class:`gdn_equiv.example.Example` holds them.
+
+    Shrinks towards the first of ``allowed`` (``float32`` by default).
+    """
+    return st.sampled_from(_nonempty("allowed", allowed))
+
+
+def conv_facts(
+    *,
+    backends: Sequence[str] = BACKEND_NAMES,
+    activations: Sequence[str | None] = CONV_ACTIVATIONS,
+    min_kernel_size: int = 1,
+    max_kernel_size: int = 8,
+    dtypes: Sequence[str] = DTYPE_NAMES,
+    devices: Sequence[str] = DEVICES,
+) -> st.SearchStrategy[ConvFacts]:
+    """One conv's facts, every field independent (a bias may even differ in dtype from its weight).
+
+    Shrinks towards the first backend and activation, ``min_kernel_size``, no bias, the first dtype
+    and device.
+    """
+    if min_kernel_size < 1 or max_kernel_size < min_kernel_size:
+        raise InvalidArgument(f"need 1 <= min_kernel_size <= max_kernel_size, got {min_kernel_size}, {max_kernel_size}")
+    return _conv_facts(
+        st.sampled_from(_nonempty("backends", backends)),
+        st.sampled_from(_nonempty("activations", activations)),
+        st.integers(min_kernel_size, max_kernel_size),
+        st.sampled_from(_nonempty("dtypes", dtypes)),
+        st.sampled_from(_nonempty("devices", devices)),
+    )
+
+
+@st.composite
+def _conv_facts(
+    draw: st.DrawFn,
+    backend: st.SearchStrategy[str],
+    activation: st.SearchStrategy[str | None],
+    kernel_size: st.SearchStrategy[int],
+    dtype: st.SearchStrategy[str],
+    device: st.SearchStrategy[str],
+) -> ConvFacts:
+    has_bias = draw(st.booleans())
+    weight_dtype = draw(dtype)
+    bias_dtype = None
+    if has_bias:
+        bias_dtype = weight_dtype if draw(st.booleans()) else draw(dtype)
+    return ConvFacts(
+        backend=draw(backend),
+        activation=draw(activation),
+        kernel_size=draw(kernel_size),
+        has_bias=has_bias,
+        weight_dtype=weight_dtype,
+        bias_dtype=bias_dtype,
+        device=draw(device),
+    )
+
+
+def _varied(draw: st.DrawFn, base: ConvFacts, other: ConvFacts, vary: st.SearchStrategy[bool]) -> ConvFacts:
+    """``base`` with each field taken from ``other`` when ``vary`` draws true (bias fields together)."""
+    changes = {}
+    for name in ("backend", "activation", "kernel_size", "weight_dtype", "device"):
+        if draw(vary):
+            changes[name] = getattr(other, name)
+    if draw(vary):
+        changes["has_bias"], changes["bias_dtype"] = other.has_bias, other.bias_dtype
+    if "weight_dtype" in changes and base.has_bias and "has_bias" not in changes and draw(st.booleans()):
+        changes["bias_dtype"] = changes["weight_dtype"]  # a whole conv cast to another dtype
+    return ConvFacts(**{**base.__dict__, **changes})
+
+
+def layer_facts(
+    *,
+    backends: Sequence[str] = BACKEND_NAMES,
+    activations: Sequence[str | None] = CONV_ACTIVATIONS,
+    min_kernel_size: int = 1,
+    max_kernel_size: int = 8,
+    dtypes: Sequence[str] = DTYPE_NAMES,
+    devices: Sequence[str] = DEVICES,
+    use_short_conv: bool | None = None,
+    vary: float = 0.15,
+) -> st.SearchStrategy[LayerFacts]:
+    """A layer's facts. The three convs are drawn as one base conv with each field of each conv
+    replaced with probability ``vary``, so agreeing convs (the fusable case) are common; the layer's
+    ``conv_bias`` flag usually matches the base conv's bias.
+
+    ``use_short_conv=False`` layers come with ``convs=None`` (what a real layer reports) or with
+    leftover convs the guard must ignore. Shrinks towards short conv on, three identical minimal
+    convs (see :func:`conv_facts`) and ``conv_bias=False``.
+    """
+    conv_st = conv_facts(
+        backends=backends,
+        activations=activations,
+        min_kernel_size=min_kernel_size,
+        max_kernel_size=max_kernel_size,
+        dtypes=dtypes,
+        devices=devices,
+    )
+    short = st.sampled_from([True, True, True, False]) if use_short_conv is None else st.just(use_short_conv)
+    return _layer_facts(conv_st, short, rare(vary))
+
+
+@st.composite
+def _layer_facts(
+    draw: st.DrawFn,
+    conv_st: st.SearchStrategy[ConvFacts],
+    short_st: st.SearchStrategy[bool],
+    vary: st.SearchStrategy[bool],
+) -> LayerFacts:
+    short = draw(short_st)
+    base = draw(conv_st)
+    convs = tuple(_varied(draw, base, draw(conv_st), vary) for _ in range(3))
+    conv_bias = base.has_bias if not draw(vary) else not base.has_bias
+    if not short and draw(st.booleans()):
+        return LayerFacts(use_short_conv=False, conv_bias=conv_bias)
+    return LayerFacts(use_short_conv=short, conv_bias=conv_bias, convs=convs)  # type: ignore[arg-type]
+
+
+def call_facts(
+    *, has_cached_state: bool | None = None, use_cache: bool | None = None, varlen: bool | None = None
+) -> st.SearchStrategy[CallFacts]:
+    """One call's facts; a fixed value pins a field. Shrinks towards the plain call (all ``False``)."""
+
+    def flag(value: bool | None) -> st.SearchStrategy[bool]:
+        return st.booleans() if value is None else st.just(value)
+
+    return st.builds(CallFacts, has_cached_state=flag(has_cached_state), use_cache=flag(use_cache), varlen=flag(varlen))
