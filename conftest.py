@@ -51,6 +51,17 @@ from gdn_equiv import testing  # noqa: E402
 # Before anything can initialise CUDA: each xdist worker sees one GPU.
 testing.pin_xdist_worker_device()
 _alias_strategies()
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        # no GPU: our triton kernels run under the interpreter (set before triton is imported)
+        os.environ["TRITON_INTERPRET"] = "1"
+if os.environ.get("TRITON_INTERPRET") == "1":
+    import torch
+
+    # CPU examples are tiny: one intra-op thread per xdist worker is ~4x faster than oversubscribing.
+    torch.set_num_threads(1)
 
 from hypothesis import settings  # noqa: E402
 
@@ -119,6 +130,12 @@ def _cuda_available() -> bool:
 
         _CUDA = torch.cuda.is_available()
     return _CUDA
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """Where layers and inputs live: the (pinned) GPU when there is one, else the CPU."""
+    return "cuda" if _cuda_available() else "cpu"
 
 
 @pytest.fixture(autouse=True)

@@ -188,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "device", "cpu") == "cpu":
+        import torch
+
+        torch.set_num_threads(1)  # examples are tiny; threads cost more than they give
     return int(args.func(args))
 
 
