@@ -6,7 +6,9 @@ a bias in another dtype than its weight) as cheaply as the common ones.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -66,9 +68,20 @@ def conv_facts(
     Shrinks towards the first backend and activation, ``min_kernel_size``, no bias, the first dtype
     and device.
     """
+    return _conv_facts(_fields(backends, activations, min_kernel_size, max_kernel_size, dtypes, devices))
+
+
+def _fields(
+    backends: Sequence[str],
+    activations: Sequence[str | None],
+    min_kernel_size: int,
+    max_kernel_size: int,
+    dtypes: Sequence[str],
+    devices: Sequence[str],
+) -> _Fields:
     if min_kernel_size < 1 or max_kernel_size < min_kernel_size:
         raise InvalidArgument(f"need 1 <= min_kernel_size <= max_kernel_size, got {min_kernel_size}, {max_kernel_size}")
-    return _conv_facts(
+    return _Fields(
         st.sampled_from(_nonempty("backends", backends)),
         st.sampled_from(_nonempty("activations", activations)),
         st.integers(min_kernel_size, max_kernel_size),
@@ -77,42 +90,54 @@ def conv_facts(
     )
 
 
+class _Fields(NamedTuple):
+    """One strategy per conv field."""
+
+    backend: st.SearchStrategy[str]
+    activation: st.SearchStrategy[str | None]
+    kernel_size: st.SearchStrategy[int]
+    dtype: st.SearchStrategy[str]
+    device: st.SearchStrategy[str]
+
+
+def _bias(draw: st.DrawFn, f: _Fields, weight_dtype: str) -> tuple[bool, str | None]:
+    if not draw(st.booleans()):
+        return False, None
+    return True, weight_dtype if draw(st.booleans()) else draw(f.dtype)
+
+
 @st.composite
-def _conv_facts(
-    draw: st.DrawFn,
-    backend: st.SearchStrategy[str],
-    activation: st.SearchStrategy[str | None],
-    kernel_size: st.SearchStrategy[int],
-    dtype: st.SearchStrategy[str],
-    device: st.SearchStrategy[str],
-) -> ConvFacts:
-    has_bias = draw(st.booleans())
-    weight_dtype = draw(dtype)
-    bias_dtype = None
-    if has_bias:
-        bias_dtype = weight_dtype if draw(st.booleans()) else draw(dtype)
+def _conv_facts(draw: st.DrawFn, f: _Fields) -> ConvFacts:
+    weight_dtype = draw(f.dtype)
+    has_bias, bias_dtype = _bias(draw, f, weight_dtype)
     return ConvFacts(
-        backend=draw(backend),
-        activation=draw(activation),
-        kernel_size=draw(kernel_size),
+        backend=draw(f.backend),
+        activation=draw(f.activation),
+        kernel_size=draw(f.kernel_size),
         has_bias=has_bias,
         weight_dtype=weight_dtype,
         bias_dtype=bias_dtype,
-        device=draw(device),
+        device=draw(f.device),
     )
 
 
-def _varied(draw: st.DrawFn, base: ConvFacts, other: ConvFacts, vary: st.SearchStrategy[bool]) -> ConvFacts:
-    """``base`` with each field taken from ``other`` when ``vary`` draws true (bias fields together)."""
-    changes = {}
-    for name in ("backend", "activation", "kernel_size", "weight_dtype", "device"):
+def _varied(draw: st.DrawFn, base: ConvFacts, f: _Fields, vary: st.SearchStrategy[bool]) -> ConvFacts:
+    """``base`` with each field redrawn when ``vary`` draws true (bias presence and dtype together)."""
+    changes: dict[str, object] = {}
+    for name, strategy in (
+        ("backend", f.backend),
+        ("activation", f.activation),
+        ("kernel_size", f.kernel_size),
+        ("weight_dtype", f.dtype),
+        ("device", f.device),
+    ):
         if draw(vary):
-            changes[name] = getattr(other, name)
+            changes[name] = draw(strategy)
     if draw(vary):
-        changes["has_bias"], changes["bias_dtype"] = other.has_bias, other.bias_dtype
-    if "weight_dtype" in changes and base.has_bias and "has_bias" not in changes and draw(st.booleans()):
+        changes["has_bias"], changes["bias_dtype"] = _bias(draw, f, str(changes.get("weight_dtype", base.weight_dtype)))
+    elif "weight_dtype" in changes and base.has_bias and draw(st.booleans()):
         changes["bias_dtype"] = changes["weight_dtype"]  # a whole conv cast to another dtype
-    return ConvFacts(**{**base.__dict__, **changes})
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 def layer_facts(
@@ -134,28 +159,21 @@ def layer_facts(
     leftover convs the guard must ignore. Shrinks towards short conv on, three identical minimal
     convs (see :func:`conv_facts`) and ``conv_bias=False``.
     """
-    conv_st = conv_facts(
-        backends=backends,
-        activations=activations,
-        min_kernel_size=min_kernel_size,
-        max_kernel_size=max_kernel_size,
-        dtypes=dtypes,
-        devices=devices,
-    )
+    fields = _fields(backends, activations, min_kernel_size, max_kernel_size, dtypes, devices)
     short = st.sampled_from([True, True, True, False]) if use_short_conv is None else st.just(use_short_conv)
-    return _layer_facts(conv_st, short, rare(vary))
+    return _layer_facts(fields, short, rare(vary))
 
 
 @st.composite
 def _layer_facts(
     draw: st.DrawFn,
-    conv_st: st.SearchStrategy[ConvFacts],
+    fields: _Fields,
     short_st: st.SearchStrategy[bool],
     vary: st.SearchStrategy[bool],
 ) -> LayerFacts:
     short = draw(short_st)
-    base = draw(conv_st)
-    convs = tuple(_varied(draw, base, draw(conv_st), vary) for _ in range(3))
+    base = draw(_conv_facts(fields))
+    convs = tuple(_varied(draw, base, fields, vary) for _ in range(3))
     conv_bias = base.has_bias if not draw(vary) else not base.has_bias
     if not short and draw(st.booleans()):
         return LayerFacts(use_short_conv=False, conv_bias=conv_bias)
