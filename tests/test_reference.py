@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from gdn_equiv.cache import Cache
 from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.config import GDNConfig
-from gdn_equiv.core import CHUNK_SIZE, gated_delta_rule, l2norm
+from gdn_equiv.core import gated_delta_rule, l2norm
 
 F32, F64 = torch.float32, torch.float64
 # Layer-level comparisons run in fp64. Measured in fp32 (torch 2.13 CPU) they exceed the table's
