@@ -1,0 +1,38 @@
+"""causal-conv1d 1.7.0: dx with return_final_states, against autograd through the package's own ref.
+
+Seen through the gdn_equiv ``cuda`` adapter on the H200 (tests/test_backends_cuda.py, shrunk example
+B=1, T=1, D=40, W=2, fp32, silu, no bias, no initial state, final state returned): dx differed from the
+torch backend in exactly 8 of 40 channels (channels 32-39, |diff| up to 2.0). This script calls the
+package directly, with no adapter, to tell whether the package's backward (with ``dfinal_states``)
+or the adapter is at fault. NOT YET RUN on a GPU: its verdict is unverified.
+Exit status 1 = the package's dx disagrees with its reference.
+
+    python repro/causal_conv1d_dfinal_states.py
+"""
+
+import sys
+
+import torch
+from causal_conv1d import causal_conv1d_fn
+from causal_conv1d.causal_conv1d_interface import causal_conv1d_ref
+
+torch.manual_seed(0)
+bad = []
+for D in (40, 48, 64, 24):
+    for T in (1, 2, 5):
+        x = torch.randn(1, T, D, device="cuda").transpose(1, 2).requires_grad_(True)  # channel-last [B, D, T]
+        w = torch.randn(D, 2, device="cuda", requires_grad=True)
+        dy = torch.randn(1, D, T, device="cuda")
+        dfin = torch.randn(1, D, 1, device="cuda")
+        grads = []
+        for fn in (causal_conv1d_fn, causal_conv1d_ref):
+            x.grad = None
+            y, fin = fn(x, w, None, return_final_states=True, activation="silu")
+            ((y * dy).sum() + (fin * dfin).sum()).backward()
+            grads.append(x.grad.clone())
+        diff = (grads[0] - grads[1]).abs()
+        if diff.max() > 1e-4:
+            chans = sorted({int(c) for c in (diff > 1e-4).nonzero()[:, 1]})
+            bad.append(f"D={D} T={T}: max |dx diff| {diff.max().item():.3g} in channels {chans}")
+print("\n".join(bad) or "package dx agrees with its reference in every case")
+sys.exit(1 if bad else 0)
