@@ -85,7 +85,10 @@ def update(
 ) -> tuple[Tensor, Tensor]:
     new_state = torch.cat([state[:, :, 1:], x.to(state.dtype).unsqueeze(-1)], dim=-1)  # [N, D, W]
     cdt = compute_dtype(x, weight)
-    window = new_state.to(cdt).transpose(1, 2)  # [N, D, W] -> [N, W, D]: taps in forward's layout
+    # The taps see x at its own precision, as forward's do; only the stored state is rounded to
+    # state.dtype (reading x back from new_state would round it when the state is narrower).
+    window = torch.cat([state[:, :, 1:].to(cdt), x.to(cdt).unsqueeze(-1)], dim=-1)
+    window = window.transpose(1, 2)  # [N, D, W] -> [N, W, D]: taps in forward's layout
     b = None if bias is None else bias.to(cdt)
     y = _taps(window, weight.to(cdt), b, activation, 1)  # [N, 1, D]
     return y[:, 0].to(x.dtype), new_state
