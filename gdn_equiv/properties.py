@@ -128,8 +128,9 @@ def compare_caches(a: Cache | None, b: Cache | None, paths: tuple[str, str], con
                 f"cache conv_state written by one path only ({paths})\nExample: {context}",
                 Report("cache.conv_state", paths, False, 0, problem="conv_state presence"),
             )
-        for name, ta, tb in zip("qkv", ca or (), cb or (), strict=True):
-            assert_equivalent(ta, tb, name=f"cache.conv_state.{name}", paths=paths, context=context)
+        if ca is not None and cb is not None:
+            for name, ta, tb in zip("qkv", ca, cb, strict=True):
+                assert_equivalent(ta, tb, name=f"cache.conv_state.{name}", paths=paths, context=context)
 
 
 def check_path_taken(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:

@@ -14,6 +14,7 @@ Every strategy follows Hypothesis' own API style: keyword-only arguments, ``min_
 from .examples import CALL_REASONS, REASONS, attention_mask_lens, cu_seqlens_for, examples, seq_lens
 from .facts import call_facts, conv_facts, dtypes, layer_facts, rare
 from .layers import CONV_REASONS, conv_specs, layer_configs
+from .violations import violating
 
 __all__ = [
     "CALL_REASONS",
@@ -30,4 +31,5 @@ __all__ = [
     "layer_facts",
     "rare",
     "seq_lens",
+    "violating",
 ]
