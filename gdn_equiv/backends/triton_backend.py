@@ -29,9 +29,11 @@ from gdn_equiv.errors import InvalidArgument
 Tensor = torch.Tensor
 
 # (time rows, channels, warps) per tile; constants so that no reduction order depends on the shape.
+# Picked on an H200 (bf16, B2 T2048, 6144 channels, W4; 20 back-to-back calls): forward 16x256x4
+# 0.0445 ms/call (64x128x4: 0.078), forward+backward 32x128x4 0.535 ms (64x128x8: 0.758).
 # Under the interpreter, small tiles keep it fast and make tiny tests cross tile boundaries.
-_GPU_FWD = (64, 128, 4)
-_GPU_BWD = (64, 128, 8)
+_GPU_FWD = (16, 256, 4)
+_GPU_BWD = (32, 128, 4)
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
 
