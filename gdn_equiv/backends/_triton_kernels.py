@@ -697,13 +697,13 @@ def _update_kernel(
     pid_d = tl.program_id(1)
     d = pid_d * BD + tl.arange(0, BD)
     dmask = d < D
-    # x goes through the state dtype first, like the torch backend's cat(state[..., 1:], x.to(state.dtype))
-    xs = tl.load(x_ptr + n.to(tl.int64) * sx_n + d * sx_d, mask=dmask, other=0.0).to(ns_ptr.dtype.element_ty)
+    # taps see x at its own precision (as forward's do); only the stored state is rounded to its dtype
+    xv = tl.load(x_ptr + n.to(tl.int64) * sx_n + d * sx_d, mask=dmask, other=0.0)
     s_base = s_ptr + n.to(tl.int64) * ss_n + d * ss_d
     ns_base = ns_ptr + (n.to(tl.int64) * D + d) * W
     w = tl.load(w_ptr + d * sw_d, mask=dmask, other=0.0).to(CDT)
     if W == 1:
-        acc = xs.to(CDT) * w
+        acc = xv.to(CDT) * w
     else:
         v = tl.load(s_base + ss_w, mask=dmask, other=0.0)
         tl.store(ns_base, v, mask=dmask)
@@ -714,8 +714,8 @@ def _update_kernel(
             tl.store(ns_base + j, v, mask=dmask)
             acc = acc + v.to(CDT) * w
         w = tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
-        acc = acc + xs.to(CDT) * w
-    tl.store(ns_base + (W - 1), xs, mask=dmask)
+        acc = acc + xv.to(CDT) * w
+    tl.store(ns_base + (W - 1), xv.to(ns_ptr.dtype.element_ty), mask=dmask)
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
     y = _activate(acc, ACT)

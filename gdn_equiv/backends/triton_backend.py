@@ -11,8 +11,13 @@ in fp32, or fp64 when ``x`` or ``weight`` is fp64 (fp64 is supported, on GPU and
 Multiplies and adds are never contracted into FMAs (``enable_fp_fusion=False``), so the step kernel
 reproduces the sequence kernel bit for bit. Block shapes are constants (no autotuning), so the
 weight/bias gradient reductions are also independent of ``D``: fixed per-tile sums, then a sequential
-sum over tiles. The input ``x`` may be any strided view (e.g. a channel slice of the q|k|v projection):
-it is read in place, never copied.
+sum over tiles. The step kernel's taps see x at its own precision; only the stored state is
+rounded to the state's dtype (as the torch backend does). Under the interpreter (triton 3.9) an
+fp32 -> bf16 cast truncates instead of rounding to nearest even, so bf16 results there can be one
+bf16 ulp off torch's; on GPU the cast rounds to nearest even.
+
+The input ``x`` may be any strided view (e.g. a channel slice of the q|k|v projection): it is read in
+place, never copied.
 """
 
 from __future__ import annotations
