@@ -72,7 +72,8 @@ def counts() -> dict[str, int]:
 # ``settings(max_examples=...)`` relative to ``settings.default.max_examples``, not absolute numbers.
 PROFILES: dict[str, dict[str, Any]] = {
     "dev": {"max_examples": 15, "deadline": None},
-    "ci": {"max_examples": 60, "deadline": None},
+    # explores (not derandomized) so CI keeps finding new states; failures replay from the printed blob
+    "ci": {"max_examples": 60, "deadline": None, "derandomize": False},
     "gpu": {"max_examples": 100, "deadline": None, "derandomize": True},
     "fuzz": {"max_examples": 10_000, "deadline": None},
 }
@@ -82,9 +83,13 @@ def register_profiles() -> None:
     """Register the ``dev``, ``ci``, ``gpu`` and ``fuzz`` profiles (idempotent)."""
     from hypothesis import HealthCheck, settings
 
+    # Hypothesis loads its own "ci" profile (derandomized) under CI=true; start from the library
+    # defaults instead, so a profile here means only what it says.
+    base = settings.get_profile("default")
     for name, values in PROFILES.items():
         settings.register_profile(
             name,
+            parent=base,
             print_blob=True,  # every failure prints @reproduce_failure, so it replays exactly
             suppress_health_check=[HealthCheck.too_slow],
             **values,
@@ -135,7 +140,9 @@ def _worker_index(worker: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def pin_xdist_worker_device(env: MutableMapping[str, str] = os.environ, *, device_count: int | None = None) -> str | None:
+def pin_xdist_worker_device(
+    env: MutableMapping[str, str] = os.environ, *, device_count: int | None = None
+) -> str | None:
     """Give xdist worker ``gwN`` one GPU, round-robin, by setting ``CUDA_VISIBLE_DEVICES``.
 
     An existing ``CUDA_VISIBLE_DEVICES`` list is respected (its entries are shared out, whatever

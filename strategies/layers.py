@@ -226,8 +226,11 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> GDNConfig:
     activation = draw(st.sampled_from(CONV_ACTIVATIONS))
     specs = [ConvSpec(activation=activation)] * 3
     max_kernel_size = max(p.max_conv_size, p.min_conv_size + 1, 8)
+    # The vary flag is drawn whether or not short convs exist: the shrinker prefers fewer choices,
+    # and a short skipped draw would make "no short conv" look simpler than the default layer.
+    vary = draw(rare(p.vary_convs))
     if short and p.fusable_convs is None:
-        if draw(rare(p.vary_convs)):
+        if vary:
             spec_st = conv_specs(
                 backends=p.backends,
                 min_kernel_size=p.min_conv_size,
@@ -243,7 +246,7 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> GDNConfig:
             "conv_bias": bias,
             "dtype": p.dtype,
         }
-        if draw(rare(p.vary_convs)):
+        if vary:
             specs = [_fusable_spec(draw, **layer) for _ in range(3)]
         if p.fusable_convs is False:
             reasons = p.break_conditions

@@ -187,28 +187,27 @@ def test_every_decision_has_a_reason() -> None:
 # ---- the upstream gap ----------------------------------------------------------------------
 
 _FIND = settings(max_examples=5000, database=None, suppress_health_check=list(HealthCheck))
-# The plain call on one device: the states fla 0.6.0's guard is about.
-STATES = st.tuples(
-    layer_facts(devices=("cpu",), use_short_conv=True),
-    call_facts(has_cached_state=False, use_cache=False, varlen=False),
-)
+# The plain call: the states fla 0.6.0's guard is about.
+PLAIN = call_facts(has_cached_state=False, use_cache=False, varlen=False)
+STATES = st.tuples(layer_facts(use_short_conv=True), PLAIN)
+ONE_DTYPE_AND_DEVICE = st.tuples(layer_facts(use_short_conv=True, dtypes=("float32",), devices=("cpu",)), PLAIN)
 
 
 def _upstream_expected(layer: LayerFacts, call: CallFacts) -> bool:
     """fla 0.6.0's rule from SPEC §1: G1–G5 and G7, with activations compared as raw strings."""
     failed = set(oracle(layer, call))
-    convs = _convs(layer)
-    same_strings = len({c.activation for c in convs}) <= 1
+    same_strings = len({c.activation for c in _convs(layer)}) <= 1
     return not (failed & {"G1", "G2", "G3", "G4", "G5", "G7"}) and same_strings
 
 
-def test_upstream_unsafe_states_are_bias_or_dtype_parity_states() -> None:
-    """Hypothesis finds, by itself, a state where fla 0.6.0 fuses but the spec forbids it: a G8 state."""
-    layer, call = find(STATES, lambda s: decide_upstream(*s) and bool(oracle(*s)), settings=_FIND)
-    failed = oracle(layer, call)
-    assert set(failed) <= {"G8", "G9"}, (layer, call, failed)
-    # shrunk to the simplest such state: a bias that disagrees with the layer flag, nothing else
-    assert failed == ["G8"], (layer, call, failed)
+def test_upstream_unsafe_state_is_a_bias_parity_state() -> None:
+    """Hypothesis finds, by itself, a state where fla 0.6.0 fuses but the spec forbids it; with one dtype
+    and device (the SPEC §1 measurements) it shrinks to a lone odd bias. (That every such state is a
+    G8/G9 state is shown exhaustively below.)"""
+    layer, call = find(ONE_DTYPE_AND_DEVICE, lambda s: decide_upstream(*s) and bool(oracle(*s)), settings=_FIND)
+    assert oracle(layer, call) == ["G8"], (layer, call)
+    assert layer.convs is not None
+    assert sum(c.has_bias != layer.conv_bias for c in layer.convs) >= 1
 
 
 def test_upstream_needless_fallbacks_are_silu_swish_aliases() -> None:

@@ -1,0 +1,74 @@
+"""The pytest helpers of :mod:`gdn_equiv.testing`: xdist GPU pinning, option parsing, profiles, counting."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+
+from gdn_equiv import testing
+
+
+@pytest.mark.parametrize(
+    ("worker", "visible", "count", "expected"),
+    [
+        ("gw0", None, 4, "0"),
+        ("gw3", None, 4, "3"),
+        ("gw5", None, 4, "1"),  # round-robin past the last device
+        ("gw1", "2,5", 8, "5"),  # an existing list is shared out, not the physical devices
+        ("gw2", "2,5", 8, "2"),
+        ("gw1", "GPU-aaaa, GPU-bbbb", 0, "GPU-bbbb"),  # UUIDs pass through
+    ],
+)
+def test_xdist_workers_are_pinned_round_robin(worker: str, visible: str | None, count: int, expected: str) -> None:
+    env = {"PYTEST_XDIST_WORKER": worker}
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    assert testing.pin_xdist_worker_device(env, device_count=count) == expected
+    assert env["CUDA_VISIBLE_DEVICES"] == expected
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},  # not under xdist
+        {"PYTEST_XDIST_WORKER": "master"},
+        {"PYTEST_XDIST_WORKER": "gw0", "CUDA_VISIBLE_DEVICES": ""},  # CUDA hidden on purpose
+        {"PYTEST_XDIST_WORKER": "gw0", "CUDA_VISIBLE_DEVICES": "-1"},
+        {"PYTEST_XDIST_WORKER": "gw1"},  # no GPU
+    ],
+)
+def test_nothing_is_pinned_without_a_worker_or_a_gpu(env: dict[str, str]) -> None:
+    before = dict(env)
+    assert testing.pin_xdist_worker_device(env, device_count=0) is None
+    assert env == before
+
+
+def test_backend_lists_are_parsed_in_order_without_repeats() -> None:
+    assert testing.parse_names(" torch, triton ,torch,,pkg.mod:conv") == ["torch", "triton", "pkg.mod:conv"]
+
+
+@pytest.mark.parametrize(
+    ("env", "profile"),
+    [({}, "dev"), ({"CI": "true"}, "ci"), ({"CI": "true", "HYPOTHESIS_PROFILE": "fuzz"}, "fuzz")],
+)
+def test_profile_selection(env: dict[str, str], profile: str) -> None:
+    assert testing.default_profile(env) == profile
+
+
+def test_profiles_are_registered_without_deadlines() -> None:
+    for name in testing.PROFILES:
+        profile = settings.get_profile(name)
+        assert profile.deadline is None and profile.print_blob
+    assert settings.get_profile("gpu").derandomize
+    assert settings.get_profile("fuzz").max_examples > settings.get_profile("ci").max_examples
+
+
+def test_hypothesis_statistics_are_counted_per_example() -> None:
+    stats = {
+        "generate-phase": {"test-cases": [{"status": "valid"}, {"status": "overrun"}, {"status": "interesting"}]},
+        "shrink-phase": {"test-cases": [{"status": "valid"}, {"status": "invalid"}]},
+        "stopped-because": "settings.max_examples=3",
+    }
+    before = testing.counts()["hypothesis"]
+    assert testing.count_hypothesis_test_cases(stats) == 3
+    assert testing.counts()["hypothesis"] == before + 3
