@@ -74,7 +74,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "dev": {"max_examples": 15, "deadline": None},
     # explores (not derandomized) so CI keeps finding new states; failures replay from the printed blob
     "ci": {"max_examples": 60, "deadline": None, "derandomize": False},
-    "gpu": {"max_examples": 100, "deadline": None, "derandomize": True},
+    "gpu": {"max_examples": 50, "deadline": None, "derandomize": True},
     "fuzz": {"max_examples": 10_000, "deadline": None},
 }
 
