@@ -1,9 +1,11 @@
 """``gdn-equiv``: check, fuzz, repro, bench.
 
-``check`` runs the properties (P2-P6) against a backend with a Hypothesis profile and prints a
-summary table; ``fuzz`` repeats them with fresh seeds for a time budget; both keep Hypothesis'
-example database and write a report directory (summary.json, each failure's shrunk example and a
-standalone reproducer). ``repro FILE`` replays a failure. ``bench prologue`` times the prologue.
+``check`` runs the properties (P2-P7) against a backend with a Hypothesis profile and prints a
+summary table, one row per property x backend x dtype (examples run, result, the worst difference
+seen against its tolerance), exiting 1 on any failure; ``fuzz`` repeats them with fresh seeds for
+a time budget; both keep Hypothesis' example database and write a report directory (summary.json,
+each failure's shrunk example and a standalone reproducer), and on request ``--junit-xml`` and
+``--json`` files for CI systems. ``repro FILE`` replays a failure. ``bench prologue`` times the prologue.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-# examples per property for each profile (the pytest profiles live in conftest.py)
+# examples per property x dtype row for each profile (the pytest profiles live in gdn_equiv/testing.py)
 PROFILE_EXAMPLES = {"dev": 10, "ci": 40, "gpu": 30, "fuzz": 200}
+# one summary row per dtype the examples are drawn in (conv weights may still carry another, G9)
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, database: object) -> list:
@@ -24,18 +28,20 @@ def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, datab
     checks = []
     for backend in args.backend.split(","):
         for name in args.property or list(runner.SPECS):
-            checks.append(
-                runner.run_property(
-                    name,
-                    backend,
-                    max_examples=max_examples,
-                    device=args.device,
-                    max_seq_len=args.max_seq_len,
-                    seed=seed,
-                    database=database,
+            for dtype in args.dtype or DTYPES:
+                checks.append(
+                    runner.run_property(
+                        name,
+                        backend,
+                        max_examples=max_examples,
+                        device=args.device,
+                        max_seq_len=args.max_seq_len,
+                        seed=seed,
+                        database=database,
+                        dtype=dtype,
+                    )
                 )
-            )
-            _progress(checks[-1])
+                _progress(checks[-1])
         if not args.skip_necessity:
             for condition in Condition:
                 checks.append(
@@ -47,7 +53,7 @@ def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, datab
 
 def _progress(check: object) -> None:
     print(
-        f"  {check.name:<24} {check.backend:<8} {check.result:<15} {check.examples:>5} examples "  # type: ignore[attr-defined]
+        f"  {check.name:<24} {check.backend:<8} {check.dtype:<8} {check.result:<15} {check.examples:>5} examples "  # type: ignore[attr-defined]
         f"{check.seconds:6.1f}s",
         flush=True,
     )  # type: ignore[attr-defined]
@@ -66,6 +72,11 @@ def _finish(args: argparse.Namespace, checks: list, started: float, mode: str) -
         "seconds": round(time.perf_counter() - started, 1),
     }
     summary = runner.write_report(checks, Path(args.report), device=args.device, meta=meta)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(summary.read_text())
+    if args.junit_xml:
+        runner.write_junit(checks, Path(args.junit_xml), meta=meta)
     print()
     print(runner.format_table(checks))
     total = sum(c.examples for c in checks)
@@ -74,7 +85,9 @@ def _finish(args: argparse.Namespace, checks: list, started: float, mode: str) -
         if c.result == "NONE FOUND":
             print(f"note: {c.name}: no counterexample found, the condition may be unnecessary on {c.backend}")
     for c in failed:
-        print(f"\nFAIL {c.name} [{c.backend}]\n{c.failure}\nreproducer: {c.repro}")
+        example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
+        print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
+        print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
     return 1 if failed else 0
 
 
@@ -114,12 +127,15 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def _merge(total: list, batch: list) -> list:
-    by_key = {(c.name, c.backend): c for c in total}
+    from gdn_equiv.compare import worst
+
+    by_key = {(c.name, c.backend, c.dtype): c for c in total}
     for c in batch:
-        old = by_key.get((c.name, c.backend))
+        old = by_key.get((c.name, c.backend, c.dtype))
         if old is None:
-            by_key[(c.name, c.backend)] = c
+            by_key[(c.name, c.backend, c.dtype)] = c
             continue
+        old.worst = c.worst if c.result == "FAIL" else worst([c.worst] if c.worst else [], old.worst)
         old.examples += c.examples
         old.not_applicable += c.not_applicable
         old.seconds += c.seconds
@@ -160,11 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda when present)")
         p.add_argument("--profile", default="ci", choices=sorted(PROFILE_EXAMPLES))
         p.add_argument("--examples", type=int, default=None, help="examples per property (overrides the profile)")
-        p.add_argument("--property", action="append", help="run only this property (repeatable)")
+        p.add_argument(
+            "--property", action="append", help="run only this property (repeatable; P6: see --skip-necessity)"
+        )
+        p.add_argument(
+            "--dtype", action="append", choices=DTYPES, help="run only examples of this dtype (repeatable; default all)"
+        )
         p.add_argument("--max-seq-len", type=int, default=20, help="longest generated sequence")
         p.add_argument("--skip-necessity", action="store_true", help="skip the P6 counterexample searches")
         p.add_argument("--report", default="gdn-equiv-report", help="report directory")
         p.add_argument("--database", default=".hypothesis/examples", help="Hypothesis example database")
+        p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML (one testcase per row)")
+        p.add_argument("--json", default=None, metavar="FILE", help="also write the summary JSON here")
 
     p = sub.add_parser("check", help="run the properties once with a profile's budget")
     common(p)

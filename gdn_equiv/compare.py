@@ -8,6 +8,8 @@ measured error. Never loosen one to make a test pass.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +58,9 @@ class Report:
     rtol: float = 0.0
     atol: float = 0.0
     problem: str = ""
+    #: the greatest ``|a - e| / (atol + rtol * |e|)``: how much of the tolerance the worst element used
+    #: (> 1 fails; an exact comparison with any difference is ``inf``)
+    tol_used: float = 0.0
 
     def message(self, context: Any = None) -> str:
         a, b = self.paths
@@ -134,6 +139,11 @@ def compare(
     rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
     max_abs = float(diff.max()) if diff.numel() else 0.0
     max_rel = float(rel.max()) if rel.numel() else 0.0
+    allowed = atol + rtol * e.abs()
+    used = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed.clamp_min(torch.finfo(torch.float64).tiny))
+    tol_used = float(used.max()) if used.numel() else 0.0
+    if atol == rtol == 0 and max_abs > 0:
+        tol_used = float("inf")
     abs_idx = _unravel(int(diff.flatten().argmax()), a.shape) if diff.numel() else ()
     rel_idx = _unravel(int(rel.flatten().argmax()), a.shape) if rel.numel() else ()
     return Report(
@@ -149,6 +159,7 @@ def compare(
         rel_idx,
         rtol,
         atol,
+        tol_used=tol_used,
     )
 
 
@@ -172,6 +183,35 @@ def assert_equivalent(
         ref = expected if expected is not None else actual
         rtol, atol = tolerance(dtype or (ref.dtype if ref is not None else torch.float32))
     report = compare(actual, expected, name=name, paths=paths, rtol=rtol, atol=atol)
+    for reports in _OBSERVERS:
+        reports.append(report)
     if not report.ok:
         raise Mismatch(report.message(context), report)
     return report
+
+
+_OBSERVERS: list[list[Report]] = []
+
+
+@contextlib.contextmanager
+def observe() -> Iterator[list[Report]]:
+    """Collect every :class:`Report` that :func:`assert_equivalent` makes inside the block, passing or not
+    (``gdn-equiv check`` shows the worst difference each property saw)."""
+    reports: list[Report] = []
+    _OBSERVERS.append(reports)
+    try:
+        yield reports
+    finally:
+        _OBSERVERS.remove(reports)
+
+
+def worst(reports: list[Report], current: Report | None = None) -> Report | None:
+    """The report closest to (or furthest past) its tolerance: failures first, then by ``tol_used``."""
+    for report in reports:
+        if current is None or _severity(report) > _severity(current):
+            current = report
+    return current
+
+
+def _severity(report: Report) -> tuple[bool, float, float]:
+    return (not report.ok, report.tol_used, report.max_abs)

@@ -270,6 +270,13 @@ def cross_backend(example: Example, backend: str, *, device: str = "cpu") -> Rep
     )
 
 
+def check_backend_matches_torch(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
+    """P7 across backends, as a property of one example: :func:`cross_backend` for the example's conv backend."""
+    _, _, decision = _setup(example, device, layer_cls)
+    cross_backend(example, example.config.conv_backend, device=device)
+    return decision
+
+
 def _with_backend(example: Example, backend: str) -> Example:
     from dataclasses import replace
 
@@ -286,6 +293,7 @@ PROPERTIES: dict[str, Callable[..., Any]] = {
     "P3-forward-exact": check_forward_exact,
     "P4-gradients": check_gradients,
     "P5-fallback-exact": check_fallback_exact,
+    "P7-backend-vs-torch": check_backend_matches_torch,
 }
 
 __all__ = [
@@ -293,6 +301,7 @@ __all__ = [
     "Condition",
     "NotApplicable",
     "Outcome",
+    "check_backend_matches_torch",
     "check_fallback_exact",
     "check_forward_exact",
     "check_gradients",

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from gdn_equiv import properties as P
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.compare import Mismatch, Report, observe, worst
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
 from gdn_equiv.guard import Condition
@@ -32,10 +32,15 @@ from gdn_equiv.guard import Condition
 
 @dataclass
 class Check:
-    """One row of the summary: a property run against a backend."""
+    """One row of the summary: a property run against a backend on examples of one dtype.
+
+    ``worst`` is the comparison that came closest to (or went past) its tolerance: for a failure,
+    the shrunk example's.
+    """
 
     name: str
     backend: str
+    dtype: str = "any"
     examples: int = 0
     not_applicable: int = 0
     result: str = "pass"
@@ -44,25 +49,78 @@ class Check:
     example: Example | None = None
     seconds: float = 0.0
     repro: str = ""
+    repro_json: str = ""
+    worst: Report | None = None
+
+    @property
+    def row_id(self) -> str:
+        return f"{self.name}[{self.backend}-{self.dtype}]"
+
+    def worst_cells(self) -> tuple[str, str]:
+        """``(worst difference, tolerance)`` for the table: ``3.1e-06 grad.x``, ``rtol 1e-05 atol 1e-05 (31%)``."""
+        r = self.worst
+        if r is None:
+            return "-", "-"
+        if r.problem:
+            return (
+                f"{r.name}: {r.problem[:40]}",
+                "exact" if r.rtol == r.atol == 0 else f"rtol {r.rtol:g} atol {r.atol:g}",
+            )
+        diff = f"{r.max_abs:.2g} {r.name}"
+        if r.rtol == r.atol == 0:
+            return diff, "exact"
+        return diff, f"rtol {r.rtol:g} atol {r.atol:g} ({100 * r.tol_used:.0f}%)"
 
     def row(self) -> list[str]:
         reasons = ", ".join(f"{k}:{v}" for k, v in sorted(self.reasons.items()))
         return [
             self.name,
             self.backend,
+            self.dtype,
             str(self.examples),
             str(self.not_applicable),
             self.result,
+            *self.worst_cells(),
             f"{self.seconds:.1f}",
             reasons,
         ]
 
+    def as_dict(self) -> dict[str, Any]:
+        r = self.worst
+        return {
+            "property": self.name,
+            "backend": self.backend,
+            "dtype": self.dtype,
+            "examples": self.examples,
+            "not_applicable": self.not_applicable,
+            "result": self.result,
+            "seconds": round(self.seconds, 2),
+            "reasons": dict(self.reasons),
+            "failure": self.failure,
+            "worst": None
+            if r is None
+            else {
+                "name": r.name,
+                "paths": list(r.paths),
+                "max_abs": r.max_abs,
+                "max_rel": r.max_rel,
+                "rtol": r.rtol,
+                "atol": r.atol,
+                "tol_used": r.tol_used,
+                "mismatched": r.mismatched,
+                "numel": r.numel,
+                "problem": r.problem,
+            },
+        }
 
-def _strategy(kind: str, backend: str, max_seq_len: int) -> st.SearchStrategy[Example]:
+
+def _strategy(kind: str, backend: str, max_seq_len: int, dtype: str | None = None) -> st.SearchStrategy[Example]:
     from gdn_equiv.strategies import examples
 
     fusable = {"fusable": True, "refused": False, "any": None}[kind]
-    return examples(backends=(backend,), fusable=fusable, max_seq_len=max_seq_len)
+    if dtype is None:
+        return examples(backends=(backend,), fusable=fusable, max_seq_len=max_seq_len)
+    return examples(backends=(backend,), fusable=fusable, max_seq_len=max_seq_len, dtypes=(dtype,))
 
 
 # property name -> (function, which states to draw)
@@ -71,6 +129,7 @@ SPECS: dict[str, tuple[Callable[..., Any], str]] = {
     "P3-forward-exact": (P.check_forward_exact, "fusable"),
     "P4-gradients": (P.check_gradients, "fusable"),
     "P5-fallback-exact": (P.check_fallback_exact, "refused"),
+    "P7-backend-vs-torch": (P.check_backend_matches_torch, "any"),
 }
 
 
@@ -83,10 +142,12 @@ def run_property(
     max_seq_len: int = 20,
     seed: int | None = None,
     database: Any = None,
+    dtype: str | None = None,
 ) -> Check:
-    """Run one property for ``max_examples`` examples; the shrunk failure lands in ``check.example``."""
+    """Run one property for ``max_examples`` examples (of ``dtype``, default any); the shrunk failure
+    lands in ``check.example``, the comparison closest to its tolerance in ``check.worst``."""
     fn, kind = SPECS[name]
-    check = Check(name, backend)
+    check = Check(name, backend, dtype or "any")
     last_failing: list[Example] = []
     start = time.perf_counter()
 
@@ -97,17 +158,19 @@ def run_property(
         suppress_health_check=list(HealthCheck),
         phases=list(Phase),
     )
-    @given(_strategy(kind, backend, max_seq_len))
+    @given(_strategy(kind, backend, max_seq_len, dtype))
     def prop(example: Example) -> None:
         check.examples += 1
-        try:
-            decision = fn(example, device=device)
-        except P.NotApplicable:
-            check.not_applicable += 1
-            return
-        except BaseException:
-            last_failing[:] = [example]
-            raise
+        with observe() as reports:
+            try:
+                decision = fn(example, device=device)
+            except P.NotApplicable:
+                check.not_applicable += 1
+                return
+            except BaseException:
+                last_failing[:] = [example]
+                raise
+        check.worst = worst(reports, check.worst)
         check.reasons[decision.reason_id] += 1
 
     if seed is not None:
@@ -120,6 +183,10 @@ def run_property(
         check.result = "FAIL"
         check.failure = f"{type(exc).__name__}: {exc}"
         check.example = last_failing[0] if last_failing else None
+        # the shrunk example's comparison, or the crash
+        check.worst = (
+            exc.report if isinstance(exc, Mismatch) else Report(name, (backend, "-"), False, 0, problem=check.failure)
+        )
     check.seconds = time.perf_counter() - start
     return check
 
@@ -183,25 +250,18 @@ def write_report(checks: list[Check], out_dir: Path, *, device: str, meta: dict[
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i, check in enumerate(checks):
-        entry: dict[str, Any] = {
-            "property": check.name,
-            "backend": check.backend,
-            "examples": check.examples,
-            "not_applicable": check.not_applicable,
-            "result": check.result,
-            "seconds": round(check.seconds, 2),
-            "reasons": dict(check.reasons),
-            "failure": check.failure,
-        }
+        entry = check.as_dict()
         if check.example is not None and check.result == "FAIL":
             fn = SPECS[check.name][0].__name__
-            stem = f"failure-{i:02d}-{check.name}-{check.backend}"
-            (out_dir / f"{stem}.json").write_text(
+            stem = f"failure-{i:02d}-{check.name}-{_safe(check.backend)}-{check.dtype}"
+            failure_json = out_dir / f"{stem}.json"
+            failure_json.write_text(
                 json.dumps(
                     {
                         "property": check.name,
                         "function": fn,
                         "backend": check.backend,
+                        "dtype": check.dtype,
                         "device": device,
                         "failure": check.failure,
                         "example": json.loads(check.example.to_json()),
@@ -221,8 +281,9 @@ def write_report(checks: list[Check], out_dir: Path, *, device: str, meta: dict[
                 )
             )
             entry["repro"] = str(script)
+            entry["repro_json"] = str(failure_json)
             entry["example"] = json.loads(check.example.to_json())
-            check.repro = str(script)
+            check.repro, check.repro_json = str(script), str(failure_json)
         elif check.example is not None:
             entry["example"] = json.loads(check.example.to_json())
         rows.append(entry)
@@ -231,8 +292,85 @@ def write_report(checks: list[Check], out_dir: Path, *, device: str, meta: dict[
     return summary
 
 
+def _safe(name: str) -> str:
+    """A backend name (``pkg.mod:fn``) as a file-name part."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Path:
+    """JUnit XML, one testcase per property x backend x dtype row: a failure carries the message, the shrunk
+    example and its reproducer; a P6 search that found nothing (or cannot run here) is a skip with the reason."""
+    import socket
+    import xml.etree.ElementTree as ET
+    from datetime import datetime, timezone
+
+    failures = sum(c.result == "FAIL" for c in checks)
+    skipped = sum(c.result in ("NONE FOUND", "n/a") for c in checks)
+    seconds = f"{sum(c.seconds for c in checks):.3f}"
+    counts = {"tests": str(len(checks)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
+    root = ET.Element("testsuites", {"name": "gdn-equiv", **counts, "time": seconds})
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": f"gdn-equiv {meta.get('mode', 'check')}",
+            **counts,
+            "time": seconds,
+            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "hostname": socket.gethostname(),
+        },
+    )
+    props = ET.SubElement(suite, "properties")
+    for key, value in meta.items():
+        ET.SubElement(props, "property", {"name": str(key), "value": str(value)})
+    for check in checks:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {"classname": f"gdn_equiv.{_safe(check.backend)}", "name": check.row_id, "time": f"{check.seconds:.3f}"},
+        )
+        worst_diff, tol = check.worst_cells()
+        out = (
+            f"examples: {check.examples} (n/a: {check.not_applicable}); result: {check.result}; "
+            f"worst difference: {worst_diff} ({tol}); guard reasons: {dict(check.reasons)}"
+        )
+        if check.result == "FAIL":
+            text = [check.failure]
+            if check.example is not None:
+                text += ["", f"Shrunk example: {check.example.short()}", check.example.to_json()]
+            if check.repro:
+                text += ["", f"Reproducer: python {check.repro}", f"Replay: gdn-equiv repro {check.repro_json}"]
+            first = check.failure.splitlines()[0] if check.failure else "failed"
+            kind = check.failure.split(":", 1)[0] if ":" in check.failure else "Failure"
+            ET.SubElement(case, "failure", {"message": first[:500], "type": kind}).text = "\n".join(text)
+        elif check.result in ("NONE FOUND", "n/a"):
+            reason = (
+                f"no counterexample found in {check.examples} examples: the condition may be unnecessary on "
+                f"{check.backend}"
+                if check.result == "NONE FOUND"
+                else f"cannot run here: {check.failure}"
+            )
+            ET.SubElement(case, "skipped", {"message": reason})
+        ET.SubElement(case, "system-out").text = out
+    ET.indent(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
 def format_table(checks: list[Check]) -> str:
-    header = ["property", "backend", "examples", "n/a", "result", "seconds", "guard reasons"]
+    header = [
+        "property",
+        "backend",
+        "dtype",
+        "examples",
+        "n/a",
+        "result",
+        "worst difference",
+        "tolerance (used)",
+        "seconds",
+        "guard reasons",
+    ]
     rows = [header, *(c.row() for c in checks)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]

@@ -8,9 +8,11 @@ Every strategy follows Hypothesis' own API style: keyword-only arguments, ``min_
 - facts for guard-level properties: :func:`conv_facts`, :func:`layer_facts`, :func:`call_facts`
 - building blocks: :func:`dtypes`, :func:`conv_specs`, :func:`layer_configs`, :func:`cu_seqlens_for`,
   :func:`attention_mask_lens`, :func:`seq_lens`, :func:`rare`
+- single conv-backend calls: :func:`conv_calls` (:class:`ConvCall`)
 - whole test cases: :func:`examples` (``fusable=True|False`` builds either guard outcome by construction)
 """
 
+from .convs import ConvCall, conv_calls
 from .examples import CALL_REASONS, REASONS, attention_mask_lens, cu_seqlens_for, examples, seq_lens
 from .facts import call_facts, conv_facts, dtypes, layer_facts, rare
 from .layers import CONV_REASONS, conv_specs, layer_configs
@@ -20,8 +22,10 @@ __all__ = [
     "CALL_REASONS",
     "CONV_REASONS",
     "REASONS",
+    "ConvCall",
     "attention_mask_lens",
     "call_facts",
+    "conv_calls",
     "conv_facts",
     "conv_specs",
     "cu_seqlens_for",

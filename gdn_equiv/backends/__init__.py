@@ -15,7 +15,9 @@ are registered the same way, and :func:`register_backend` adds one at run time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
+import inspect
 from collections import Counter
 from collections.abc import Iterator
 
@@ -23,6 +25,7 @@ import torch
 
 from gdn_equiv.backends.base import (
     Backend,
+    ConvBackend,
     check_cu_seqlens,
     check_forward_args,
     check_update_args,
@@ -32,7 +35,9 @@ from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 
 __all__ = [
     "Backend",
+    "ConvBackend",
     "LaunchCounter",
+    "as_backend",
     "available_backends",
     "causal_conv1d",
     "causal_conv1d_update",
@@ -86,6 +91,7 @@ def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
     """Add ``backend`` under ``backend.name``; re-registering a name needs ``replace=True``."""
     if not isinstance(backend, Backend):
         raise InvalidArgument(f"register_backend needs a gdn_equiv.backends.Backend, got {type(backend).__name__}")
+    backend.check()
     if backend.name in _REGISTRY and not replace and _REGISTRY[backend.name] is not backend:
         raise InvalidArgument(f"backend {backend.name!r} is already registered; pass replace=True to override it")
     _REGISTRY[backend.name] = backend
@@ -93,7 +99,11 @@ def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
 
 
 def get_backend(name: str) -> Backend:
-    """The backend called ``name``; ``module:attr`` loads a Backend (or a bare forward function) from code."""
+    """The backend called ``name``; ``module:attr`` loads one from code (see :func:`as_backend`).
+
+    Raises :class:`InvalidArgument` when the name is unknown, the code cannot be imported, or its
+    forward/update signature cannot take SPEC §3's arguments.
+    """
     if isinstance(name, Backend):
         return name
     if not isinstance(name, str):
@@ -107,16 +117,34 @@ def get_backend(name: str) -> Backend:
         obj = _load_object(spec)
     except (ImportError, AttributeError) as exc:
         raise InvalidArgument(f"conv backend {name!r} could not be loaded from {spec!r}: {exc}") from exc
-    if callable(obj) and not isinstance(obj, Backend):
-        obj = Backend(name=name, forward=obj)
-    if not isinstance(obj, Backend):
-        raise InvalidArgument(f"{spec!r} is neither a gdn_equiv Backend nor a forward function")
-    if obj.name != name:
-        obj = Backend(
-            name=name, forward=obj.forward, update=obj.update, unavailable=obj.unavailable, description=obj.description
+    backend = as_backend(obj, name, spec)
+    _REGISTRY[name] = backend
+    return backend
+
+
+def as_backend(obj: object, name: str, origin: str = "") -> Backend:
+    """A checked :class:`Backend` from what a plug-in names: a Backend, a bare forward function, or an
+    object with ``forward`` (and optionally ``update``, ``unavailable``): see :class:`ConvBackend`."""
+    where = f" ({origin})" if origin else ""
+    if isinstance(obj, Backend):
+        backend = obj if obj.name == name else dataclasses.replace(obj, name=name)
+    elif not inspect.isroutine(obj) and not inspect.isclass(obj) and callable(getattr(obj, "forward", None)):
+        unavailable = getattr(obj, "unavailable", None)
+        backend = Backend(
+            name=name,
+            forward=obj.forward,  # type: ignore[attr-defined]
+            update=getattr(obj, "update", None),
+            unavailable=unavailable if callable(unavailable) else (lambda: None),
+            description=(getattr(obj, "__doc__", None) or "").strip().split("\n")[0],
         )
-    _REGISTRY[name] = obj
-    return obj
+    elif callable(obj) and not inspect.isclass(obj):
+        backend = Backend(name=name, forward=obj)  # type: ignore[arg-type]
+    else:
+        raise InvalidArgument(
+            f"conv backend {name!r}{where} is a {type(obj).__name__}: expected a gdn_equiv Backend, a forward "
+            "function or an object with a forward method (see gdn_equiv.backends.ConvBackend)"
+        )
+    return backend.check()
 
 
 def available_backends() -> list[str]:
@@ -192,7 +220,7 @@ def causal_conv1d(
     impl = _runnable(backend)
     _record(impl.name, "forward")
     y, final = impl.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
-    _check_outputs(impl.name, x, y, final, output_final_state, weight.shape[1], cu_seqlens)
+    _check_outputs(impl.name, x, y, final, output_final_state, weight.shape[1], cu_seqlens, initial_state)
     return y, final
 
 
@@ -214,32 +242,72 @@ def causal_conv1d_update(
         assert new_state is not None
         return y[:, 0], new_state
     _record(impl.name, "update")
+    version = state._version
     y, new_state = impl.update(x, state, weight, bias, activation)
-    if y.shape != x.shape or y.dtype != x.dtype or new_state.shape != state.shape:
-        raise InvalidArgument(
-            f"backend {impl.name!r} update returned y {tuple(y.shape)} {y.dtype} and state "
-            f"{tuple(new_state.shape)}; expected y {tuple(x.shape)} {x.dtype} and state {tuple(state.shape)}"
-        )
+    _check_update_outputs(impl.name, x, state, version, y, new_state)
     return y, new_state
 
 
+def _describe(t: object) -> str:
+    if not isinstance(t, torch.Tensor):
+        return f"a {type(t).__name__}"
+    return f"{tuple(t.shape)} {t.dtype} on {t.device}"
+
+
 def _check_outputs(
-    name: str, x: Tensor, y: Tensor, final: Tensor | None, output_final_state: bool, W: int, cu_seqlens: Tensor | None
+    name: str,
+    x: Tensor,
+    y: Tensor,
+    final: Tensor | None,
+    output_final_state: bool,
+    W: int,
+    cu_seqlens: Tensor | None,
+    initial_state: Tensor | None = None,
 ) -> None:
-    """A plug-in's outputs must have the documented shape/dtype/device; say which rule broke."""
-    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+    """A plug-in's outputs must have the documented shape/dtype/device (SPEC §3); say which rule broke."""
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype or y.device != x.device:
         raise InvalidArgument(
-            f"backend {name!r} returned y of shape {tuple(getattr(y, 'shape', ()))}, expected {tuple(x.shape)}"
+            f"backend {name!r} forward returned y {_describe(y)}, expected {_describe(x)} (x's shape, dtype, device)"
         )
-    if y.dtype != x.dtype or y.device != x.device:
-        raise InvalidArgument(
-            f"backend {name!r} returned y as {y.dtype} on {y.device}, expected {x.dtype} on {x.device}"
-        )
-    if output_final_state:
-        N = x.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
-        expected = (N, x.shape[2], W)
-        if final is None or tuple(final.shape) != expected:
+    if not output_final_state:
+        if final is not None:
             raise InvalidArgument(
-                f"backend {name!r} returned final_state {None if final is None else tuple(final.shape)}, "
-                f"expected shape {expected}"
+                f"backend {name!r} forward returned a final_state ({_describe(final)}) with output_final_state=False"
             )
+        return
+    N = x.shape[0] if cu_seqlens is None else cu_seqlens.numel() - 1
+    dtype = x.dtype if initial_state is None else initial_state.dtype
+    expected = f"({N}, {x.shape[2]}, {W}) {dtype} on {x.device}"
+    if (
+        not isinstance(final, torch.Tensor)
+        or tuple(final.shape) != (N, x.shape[2], W)
+        or final.dtype != dtype
+        or final.device != x.device
+    ):
+        raise InvalidArgument(
+            f"backend {name!r} forward returned final_state {'None' if final is None else _describe(final)}, "
+            f"expected {expected} ([N, D, W] in {'initial_state' if initial_state is not None else 'x'}'s dtype)"
+        )
+
+
+def _check_update_outputs(name: str, x: Tensor, state: Tensor, version: int, y: Tensor, new_state: Tensor) -> None:
+    """``update`` returns y like x and a new state like ``state``, and leaves ``state`` as it was."""
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype or y.device != x.device:
+        raise InvalidArgument(
+            f"backend {name!r} update returned y {_describe(y)}, expected {_describe(x)} (x's shape, dtype, device)"
+        )
+    if (
+        not isinstance(new_state, torch.Tensor)
+        or new_state.shape != state.shape
+        or new_state.dtype != state.dtype
+        or new_state.device != state.device
+    ):
+        raise InvalidArgument(
+            f"backend {name!r} update returned new_state {_describe(new_state)}, expected {_describe(state)} "
+            "(state's shape, dtype, device)"
+        )
+    if state._version != version or new_state is state:
+        raise InvalidArgument(
+            f"backend {name!r} update modified the state it was given in place; SPEC §3: update leaves state "
+            "as it was and returns a new one"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -33,6 +34,63 @@ class UpdateFn(Protocol):
     ) -> tuple[Tensor, Tensor]: ...
 
 
+class ConvBackend(Protocol):
+    """What ``--gdn-backend module:attr`` (or a ``gdn_equiv.backends`` entry point) may name.
+
+    Either a bare forward function (the :class:`ForwardFn` signature below), a :class:`Backend`,
+    or any object with these attributes (a module, a class instance)::
+
+        forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+            -> (y, final_state)                             # required
+        update(x, state, weight, bias, activation) -> (y, new_state)   # optional
+        unavailable() -> str | None                         # optional: why it cannot run here
+
+    Arguments are passed positionally, in the order of SPEC §3. Parameter names are free, but a
+    SPEC name at another position is refused at load time (it would receive the wrong argument;
+    causal-conv1d's ``causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, ...)`` is one such).
+    Outputs are checked on every call: ``y`` has ``x``'s shape, dtype and device; ``final_state``
+    is ``[N, D, W]`` in ``initial_state``'s dtype (``x``'s without one) on ``x``'s device, or
+    ``None`` when not asked for; ``update`` returns ``y [N, D]`` like ``x`` and ``new_state`` like
+    ``state``, leaving ``state`` as it was. Without ``update``, the step path runs ``forward`` on a
+    one-token window.
+    """
+
+    forward: ForwardFn
+
+
+FORWARD_PARAMS = ("x", "weight", "bias", "activation", "initial_state", "output_final_state", "cu_seqlens")
+UPDATE_PARAMS = ("x", "state", "weight", "bias", "activation")
+
+
+def check_signature(fn: Callable[..., object], params: tuple[str, ...], what: str) -> None:
+    """Refuse ``fn`` at load time unless SPEC §3's call ``fn(*params)`` binds each argument where it belongs.
+
+    Callables without an introspectable signature (some C extensions) pass; their outputs are
+    still checked on every call.
+    """
+    if not callable(fn):
+        raise InvalidArgument(f"{what} must be callable, got {type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    expected = f"({', '.join(params)})"
+    try:
+        sig.bind(*params)
+    except TypeError as exc:
+        raise InvalidArgument(
+            f"{what} has signature {sig}, but SPEC §3 calls it with {len(params)} positional arguments "
+            f"{expected}: {exc}"
+        ) from None
+    positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for i, p in enumerate(positional):
+        if p.name in params and params.index(p.name) != i:
+            raise InvalidArgument(
+                f"{what} has signature {sig}: parameter {p.name!r} is at position {i}, but SPEC §3 passes "
+                f"{p.name} at position {params.index(p.name)} {expected}"
+            )
+
+
 @dataclass(frozen=True)
 class Backend:
     """A depthwise causal conv implementation.
@@ -52,6 +110,13 @@ class Backend:
     update: UpdateFn | None = None
     unavailable: Callable[[], str | None] = lambda: None
     description: str = ""
+
+    def check(self) -> Backend:
+        """Refuse a forward/update whose signature cannot take SPEC §3's arguments; returns ``self``."""
+        check_signature(self.forward, FORWARD_PARAMS, f"conv backend {self.name!r}: forward")
+        if self.update is not None:
+            check_signature(self.update, UPDATE_PARAMS, f"conv backend {self.name!r}: update")
+        return self
 
 
 def compute_dtype(*tensors: Tensor | None) -> torch.dtype:

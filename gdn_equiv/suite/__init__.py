@@ -1,1 +1,10 @@
-"""The property suite as an importable package (``pytest --pyargs gdn_equiv.suite``)."""
+"""The property suite as an importable package: ``pytest --pyargs gdn_equiv.suite --gdn-backend mypkg.kernels:conv``.
+
+- ``test_properties``: P2-P5 (path taken, fused == separate forward and gradients, exact fallback)
+- ``test_necessity``: P6 (every guard condition has a state where forcing fusion is wrong)
+- ``test_conformance``: the backend against the torch ground truth, call by call (forward, gradients,
+  update, varlen, final state within the §6 table; fused channel slices bitwise)
+
+The options, fixtures and Hypothesis profiles come from the installed pytest plugin
+(:mod:`gdn_equiv.pytest_plugin`). In this repository ``tests/`` runs the same modules by import.
+"""

@@ -1,0 +1,270 @@
+"""The gdn-equiv pytest plugin: options, fixtures, Hypothesis profiles and the example-count summary.
+
+Installed with the package (``pytest11`` entry point ``gdn_equiv``), so another project can gate
+its kernel with::
+
+    pytest --pyargs gdn_equiv.suite --gdn-backend mypkg.kernels:conv
+
+From a source checkout the root ``conftest.py`` loads this module instead (unless the entry point
+already did). Installed in an environment, the plugin stays passive for unrelated test runs: it
+only adds its command-line options. It switches on (profiles, xdist GPU pinning, the triton
+interpreter without a GPU, NaN poisoning of fresh CUDA memory, skips for ``gpu``/``fla``/
+``cuda_backend`` tests, the example-count line) when the run asks for it: ``--gdn-backend`` or
+``--gdn-target`` given, a test path inside the ``gdn_equiv`` package (``--pyargs gdn_equiv.suite``),
+or ``gdn_equiv_suite = true`` in the ini file (as this repository's ``pyproject.toml`` does).
+
+The helpers live in :mod:`gdn_equiv.testing`; this module only connects them to pytest hooks.
+Importing it must stay cheap (no torch): pytest imports every installed plugin at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gdn_equiv import testing
+
+MARKERS = {
+    "gpu": "needs a CUDA device (skipped with a reason without one)",
+    "triton": "runs the triton backend (interpreter on CPU)",
+    "cuda_backend": "needs the causal-conv1d package",
+    "fla": "needs flash-linear-attention",
+    "slow": "long-running (not in the ci profile's default selection)",
+    "teeth": "runs a property against a planted defect and expects it to fail",
+}
+
+_ACTIVE = False
+_CUDA: bool | None = None
+_WORKER_COUNTS: list[dict[str, int]] = []
+_START = time.perf_counter()
+_SUITE_ARG = re.compile(r"(^|[/\\.])gdn_equiv([/\\.:]|$)")
+
+
+# ---- activation ----------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gdn-equiv")
+    group.addoption(
+        "--gdn-backend",
+        default=None,
+        help="comma list of conv backends to run the gdn-equiv properties on: registered names, "
+        "entry points of the gdn_equiv.backends group, or module:callable (default: torch)",
+    )
+    group.addoption(
+        "--gdn-target",
+        default=None,
+        help="comma list of targets whose layers the gdn-equiv properties check (default: gdn_equiv)",
+    )
+    parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
+
+
+def wanted(config: pytest.Config) -> bool:
+    """Whether this run is a gdn-equiv run (see the module docstring)."""
+    if config.getini("gdn_equiv_suite"):
+        return True
+    if config.getoption("gdn_backend") is not None or config.getoption("gdn_target") is not None:
+        return True
+    return any(_SUITE_ARG.search(str(arg).split("::")[0]) for arg in config.args)
+
+
+def _alias_strategies() -> None:
+    """Make ``gdn_equiv.strategies`` importable from a source checkout.
+
+    Installed, the package-dir mapping in pyproject does this; from the tree, ``strategies/`` is a
+    top-level folder, so register it under its installed name (relative imports inside it then
+    resolve to ``gdn_equiv.strategies.*``).
+    """
+    if "gdn_equiv.strategies" in sys.modules:
+        return
+    try:
+        if importlib.util.find_spec("gdn_equiv.strategies") is not None:
+            return
+    except ImportError:
+        pass
+    import gdn_equiv
+
+    init = Path(gdn_equiv.__file__).resolve().parent.parent / "strategies" / "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        "gdn_equiv.strategies", init, submodule_search_locations=[str(init.parent)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gdn_equiv.strategies"] = module
+    spec.loader.exec_module(module)
+    gdn_equiv.strategies = module  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    global _ACTIVE, _START
+    if not wanted(config):
+        return
+    _ACTIVE = True
+    _START = time.perf_counter()
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    # Before anything can initialise CUDA: each xdist worker sees one GPU.
+    testing.pin_xdist_worker_device()
+    _alias_strategies()
+    if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
+        # no GPU: triton kernels run under the interpreter (set before triton is imported)
+        os.environ["TRITON_INTERPRET"] = "1"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        import torch
+
+        # CPU examples are tiny: one intra-op thread per xdist worker is ~4x faster than oversubscribing.
+        torch.set_num_threads(1)
+    from hypothesis import settings
+
+    testing.register_profiles()
+    settings.load_profile(testing.default_profile())
+
+
+# ---- fixtures ------------------------------------------------------------------------------
+
+
+def _names(config: pytest.Config, option: str, default: str) -> list[str]:
+    value = config.getoption(option)
+    return testing.parse_names(default if value is None else value)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    for fixture, default in (("gdn_backend", "torch"), ("gdn_target", "gdn_equiv")):
+        if fixture in metafunc.fixturenames:
+            names = _names(metafunc.config, fixture, default)
+            metafunc.parametrize(fixture, names, ids=names, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def gdn_backend(request: pytest.FixtureRequest) -> str:
+    """A conv backend name from ``--gdn-backend``; skips with the backend's own reason if it cannot run here.
+
+    A backend that cannot be loaded (unknown name, import error, wrong signature) is a usage error.
+    """
+    from gdn_equiv.backends import get_backend
+    from gdn_equiv.errors import InvalidArgument
+
+    name = request.param
+    try:
+        backend = get_backend(name)
+    except InvalidArgument as exc:
+        raise pytest.UsageError(f"--gdn-backend: {exc}") from exc
+    reason = backend.unavailable()
+    if reason is not None:
+        pytest.skip(f"conv backend {name!r} unavailable: {reason}")
+    return name
+
+
+@pytest.fixture(scope="session")
+def gdn_target(request: pytest.FixtureRequest) -> str:
+    """A target name from ``--gdn-target``; ``fla`` skips when flash-linear-attention is not installed."""
+    name = request.param
+    if name == "fla" and importlib.util.find_spec("fla") is None:
+        pytest.skip("target 'fla' needs flash-linear-attention (pip install gdn-equiv[fla])")
+    return name
+
+
+def _cuda_available() -> bool:
+    global _CUDA
+    if _CUDA is None:
+        import torch
+
+        _CUDA = torch.cuda.is_available()
+    return _CUDA
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """Where layers and inputs live: the (pinned) GPU when there is one, else the CPU."""
+    return "cuda" if _cuda_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _poison_fresh_cuda_memory() -> Any:
+    """fla's habit: fresh CUDA tensors from ``torch.empty*`` are NaN, so uninitialised reads show.
+
+    ``GDN_EQUIV_POISON=0`` turns it off (e.g. for profiling); unrelated test runs never see it.
+    """
+    if not _ACTIVE or not _cuda_available() or os.environ.get("GDN_EQUIV_POISON", "1") == "0":
+        yield
+        return
+    with testing.nan_poisoned_empty("cuda"):
+        yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _ACTIVE:
+        return
+    skips = {
+        "gpu": None if _cuda_available() else "needs a CUDA device (none visible)",
+        "cuda_backend": None
+        if importlib.util.find_spec("causal_conv1d") is not None
+        else "needs the causal-conv1d package",
+        "fla": None if importlib.util.find_spec("fla") is not None else "needs flash-linear-attention",
+    }
+    for item in items:
+        for marker, reason in skips.items():
+            if reason is not None and item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# ---- counting examples ---------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Count the examples of every Hypothesis test, chaining Hypothesis' own statistics callback."""
+    if not _ACTIVE:
+        return (yield)
+    from hypothesis.statistics import collector
+
+    previous = collector.value
+
+    def note(stats: Any) -> None:
+        testing.count_hypothesis_test_cases(stats)
+        if previous is not None:
+            previous(stats)
+
+    with collector.with_value(note):
+        return (yield)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if _ACTIVE and workeroutput is not None:  # an xdist worker: hand the counts to the controller
+        workeroutput["gdn_equiv_counts"] = json.dumps(testing.counts())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    data = getattr(node, "workeroutput", {}).get("gdn_equiv_counts")
+    if data:
+        _WORKER_COUNTS.append(json.loads(data))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _ACTIVE or hasattr(config, "workerinput"):
+        return
+    from hypothesis import settings
+
+    totals = testing.counts()
+    for worker in _WORKER_COUNTS:
+        for key, value in worker.items():
+            totals[key] = totals.get(key, 0) + value
+    elapsed = time.perf_counter() - _START
+    n = totals["hypothesis"]
+    rate = n / elapsed if elapsed > 0 else 0.0
+    profile = settings.get_current_profile_name()
+    terminalreporter.write_line(
+        f"gdn-equiv: {n} Hypothesis examples in {elapsed:.1f} s ({rate:.1f} examples/s); "
+        f"{totals['properties']} counted by properties (count_example); profile {profile!r}"
+    )
