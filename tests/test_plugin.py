@@ -1,0 +1,212 @@
+"""Gating a kernel from another project: the installed pytest plugin, plug-in backends, CI reports.
+
+One fresh virtual environment sees the outer environment's packages (torch, hypothesis, pytest:
+nothing is downloaded) and gets this repository and ``examples/kernel_pkg`` installed editable. In
+a directory outside the repository (so no ``conftest.py`` helps), it runs what a kernel repo's CI
+would: ``pytest --pyargs gdn_equiv.suite --gdn-backend ...`` on broken kernels (named by entry point
+and by ``module:callable``) and on the correct one, and ``gdn-equiv check`` with JUnit/JSON reports.
+The runs go in parallel; each is cut to one or two properties with the ``dev`` profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import venv
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from gdn_equiv.backends import as_backend, get_backend
+from gdn_equiv.backends.torch_backend import BACKEND as TORCH
+from gdn_equiv.errors import InvalidArgument
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "examples" / "kernel_pkg"
+
+
+def _bin(env_dir: Path, name: str) -> Path:
+    return env_dir / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH", "COV_"))}
+    env.update(HYPOTHESIS_PROFILE="dev", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def env_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with this repo and the example kernels installed, the outer packages visible."""
+    path = tmp_path_factory.mktemp("gate") / "venv"
+    venv.create(path, system_site_packages=True, with_pip=False)
+    python = _bin(path, "python")
+    inner_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # --system-site-packages means the *base* interpreter's packages; when the outer environment is
+    # itself a venv (CI), its packages are only visible through a .pth file.
+    outer = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if Path(p).is_dir()]
+    Path(inner_site, "_gdn_equiv_outer.pth").write_text("\n".join(outer) + "\n")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", ROOT, "-e", KERNELS],
+        check=True,
+        env=_child_env(),
+        cwd=path.parent,
+        capture_output=True,
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(env_dir: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Every gate of this module, started together and awaited (each ~10 s on one core)."""
+    work = env_dir.parent / "kernel-repo"
+    work.mkdir()
+    python = str(_bin(env_dir, "python"))
+    suite = [python, "-m", "pytest", "--pyargs", "gdn_equiv.suite", "-p", "no:cacheprovider", "-x", "-q"]
+    commands = {
+        "entry_point": [*suite, "--gdn-backend", "example-state-shift", "-k", "update_matches"],
+        "module_callable": [*suite, "--gdn-backend", "gdn_example_kernels.broken:bias_block", "-k", "forward_matches"],
+        "correct": [*suite, "--gdn-backend", "example-correct", "-k", "update_matches or fused_forward"],
+        "check": [
+            str(_bin(env_dir, "gdn-equiv")),
+            *("check", "--backend", "example-bias-block", "--profile", "dev", "--skip-necessity"),
+            *("--property", "P3-forward-exact", "--dtype", "float32", "--dtype", "bfloat16"),
+            *("--junit-xml", "junit.xml", "--json", "summary.json", "--report", "report"),
+        ],
+    }
+    procs = {
+        name: subprocess.Popen(
+            cmd, cwd=work, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for name, cmd in commands.items()
+    }
+    out = {}
+    for name, proc in procs.items():
+        stdout, _ = proc.communicate(timeout=300)
+        out[name] = subprocess.CompletedProcess(commands[name], proc.returncode, stdout)
+    out["cwd"] = work  # type: ignore[assignment]
+    return out
+
+
+def _failed_with_shrunk_example(result: subprocess.CompletedProcess, test: str, backend: str) -> None:
+    text = result.stdout
+    assert result.returncode == 1, text[-3000:]
+    assert "FAILED " in text and f"{test}[{backend}]" in text, text[-3000:]
+    assert "Falsifying example" in text, text[-3000:]
+    assert "are not close" in text or "are not equal" in text, text[-3000:]
+
+
+def test_installed_plugin_catches_broken_kernel_named_by_entry_point(runs):
+    """``--gdn-backend example-state-shift`` (a ``gdn_equiv.backends`` entry point of the kernel package)."""
+    _failed_with_shrunk_example(
+        runs["entry_point"], "test_backend_update_matches_torch_and_keeps_state", "example-state-shift"
+    )
+
+
+def test_installed_plugin_catches_broken_kernel_named_as_module_callable(runs):
+    """``--gdn-backend gdn_example_kernels.broken:bias_block``: a bare forward function, no registration."""
+    _failed_with_shrunk_example(
+        runs["module_callable"], "test_backend_forward_matches_torch", "gdn_example_kernels.broken:bias_block"
+    )
+
+
+def test_installed_plugin_passes_correct_kernel(runs):
+    result = runs["correct"]
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 passed" in result.stdout and "gdn-equiv:" in result.stdout, result.stdout[-3000:]
+
+
+def test_check_writes_junit_and_json_for_a_broken_kernel(runs, env_dir):
+    """One JUnit testcase per property x backend x dtype row; the failure carries the shrunk example."""
+    result, cwd = runs["check"], runs["cwd"]
+    assert result.returncode == 1, result.stdout[-3000:]
+    suite = ET.parse(cwd / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [
+        "P3-forward-exact[example-bias-block-float32]",
+        "P3-forward-exact[example-bias-block-bfloat16]",
+    ]
+    failures = [c.find("failure") for c in cases if c.find("failure") is not None]
+    assert suite.get("tests") == "2" and suite.get("failures") == str(len(failures)) and failures
+    assert "Shrunk example" in failures[0].text and "gdn-equiv repro" in failures[0].text
+    rows = json.loads((cwd / "summary.json").read_text())["checks"]
+    assert [r["dtype"] for r in rows] == ["float32", "bfloat16"]
+    failed = [r for r in rows if r["result"] == "FAIL"]
+    assert len(failed) == len(failures) and failed[0]["worst"]["mismatched"] > 0
+    assert Path(cwd, failed[0]["repro"]).is_file()
+    replay = subprocess.run(
+        [_bin(env_dir, "gdn-equiv"), "repro", failed[0]["repro_json"]],
+        cwd=cwd,
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert replay.returncode == 1 and "fused vs separate are not equal" in replay.stdout, replay.stdout[-3000:]
+
+
+# ---- the plug-in protocol, checked at load time ----------------------------------------------
+
+
+def _swapped(x, weight, activation, bias, initial_state, output_final_state, cu_seqlens):
+    raise AssertionError("never called")
+
+
+def _too_few(x, weight, bias, activation):
+    raise AssertionError("never called")
+
+
+def _wrong_update(x, weight, state, bias, activation):
+    raise AssertionError("never called")
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (_swapped, "parameter 'activation' is at position 2"),
+        (_too_few, "7 positional arguments"),
+        (type("K", (), {"forward": staticmethod(TORCH.forward), "update": staticmethod(_wrong_update)})(), "update"),
+        (42, "is a int"),
+    ],
+    ids=["swapped-names", "too-few", "update-order", "not-callable"],
+)
+def test_plugin_with_wrong_signature_is_refused_at_load_time(obj, message):
+    with pytest.raises(InvalidArgument, match=message):
+        as_backend(obj, "under-review")
+
+
+def test_plugin_with_wrong_outputs_is_refused_naming_the_rule():
+    import torch
+
+    from gdn_equiv.backends import _REGISTRY, causal_conv1d, causal_conv1d_update, register_backend
+
+    def fp32_state(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        y, final = TORCH.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+        return y, None if final is None else final.float()
+
+    def in_place(x, state, weight, bias, activation):
+        y, new_state = TORCH.update(x, state, weight, bias, activation)
+        state.copy_(new_state)
+        return y, state
+
+    register_backend(
+        as_backend(type("K", (), {"forward": staticmethod(fp32_state), "update": staticmethod(in_place)})(), "bad-out")
+    )
+    try:
+        x, w = torch.randn(1, 3, 2, dtype=torch.float16), torch.randn(2, 2, dtype=torch.float16)
+        with pytest.raises(InvalidArgument, match=r"final_state .*float32.*expected .*float16"):
+            causal_conv1d(x, w, None, None, None, True, backend="bad-out")
+        with pytest.raises(InvalidArgument, match="modified the state"):
+            causal_conv1d_update(x[:, 0], torch.zeros(1, 2, 2, dtype=torch.float16), w, None, None, backend="bad-out")
+    finally:
+        _REGISTRY.pop("bad-out", None)
+    assert get_backend("torch") is not None
