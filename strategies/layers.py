@@ -154,6 +154,13 @@ def layer_configs(
     backends = _nonempty("backends", backends)  # type: ignore[assignment]
     if fusable_convs is not None and use_short_conv is False:
         raise InvalidArgument("fusable_convs needs short convs; got use_short_conv=False")
+    # e.g. causal-conv1d runs widths 2-4 only: draw what every chosen backend supports
+    from gdn_equiv.backends import supported_widths
+
+    lo, hi = supported_widths(tuple(backends))
+    min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)
+    if min_conv_size > max_conv_size:
+        raise InvalidArgument(f"no conv size in range is supported by all of {backends} (widths {lo}..{hi})")
     breakable = _breakable(backends, conv_dtypes, dtype)
     if break_conditions is not None:
         if fusable_convs is not False:
@@ -175,6 +182,7 @@ def layer_configs(
             conv_bias=conv_bias,
             min_conv_size=min_conv_size,
             max_conv_size=max_conv_size,
+            max_width=hi,
             modes=tuple(_nonempty("modes", modes)),  # type: ignore[arg-type]
             vary_convs=vary_convs,
             conv_dtypes=tuple(conv_dtypes),
@@ -199,6 +207,7 @@ class _ConfigParams:
     conv_bias: bool | None
     min_conv_size: int
     max_conv_size: int
+    max_width: int
     modes: tuple[str, ...]
     vary_convs: float
     conv_dtypes: tuple[str, ...]
@@ -225,7 +234,7 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> GDNConfig:
     backend = draw(st.sampled_from(p.backends))
     activation = draw(st.sampled_from(CONV_ACTIVATIONS))
     specs = [ConvSpec(activation=activation)] * 3
-    max_kernel_size = max(p.max_conv_size, p.min_conv_size + 1, 8)
+    max_kernel_size = min(max(p.max_conv_size, p.min_conv_size + 1, 8), p.max_width)
     # The vary flag is drawn whether or not short convs exist: the shrinker prefers fewer choices,
     # and a short skipped draw would make "no short conv" look simpler than the default layer.
     vary = draw(rare(p.vary_convs))

@@ -65,8 +65,12 @@ def violating(
         other = None if current in ("silu", "swish") else "silu"
         return _with_conv(base, name, activation=other)
     if condition is Condition.G7:
+        from gdn_equiv.backends import supported_widths
+
         size = c.conv_spec(name).kernel_size or c.conv_size
-        return _with_conv(base, name, kernel_size=draw(st.integers(2, 6).filter(lambda w: w != size)))
+        lo, hi = supported_widths(backends)
+        sizes = [w for w in range(max(lo, 2), min(hi, 6) + 1) if w != size]
+        return _with_conv(base, name, kernel_size=draw(st.sampled_from(sizes)))
     if condition is Condition.G8:
         if draw(st.booleans()):
             return replace(

@@ -47,6 +47,7 @@ __all__ = [
     "get_backend",
     "known_backends",
     "register_backend",
+    "supported_widths",
 ]
 
 Tensor = torch.Tensor
@@ -145,6 +146,19 @@ def as_backend(obj: object, name: str, origin: str = "") -> Backend:
             "function or an object with a forward method (see gdn_equiv.backends.ConvBackend)"
         )
     return backend.check()
+
+
+def supported_widths(names: list[str] | tuple[str, ...]) -> tuple[int, int]:
+    """The kernel widths every backend in ``names`` supports, as an inclusive ``(min, max)``."""
+    lo, hi = 1, 64
+    for name in names:
+        try:
+            widths = get_backend(name).widths
+        except InvalidArgument:
+            continue
+        if widths is not None:
+            lo, hi = max(lo, widths[0]), min(hi, widths[1])
+    return lo, hi
 
 
 def available_backends() -> list[str]:

@@ -110,6 +110,8 @@ class Backend:
     update: UpdateFn | None = None
     unavailable: Callable[[], str | None] = lambda: None
     description: str = ""
+    #: Supported kernel widths ``(min, max)``, inclusive; strategies draw only these. ``None``: any.
+    widths: tuple[int, int] | None = None
 
     def check(self) -> Backend:
         """Refuse a forward/update whose signature cannot take SPEC §3's arguments; returns ``self``."""

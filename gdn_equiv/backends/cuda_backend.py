@@ -220,4 +220,5 @@ BACKEND = Backend(
     update=update,
     unavailable=unavailable,
     description="Dao-AILab causal-conv1d (channel-last kernel, widths 2-4, fp32 arithmetic inside); CUDA only",
+    widths=(_MIN_W, _MAX_W),
 )
