@@ -40,6 +40,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 from types import ModuleType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -143,6 +144,23 @@ def _varlen_final(x: Tensor, cu_seqlens: Tensor, W: int) -> Tensor:
     return torch.stack(finals, 0) if finals else x.new_zeros(0, D, W)
 
 
+class _ChannelLastGrad(torch.autograd.Function):
+    """Identity whose backward hands the package its final-state gradient channel-last.
+
+    Autograd gives the gradient of ``pkg_final`` as a column slice of our ``[N, D, W]`` gradient
+    (``stride(1) == W``); the package's backward reads ``dfinal_states`` as if ``stride(1) == 1``
+    without checking (H200: dx wrong in channels 32-39 of 40, see repro/causal_conv1d_dfinal_states.py).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, t: Tensor) -> Tensor:
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        return grad.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def forward(
     x: Tensor,
     weight: Tensor,
@@ -195,6 +213,7 @@ def forward(
         else:
             assert pkg_final is not None
             first = _history_column(x, initial_state, W)  # [B, D]
+            pkg_final = _ChannelLastGrad.apply(pkg_final)
             final = torch.cat([first.unsqueeze(-1), pkg_final[:, :D]], dim=-1)  # [B, D, W]
     return y, final
 
