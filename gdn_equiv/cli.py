@@ -154,13 +154,16 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from gdn_equiv import bench
 
-    results = bench.bench_prologue(
-        backends=args.backend.split(",") if args.backend else None,
-        iters=args.iters,
-        warmup=args.warmup,
-        quick=args.quick,
-    )
-    bench.print_table(results)
+    results: list[dict] = []
+    for shape in bench.QUICK_SHAPES if args.quick else bench.SHAPES:
+        # one shape at a time, printed as it completes: a cold run compiles kernels for minutes
+        results += bench.bench_prologue(
+            shapes=[shape],
+            backends=args.backend.split(",") if args.backend else None,
+            iters=args.iters,
+            warmup=args.warmup,
+        )
+        print(bench.format_table(results), flush=True)
     return 0
 
 
