@@ -26,6 +26,16 @@ def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, datab
     from gdn_equiv.guard import Condition
 
     checks = []
+    if args.target != "gdn_equiv":
+        # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
+        # properties need our layer's prologue argument
+        budget = getattr(args, "seconds", None)
+        for check in runner.search_gaps(
+            args.target, max_examples=max_examples, device=args.device, seconds=budget, database=database
+        ):
+            checks.append(check)
+            _progress(check)
+        return checks
     for backend in args.backend.split(","):
         for name in args.property or list(runner.SPECS):
             for dtype in args.dtype or DTYPES:
@@ -175,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--backend", default="torch", help="conv backend(s), comma separated, or module:callable")
-        p.add_argument("--target", default="gdn_equiv", choices=["gdn_equiv"], help="layer under test")
+        p.add_argument("--target", default="gdn_equiv", choices=["gdn_equiv", "fla"], help="layer under test")
         p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda when present)")
         p.add_argument("--profile", default="ci", choices=sorted(PROFILE_EXAMPLES))
         p.add_argument("--examples", type=int, default=None, help="examples per property (overrides the profile)")

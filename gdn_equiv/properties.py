@@ -306,9 +306,90 @@ __all__ = [
     "check_forward_exact",
     "check_gradients",
     "check_path_taken",
+    "check_target_guard",
     "compare",
     "compare_caches",
     "cross_backend",
     "forced_fusion_error",
     "run",
 ]
+
+
+# --- upstream targets: their guard against the spec -----------------------------------------
+
+
+class UpstreamGap(Mismatch):
+    """A target's guard disagrees with the spec; subclasses name what that costs."""
+
+
+class GapBiasDropped(UpstreamGap):
+    """The guard fuses with the layer flag off while a conv has a bias: the fused path drops it."""
+
+
+class GapMissingBiasCrash(UpstreamGap):
+    """The guard fuses with the layer flag on while a conv has no bias: the fused path raises."""
+
+
+class GapOtherRefusal(UpstreamGap):
+    """The guard fuses where the spec refuses for another reason."""
+
+
+class GapNeedlessFallback(UpstreamGap):
+    """The guard falls back where fusion is exact (incomplete; costs speed, not correctness)."""
+
+
+def check_target_guard(
+    example: Example, *, device: str = "cpu", layer_cls: type | None = None, target: str = "fla"
+) -> Decision:
+    """P1 on an upstream target: its own guard's answer vs the spec's, and the cost of a gap.
+
+    Runs on CPU: a crash of the fused path is shown for real when it happens before any kernel
+    (fla's ``torch.cat`` of a ``None`` bias); a dropped bias is shown by running both paths on a
+    GPU and inferred from the facts on a CPU (the message says which).
+    """
+    from gdn_equiv.guard import decide
+    from gdn_equiv.targets import get_target
+
+    handle: Any = get_target(target).build(example, device)
+    inputs = handle.inputs()
+    call = handle.reference.call_facts(
+        inputs.x, inputs.attention_mask, inputs.cache, inputs.use_cache, inputs.cu_seqlens
+    )
+    facts = handle.layer_facts()
+    spec = decide(facts, call)
+    fuses, _ = handle.decide(call)
+    context = f"{example.short()}\nspec: {spec}"
+    if fuses == spec.fuse:
+        return spec
+    report = Report("guard", (target, "spec"), False, 1, problem=f"{target} fuses={fuses}, spec fuses={spec.fuse}")
+    if not fuses:
+        raise GapNeedlessFallback(f"{target}'s guard falls back where fusion is exact\nExample: {context}", report)
+    if Condition.G8 in spec.failed and facts.convs is not None:
+        has = [c.has_bias for c in facts.convs]
+        if facts.conv_bias and not all(has):
+            try:
+                handle.run(inputs, "auto")
+            except TypeError as exc:
+                raise GapMissingBiasCrash(
+                    f"{target} fuses with conv_bias=True and a conv without bias; its fused path raises "
+                    f"TypeError: {exc}\nExample: {context}",
+                    report,
+                ) from exc
+            except Exception:  # the kernel itself cannot run here; the facts already show the gap
+                pass
+            raise GapMissingBiasCrash(
+                f"{target} fuses with conv_bias=True and a conv without bias\nExample: {context}", report
+            )
+        if not facts.conv_bias and any(has):
+            how = "inferred from the facts (the fused path concatenates no bias when the flag is off)"
+            if str(device).startswith("cuda"):
+                fused, _ = handle.run(inputs, "fused")
+                separate, _ = handle.run(inputs, "separate")
+                diff = compare(fused, separate, name="output", paths=("fused", "separate"))
+                how = f"run on {device}: fused vs separate differ by up to {diff.max_abs:.3g}"
+            raise GapBiasDropped(
+                f"{target} fuses with conv_bias=False and a conv with a bias: the bias is dropped ({how})"
+                f"\nExample: {context}",
+                report,
+            )
+    raise GapOtherRefusal(f"{target} fuses where the spec refuses\nExample: {context}", report)

@@ -252,7 +252,7 @@ def write_report(checks: list[Check], out_dir: Path, *, device: str, meta: dict[
     for i, check in enumerate(checks):
         entry = check.as_dict()
         if check.example is not None and check.result == "FAIL":
-            fn = SPECS[check.name][0].__name__
+            fn = SPECS[check.name][0].__name__ if check.name in SPECS else P.check_target_guard.__name__
             stem = f"failure-{i:02d}-{check.name}-{_safe(check.backend)}-{check.dtype}"
             failure_json = out_dir / f"{stem}.json"
             failure_json.write_text(
@@ -397,3 +397,56 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() and os.environ.get("GDN_EQUIV_DEVICE", "") != "cpu" else "cpu"
+
+
+def search_gaps(
+    target: str, *, max_examples: int, device: str = "cpu", seconds: float | None = None, database: Any = None
+) -> list[Check]:
+    """P1 against an upstream target: search its guard's gaps one kind at a time.
+
+    Each round runs the guard-vs-spec property with the gap kinds found so far counted as known;
+    a round that finds a new kind records it (shrunk, with the time since the start) and the search
+    goes on, until a round finds nothing new or ``seconds`` are spent.
+    """
+    from gdn_equiv.strategies import examples
+
+    strategy = st.one_of(examples(fusable=True), examples(fusable=False))
+    started = time.perf_counter()
+    known: dict[type, Check] = {}
+    clean = Check(f"P1-{target}-guard-vs-spec", "-")
+    found: list[tuple[type, Example]] = []
+    while seconds is None or time.perf_counter() - started < seconds:
+        found.clear()
+
+        @settings(
+            max_examples=max_examples,
+            deadline=None,
+            database=database,
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+        )
+        @given(strategy)
+        def prop(example: Example) -> None:
+            clean.examples += 1
+            try:
+                decision = P.check_target_guard(example, device=device, target=target)
+            except P.UpstreamGap as exc:
+                if type(exc) in known:
+                    return
+                found[:] = [(type(exc), example)]
+                raise
+            clean.reasons[decision.reason_id] += 1
+
+        try:
+            prop()
+            if seconds is None:
+                break  # a check: one round with nothing new ends it; a fuzz run spends its budget
+        except P.UpstreamGap as exc:
+            kind, example = found[-1]
+            check = Check(f"P1-{target}-gap-{kind.__name__.removeprefix('Gap')}", "-")
+            check.result, check.failure, check.example = "FAIL", f"{kind.__name__}: {exc}", example
+            check.seconds = time.perf_counter() - started  # time until this gap was found and shrunk
+            check.examples = clean.examples
+            known[kind] = check
+    clean.seconds = time.perf_counter() - started
+    return [clean, *known.values()]
