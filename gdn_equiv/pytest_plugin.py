@@ -127,6 +127,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
     testing.register_profiles()
     settings.load_profile(testing.default_profile())
+    _load_backends(config)
+
+
+def _load_backends(config: pytest.Config) -> None:
+    """A backend that cannot load (unknown name, import error, wrong signature) stops the run at once."""
+    from gdn_equiv.backends import get_backend
+    from gdn_equiv.errors import InvalidArgument
+
+    for name in _names(config, "gdn_backend", "torch"):
+        try:
+            get_backend(name)
+        except InvalidArgument as exc:
+            raise pytest.UsageError(f"--gdn-backend: {exc}") from exc
 
 
 # ---- fixtures ------------------------------------------------------------------------------
