@@ -225,8 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "device", "cpu") == "cpu":
+        import os
+
         import torch
 
+        # without a GPU our triton kernels run in the interpreter (set before triton is imported),
+        # which also gives the G5 necessity search its second backend
+        if not torch.cuda.is_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
         torch.set_num_threads(1)  # examples are tiny; threads cost more than they give
     return int(args.func(args))
 

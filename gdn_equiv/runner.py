@@ -117,17 +117,18 @@ class Check:
 def _strategy(kind: str, backend: str, max_seq_len: int, dtype: str | None = None) -> st.SearchStrategy[Example]:
     from gdn_equiv.strategies import examples
 
-    fusable = {"fusable": True, "refused": False, "any": None}[kind]
-    if dtype is None:
-        return examples(backends=(backend,), fusable=fusable, max_seq_len=max_seq_len)
-    return examples(backends=(backend,), fusable=fusable, max_seq_len=max_seq_len, dtypes=(dtype,))
+    fusable = {"fusable": True, "fusable-grad": True, "refused": False, "any": None}[kind]
+    kwargs: dict[str, Any] = {"grad": True} if kind == "fusable-grad" else {}
+    if dtype is not None:
+        kwargs["dtypes"] = (dtype,)
+    return examples(backends=(backend,), fusable=fusable, max_seq_len=max_seq_len, **kwargs)
 
 
 # property name -> (function, which states to draw)
 SPECS: dict[str, tuple[Callable[..., Any], str]] = {
     "P2-path-taken": (P.check_path_taken, "any"),
     "P3-forward-exact": (P.check_forward_exact, "fusable"),
-    "P4-gradients": (P.check_gradients, "fusable"),
+    "P4-gradients": (P.check_gradients, "fusable-grad"),
     "P5-fallback-exact": (P.check_fallback_exact, "refused"),
     "P7-backend-vs-torch": (P.check_backend_matches_torch, "any"),
 }
