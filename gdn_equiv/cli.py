@@ -14,6 +14,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gdn_equiv.runner import Check
 
 # examples per property x dtype row for each profile (the pytest profiles live in gdn_equiv/testing.py)
 PROFILE_EXAMPLES = {"dev": 10, "ci": 40, "gpu": 30, "fuzz": 200}
@@ -61,12 +65,12 @@ def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, datab
     return checks
 
 
-def _progress(check: object) -> None:
+def _progress(check: Check) -> None:
     print(
-        f"  {check.name:<24} {check.backend:<8} {check.dtype:<8} {check.result:<15} {check.examples:>5} examples "  # type: ignore[attr-defined]
+        f"  {check.name:<24} {check.backend:<8} {check.dtype:<8} {check.result:<15} {check.examples:>5} examples "
         f"{check.seconds:6.1f}s",
         flush=True,
-    )  # type: ignore[attr-defined]
+    )
 
 
 def _finish(args: argparse.Namespace, checks: list, started: float, mode: str) -> int:

@@ -9,6 +9,7 @@ where fusion is exact.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gdn_equiv.config import CallFacts, ConvFacts, LayerFacts, canonical_activation
@@ -61,7 +62,7 @@ class Decision:
         return "; ".join(f"{c}: {c.rule}" for c in self.failed)
 
 
-def _all_equal(values: list[object]) -> bool:
+def _all_equal(values: Sequence[object]) -> bool:
     return all(v == values[0] for v in values)
 
 

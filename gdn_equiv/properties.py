@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -87,7 +87,7 @@ def _raise_error(outcome: Outcome, path: str, example: Example) -> None:
 
 
 def _setup(example: Example, device: str, layer_cls: type | None) -> tuple[FusedGatedDeltaNet, Inputs, Decision]:
-    layer = build_layer(example, layer_cls or FusedGatedDeltaNet, device)
+    layer = cast(FusedGatedDeltaNet, build_layer(example, layer_cls or FusedGatedDeltaNet, device))
     inputs = materialize(example, layer, device)
     return layer, inputs, decision_of(layer, inputs)
 

@@ -26,11 +26,16 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from gdn_equiv import testing
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hypothesis.utils.dynamicvariables import DynamicVariable
 
 MARKERS = {
     "gpu": "needs a CUDA device (skipped with a reason without one)",
@@ -100,7 +105,7 @@ def _alias_strategies() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules["gdn_equiv.strategies"] = module
     spec.loader.exec_module(module)
-    gdn_equiv.strategies = module  # type: ignore[attr-defined]
+    gdn_equiv.strategies = module
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -238,8 +243,9 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     """Count the examples of every Hypothesis test, chaining Hypothesis' own statistics callback."""
     if not _ACTIVE:
         return (yield)
-    from hypothesis.statistics import collector
+    from hypothesis.statistics import collector as _collector
 
+    collector = cast("DynamicVariable[Callable[[Any], None] | None]", _collector)
     previous = collector.value
 
     def note(stats: Any) -> None:

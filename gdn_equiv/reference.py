@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -267,7 +267,7 @@ class GatedDeltaNet(nn.Module):
 
     # ---- facts for the guard -------------------------------------------------------------
     def convs(self) -> tuple[ShortConv, ShortConv, ShortConv]:
-        return (self.q_conv1d, self.k_conv1d, self.v_conv1d)
+        return cast("tuple[ShortConv, ShortConv, ShortConv]", (self.q_conv1d, self.k_conv1d, self.v_conv1d))
 
     def layer_facts(self) -> LayerFacts:
         if not self.use_short_conv:
@@ -381,7 +381,7 @@ class GatedDeltaNet(nn.Module):
         """A cached state must fit this layer and call: shapes, dtypes, device."""
         rec = state.get("recurrent_state")
         if rec is not None:
-            shape = (num_seqs, self.num_v_heads, self.head_v_dim, self.head_k_dim)
+            shape: tuple[int, ...] = (num_seqs, self.num_v_heads, self.head_v_dim, self.head_k_dim)
             if not isinstance(rec, torch.Tensor) or tuple(rec.shape) != shape:
                 raise InvalidArgument(
                     f"cached recurrent_state must have shape {shape}, got {tuple(getattr(rec, 'shape', ()))}"

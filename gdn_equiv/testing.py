@@ -201,10 +201,10 @@ def nan_poisoned_empty(device_type: str = "cuda") -> Iterator[None]:
     def new_empty(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return poison(originals[2](self, *args, **kwargs))
 
-    torch.empty, torch.empty_like = empty, empty_like  # type: ignore[assignment]
-    torch.Tensor.new_empty = new_empty  # type: ignore[method-assign]
+    torch.empty, torch.empty_like = empty, empty_like
+    torch.Tensor.new_empty = new_empty  # type: ignore[assignment]
     try:
         yield
     finally:
-        torch.empty, torch.empty_like = originals[0], originals[1]  # type: ignore[assignment]
+        torch.empty, torch.empty_like = originals[0], originals[1]
         torch.Tensor.new_empty = originals[2]  # type: ignore[method-assign]

@@ -13,12 +13,12 @@ import itertools
 from collections.abc import Callable, Iterator
 
 import pytest
-from gdn_equiv.strategies import call_facts, layer_facts
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.config import CallFacts, ConvFacts, LayerFacts
 from gdn_equiv.guard import Condition, Decision, decide, decide_upstream
+from gdn_equiv.strategies import call_facts, layer_facts
 from gdn_equiv.testing import count_example
 
 # ---- the oracle ----------------------------------------------------------------------------

@@ -9,6 +9,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
+
+from gdn_equiv.backends import register_backend
+from gdn_equiv.backends.base import Backend
+from gdn_equiv.backends.torch_backend import BACKEND as TORCH
+from gdn_equiv.config import CallFacts, GDNConfig, LayerFacts
+from gdn_equiv.example import Example, build_layer, materialize
+from gdn_equiv.guard import Decision, decide
 from gdn_equiv.strategies import (
     CONV_REASONS,
     REASONS,
@@ -19,15 +28,6 @@ from gdn_equiv.strategies import (
     layer_configs,
     seq_lens,
 )
-from hypothesis import HealthCheck, Phase, find, given, settings
-from hypothesis import strategies as st
-
-from gdn_equiv.backends import register_backend
-from gdn_equiv.backends.base import Backend
-from gdn_equiv.backends.torch_backend import BACKEND as TORCH
-from gdn_equiv.config import CallFacts, GDNConfig, LayerFacts
-from gdn_equiv.example import Example, build_layer, materialize
-from gdn_equiv.guard import Decision, decide
 from gdn_equiv.testing import count_example
 
 # A second backend name for G5 (backends disagree): the torch kernels registered as a plug-in.

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from gdn_equiv.strategies import examples
 from hypothesis import HealthCheck, find, settings
 
 from gdn_equiv import properties as P
@@ -18,6 +17,7 @@ from gdn_equiv.compare import Mismatch
 from gdn_equiv.example import Example
 from gdn_equiv.fused import FusedGatedDeltaNet
 from gdn_equiv.guard import Decision, decide, decide_upstream
+from gdn_equiv.strategies import examples
 
 pytestmark = pytest.mark.teeth
 

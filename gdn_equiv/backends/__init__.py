@@ -139,7 +139,7 @@ def as_backend(obj: object, name: str, origin: str = "") -> Backend:
             description=(getattr(obj, "__doc__", None) or "").strip().split("\n")[0],
         )
     elif callable(obj) and not inspect.isclass(obj):
-        backend = Backend(name=name, forward=obj)  # type: ignore[arg-type]
+        backend = Backend(name=name, forward=obj)
     else:
         raise InvalidArgument(
             f"conv backend {name!r}{where} is a {type(obj).__name__}: expected a gdn_equiv Backend, a forward "

@@ -40,7 +40,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 from types import ModuleType
-from typing import Any
+from typing import Any, overload
 
 import torch
 import torch.nn.functional as F
@@ -109,6 +109,12 @@ def _channel_last_ok(x: Tensor) -> bool:
     return x.stride(2) == 1 and D % 8 == 0 and x.stride(1) % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
 
 
+@overload
+def _pad_channels(t: Tensor, pad: int, dim: int) -> Tensor: ...
+@overload
+def _pad_channels(t: None, pad: int, dim: int) -> None: ...
+@overload
+def _pad_channels(t: Tensor | None, pad: int, dim: int) -> Tensor | None: ...
 def _pad_channels(t: Tensor | None, pad: int, dim: int) -> Tensor | None:
     if t is None or pad == 0:
         return t

@@ -206,7 +206,7 @@ def _backward_impl(
 
 class _CausalConv1d(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, initial_state, cu_seqlens, activation, output_final_state):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, initial_state, cu_seqlens, activation, output_final_state):
         vl = _Varlen(x, cu_seqlens)
         y, final = _forward_impl(x, weight, bias, activation, initial_state, output_final_state, vl)
         ctx.save_for_backward(x, weight, bias, initial_state)
@@ -216,7 +216,7 @@ class _CausalConv1d(torch.autograd.Function):
         return y, final
 
     @staticmethod
-    def backward(ctx, dy, dfinal):  # type: ignore[override]
+    def backward(ctx, dy, dfinal):
         x, weight, bias, initial_state = ctx.saved_tensors
         if dy is None:
             dy = torch.zeros_like(x)

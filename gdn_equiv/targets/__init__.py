@@ -36,8 +36,11 @@ __all__ = ["PROLOGUES", "Handle", "Target", "get_target", "known_targets"]
 class Handle(Protocol):
     """One built layer of a target, with the facts and guard the suite compares against the spec."""
 
-    example: Example
-    layer: torch.nn.Module
+    @property
+    def example(self) -> Example: ...
+
+    @property
+    def layer(self) -> torch.nn.Module: ...
 
     def inputs(self) -> Inputs:
         """The example's call arguments for this layer (a fresh cache each time)."""
@@ -67,8 +70,11 @@ class Handle(Protocol):
 
 
 class Target(Protocol):
-    name: str
-    prologues: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def prologues(self) -> tuple[str, ...]: ...
 
     def unavailable(self) -> str | None:
         """``None`` when the target can be built here, else why not (a pytest skip reason)."""

@@ -74,7 +74,7 @@ def _layer_classes() -> tuple[type, type]:
         pinned: bool | None = None
         last_guard: bool | None = None
 
-        def _use_fused_qkv_conv(self, last_state, use_cache, cu_seqlens):  # type: ignore[no-untyped-def]
+        def _use_fused_qkv_conv(self, last_state, use_cache, cu_seqlens):
             self.last_guard = GatedDeltaNet._use_fused_qkv_conv(self, last_state, use_cache, cu_seqlens)
             return self.last_guard if self.pinned is None else self.pinned
 
@@ -286,7 +286,7 @@ class FlaHandle:
             for name in CONV_NAMES:
                 getattr(self.layer, f"{name}_conv1d").register_forward_hook(self._hook(name))
 
-    def _hook(self, name: str):  # type: ignore[no-untyped-def]
+    def _hook(self, name: str):
         def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
             self._calls.append(name)
 
