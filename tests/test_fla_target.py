@@ -74,15 +74,24 @@ def _fla_name(config: GDNConfig) -> str:
 
 
 # ---- generated layer and call states ------------------------------------------------------------
-def conv_spec_overrides() -> st.SearchStrategy[ConvSpec]:
-    """A conv's own facts; every field may repeat the layer's value, differ, or be left to the layer."""
-    return st.builds(
-        ConvSpec,
-        backend=st.sampled_from([None, "triton", "cuda"]),
-        activation=st.sampled_from(["silu", "swish", None]),
-        kernel_size=st.sampled_from([None, 2, 3, 4]),
-        bias=st.sampled_from([None, False, True]),
-    )
+_FIELDS = {
+    "backend": ["triton", "cuda"],
+    "activation": ["swish", None],
+    "kernel_size": [2, 3, 4],
+    "bias": [False, True],
+}
+
+
+@st.composite
+def conv_spec_overrides(draw: st.DrawFn) -> ConvSpec:
+    """A conv's own facts: at most one field deviates from the layer's (its value drawn freely, so it
+    may still repeat the layer's). Single-field deviations are where a guard gap hides (one bias too
+    many or too few); several at once would mostly be refused for other reasons. Shrinks to ``ConvSpec()``.
+    """
+    field = draw(st.sampled_from([None, *_FIELDS]))
+    if field is None:
+        return ConvSpec()
+    return ConvSpec(**{field: draw(st.sampled_from(_FIELDS[field]))})
 
 
 def configs(*, conv_bias: bool | None = None) -> st.SearchStrategy[GDNConfig]:
@@ -93,18 +102,20 @@ def configs(*, conv_bias: bool | None = None) -> st.SearchStrategy[GDNConfig]:
         head_dim=st.just(4),
         num_heads=st.integers(1, 2),
         expand_v=st.sampled_from([1, 2]),
-        use_short_conv=st.booleans().map(lambda off: not off),
+        use_short_conv=st.sampled_from([True] * 7 + [False]),
         conv_size=st.integers(2, 4),
         conv_bias=st.booleans() if conv_bias is None else st.just(conv_bias),
         conv_backend=st.sampled_from(["triton", "cuda"]),
-        q_conv=st.one_of(st.just(ConvSpec()), conv_spec_overrides()),
-        k_conv=st.one_of(st.just(ConvSpec()), conv_spec_overrides()),
-        v_conv=st.one_of(st.just(ConvSpec()), conv_spec_overrides()),
+        q_conv=conv_spec_overrides(),
+        k_conv=conv_spec_overrides(),
+        v_conv=conv_spec_overrides(),
     )
 
 
 def call_states() -> st.SearchStrategy[CallFacts]:
-    return st.builds(CallFacts, st.booleans(), st.booleans(), st.booleans())
+    """Cache, use_cache and varlen each set about one time in eight."""
+    flag = st.sampled_from([False] * 7 + [True])
+    return st.builds(CallFacts, flag, flag, flag)
 
 
 def _fla_layer(config: GDNConfig):
@@ -132,7 +143,7 @@ _GAP_REASON = {
     ],
     ids=["conv_bias=False", "conv_bias=True"],
 )
-@settings(deadline=None, max_examples=100)
+@settings(deadline=None, max_examples=100, derandomize=True)
 @given(data=st.data())
 def test_fla_guard_fuses_only_where_spec_allows(conv_bias: bool, data: st.DataObject) -> None:
     config = data.draw(configs(conv_bias=conv_bias), label="config")
@@ -164,7 +175,7 @@ def test_fla_guard_agrees_with_spec_apart_from_bias_and_aliases(config: GDNConfi
     reason="fla 0.6.0 compares activation strings: q='silu', k='swish' falls back although both are SiLU "
     "(a missed fusion, not a wrong result); shrunk: v_conv=ConvSpec(activation='swish'), no cache/varlen",
 )
-@settings(deadline=None, max_examples=100)
+@settings(deadline=None, max_examples=100, derandomize=True)
 @given(config=configs(), call=call_states())
 def test_fla_guard_is_complete(config: GDNConfig, call: CallFacts) -> None:
     """Wherever the spec fuses, fla's guard fuses too (a needless fallback is a cheaper defect)."""
