@@ -176,8 +176,8 @@ def _compare_grads(a: Outcome, b: Outcome, paths: tuple[str, str], context: str,
         assert_equivalent(ga, gb, name=f"grad.{name}", paths=paths, exact=exact, context=context)
 
 
-def check_forward_exact(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
-    """P3: where the guard fuses, fused and separate outputs are bitwise equal (NaNs by position)."""
+def _fused_and_separate(example: Example, device: str, layer_cls: type | None) -> tuple[Outcome, Outcome, Decision]:
+    """Both forced paths on one layer and one set of inputs, where the guard fuses."""
     layer, inputs, decision = _setup(example, device, layer_cls)
     if not decision.fuse:
         raise NotApplicable(f"guard does not fuse: {decision}")
@@ -185,6 +185,12 @@ def check_forward_exact(example: Example, *, device: str = "cpu", layer_cls: typ
     separate = run(layer, inputs, example, "separate")
     _raise_error(separate, "separate", example)
     _raise_error(fused, "fused", example)
+    return fused, separate, decision
+
+
+def check_forward_exact(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
+    """P3: where the guard fuses, fused and separate outputs are bitwise equal (NaNs by position)."""
+    fused, separate, decision = _fused_and_separate(example, device, layer_cls)
     assert_equivalent(fused.y, separate.y, name="output", paths=("fused", "separate"), context=example.short())
     return decision
 
@@ -193,13 +199,7 @@ def check_gradients(example: Example, *, device: str = "cpu", layer_cls: type | 
     """P4: same tensors get gradients; ``dx`` and non-conv gradients bitwise; conv ones within §6."""
     if not example.grad:
         raise NotApplicable("gradients need grad=True")
-    layer, inputs, decision = _setup(example, device, layer_cls)
-    if not decision.fuse:
-        raise NotApplicable(f"guard does not fuse: {decision}")
-    fused = run(layer, inputs, example, "fused")
-    separate = run(layer, inputs, example, "separate")
-    _raise_error(separate, "separate", example)
-    _raise_error(fused, "fused", example)
+    fused, separate, decision = _fused_and_separate(example, device, layer_cls)
     _compare_grads(fused, separate, ("fused", "separate"), example.short(), conv_exact=False)
     return decision
 
