@@ -57,9 +57,12 @@ def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, datab
                 )
                 _progress(checks[-1])
         if not args.skip_necessity:
+            # a search stops at its first counterexample, so a generous cap costs little; the
+            # profile's per-property count (10 for dev) is too small to find the rarer ones
+            necessity_budget = max(200, 5 * max_examples)
             for condition in Condition:
                 checks.append(
-                    runner.find_counterexample(condition, backend, max_examples=max_examples, device=args.device)
+                    runner.find_counterexample(condition, backend, max_examples=necessity_budget, device=args.device)
                 )
                 _progress(checks[-1])
     return checks
