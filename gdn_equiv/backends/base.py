@@ -126,6 +126,16 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+def token_sequence_ids(cu_seqlens: Tensor, total: int, device: torch.device) -> Tensor:
+    """``[total]`` int32: which sequence each packed token belongs to (empty sequences own none).
+
+    ``searchsorted`` on the device, so varlen kernels need no host sync for it.
+    """
+    cu = cu_seqlens.to(device=device, dtype=torch.int64)
+    tokens = torch.arange(total, device=device, dtype=torch.int64)
+    return torch.searchsorted(cu[1:], tokens, right=True).to(torch.int32)
+
+
 def _check_float(name: str, t: Tensor) -> None:
     if not t.dtype.is_floating_point:
         raise InvalidArgument(f"{name} must be a floating-point tensor, got dtype {t.dtype}")

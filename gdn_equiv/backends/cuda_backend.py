@@ -45,7 +45,7 @@ from typing import Any, overload
 import torch
 import torch.nn.functional as F
 
-from gdn_equiv.backends.base import Backend
+from gdn_equiv.backends.base import Backend, token_sequence_ids
 from gdn_equiv.errors import InvalidArgument
 
 Tensor = torch.Tensor
@@ -124,9 +124,7 @@ def _pad_channels(t: Tensor | None, pad: int, dim: int) -> Tensor | None:
 
 def _seq_idx(cu_seqlens: Tensor, T: int, device: torch.device) -> Tensor:
     """``[1, T]`` int32: which sequence each token belongs to (empty sequences own no token)."""
-    cu = cu_seqlens.to(device=device, dtype=torch.int64)
-    tokens = torch.arange(T, device=device, dtype=torch.int64)
-    return torch.searchsorted(cu[1:], tokens, right=True).to(torch.int32).unsqueeze(0).contiguous()
+    return token_sequence_ids(cu_seqlens, T, device).unsqueeze(0).contiguous()
 
 
 def _history_column(x: Tensor, initial_state: Tensor | None, W: int) -> Tensor:

@@ -28,7 +28,7 @@ from types import ModuleType
 
 import torch
 
-from gdn_equiv.backends.base import Backend, compute_dtype
+from gdn_equiv.backends.base import Backend, compute_dtype, token_sequence_ids
 from gdn_equiv.errors import InvalidArgument
 
 Tensor = torch.Tensor
@@ -108,9 +108,7 @@ class _Varlen:
             self.N = x.shape[0]
         else:
             self.cu = cu_seqlens.to(device=x.device, dtype=torch.int32).contiguous()
-            T = x.shape[1]
-            tokens = torch.arange(T, device=x.device, dtype=torch.int32)
-            self.seq = torch.searchsorted(self.cu[1:], tokens, right=True).to(torch.int32)
+            self.seq = token_sequence_ids(cu_seqlens, x.shape[1], x.device)
             self.N = self.cu.numel() - 1
 
 
