@@ -40,7 +40,7 @@ class FusedGatedDeltaNet(GatedDeltaNet):
             raise InvalidArgument(f"unexpected keyword arguments: {sorted(kwargs)}")
         if prologue not in PROLOGUES:
             raise InvalidArgument(f"prologue must be one of {PROLOGUES}, got {prologue!r}")
-        decision = self.decide(CallFacts(call.last_state is not None, bool(use_cache), call.cu_seqlens is not None))
+        decision = self.decide(call.facts(use_cache))
         self.last_decision = decision
         if prologue == "fused" or (prologue == "auto" and decision.fuse):
             return self._fused_prologue(proj), (None, None, None)

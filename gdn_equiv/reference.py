@@ -166,6 +166,10 @@ class _Call:
     num_seqs: int
     last_state: dict[str, Any] | None
 
+    def facts(self, use_cache: bool) -> CallFacts:
+        """What the guard may know about this call (after unpadding)."""
+        return CallFacts(self.last_state is not None, bool(use_cache), self.cu_seqlens is not None)
+
     def one_token_per_sequence(self) -> bool:
         if self.cu_seqlens is None:
             return self.x.shape[1] == 1
@@ -283,8 +287,7 @@ class GatedDeltaNet(nn.Module):
         use_cache: bool = False,
         cu_seqlens: Tensor | None = None,
     ) -> CallFacts:
-        call = self._prepare(hidden_states, attention_mask, past_key_values, use_cache, cu_seqlens)
-        return CallFacts(call.last_state is not None, bool(use_cache), call.cu_seqlens is not None)
+        return self._prepare(hidden_states, attention_mask, past_key_values, use_cache, cu_seqlens).facts(use_cache)
 
     # ---- forward -------------------------------------------------------------------------
     def forward(
