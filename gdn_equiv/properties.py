@@ -8,6 +8,7 @@ and the example, or :class:`NotApplicable` when the example does not meet its pr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -53,12 +54,7 @@ def run(layer: torch.nn.Module, inputs: Inputs, example: Example, prologue: str 
     """Run ``layer`` on a private copy of ``inputs``; backward with a seeded upstream gradient."""
     cache = None if inputs.cache is None else inputs.cache.clone()
     x = inputs.x.detach().clone().requires_grad_(example.grad)
-    kwargs: dict[str, Any] = {
-        "attention_mask": inputs.attention_mask,
-        "cu_seqlens": inputs.cu_seqlens,
-        "past_key_values": cache,
-        "use_cache": inputs.use_cache,
-    }
+    kwargs = dataclasses.replace(inputs, cache=cache).kwargs()
     if prologue is not None:
         kwargs["prologue"] = prologue
     grads: dict[str, Tensor | None] = {}
