@@ -43,8 +43,9 @@ class Cache:
         self.states[layer_idx] = state
         return state
 
-    def clone(self) -> Cache:
-        """A deep copy, so one cache can feed two paths without either seeing the other's writes."""
+    def clone(self, dtype: torch.dtype | None = None) -> Cache:
+        """A deep copy, so one cache can feed two paths without either seeing the other's writes;
+        with ``dtype``, every state is also cast to it (the fp64 twin of a run reads its cache so)."""
         out = Cache()
         for state in self.states:
             if state is None:
@@ -53,13 +54,13 @@ class Cache:
             conv = state["conv_state"]
             out.states.append(
                 {
-                    "recurrent_state": _clone(state["recurrent_state"]),
-                    "conv_state": None if conv is None else tuple(_clone(c) for c in conv),
+                    "recurrent_state": _clone(state["recurrent_state"], dtype),
+                    "conv_state": None if conv is None else tuple(_clone(c, dtype) for c in conv),
                     "offset": state["offset"],
                 }
             )
         return out
 
 
-def _clone(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.detach().clone()
+def _clone(t: torch.Tensor | None, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(dtype=dtype, copy=True)

@@ -27,6 +27,19 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 EXACT = (0.0, 0.0)
 
+#: Another *implementation* of the whole layer (fla's) against our reference in the same low precision
+#: is not a single rounding away: conv, l2 norm, recurrence, gated RMS norm and two projections each
+#: round, so an elementwise rtol/atol from the table above cannot be met where outputs cancel to near
+#: zero (measured: fla 0.6.0 vs reference, bf16, B2 T7, 2 of 448 outputs 0.031 apart at |y| < 0.03).
+#: Such checks compare accuracy instead (FlashAttention's test criterion): against an fp64 run of the
+#: reference from the same weights and inputs, the other implementation's greatest error may be at most
+#: ``ACCURACY_FACTOR`` times our reference's own greatest error, plus one unit of the dtype at the
+#: output's scale (``eps * max|truth|``, so that two near-exact fp32 paths are not judged on noise).
+#: Measured for fla 0.6.0 (conv and norm kernels under the Triton interpreter, reference core, unit
+#: random cotangent): greatest ratio 1.73 in fp32 (dk_conv1d.weight, T=1), 2.00 in bf16
+#: (do_proj.weight, T=7, with the interpreter's truncating bf16 casts).
+ACCURACY_FACTOR = 2.0
+
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     """``(rtol, atol)`` for ``dtype`` from the table."""
@@ -105,21 +118,11 @@ def compare(
 ) -> Report:
     """Compare two tensors; exact unless given a tolerance. NaNs must sit at the same positions."""
     if actual is None or expected is None:
-        ok = actual is None and expected is None
-        problem = "" if ok else f"one side is None ({paths[0]}: {_desc(actual)}, {paths[1]}: {_desc(expected)})"
-        return Report(name, paths, ok, 0, problem=problem, rtol=rtol, atol=atol)
-    for attr in ("shape", "dtype", "device"):
-        if getattr(actual, attr) != getattr(expected, attr):
-            return Report(
-                name,
-                paths,
-                False,
-                actual.numel(),
-                rtol=rtol,
-                atol=atol,
-                problem=f"The values for attribute '{attr}' do not match: "
-                f"{getattr(actual, attr)} != {getattr(expected, attr)}.",
-            )
+        problem = _none_mismatch(actual, expected, paths)
+        return Report(name, paths, not problem, 0, problem=problem, rtol=rtol, atol=atol)
+    different = _attribute_mismatch(actual, expected)
+    if different:
+        return Report(name, paths, False, actual.numel(), rtol=rtol, atol=atol, problem=different)
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
     a_nan, e_nan = torch.isnan(a), torch.isnan(e)
@@ -163,6 +166,21 @@ def compare(
     )
 
 
+def _attribute_mismatch(actual: Tensor, expected: Tensor) -> str:
+    for attr in ("shape", "dtype", "device"):
+        if getattr(actual, attr) != getattr(expected, attr):
+            return (
+                f"The values for attribute '{attr}' do not match: {getattr(actual, attr)} != {getattr(expected, attr)}."
+            )
+    return ""
+
+
+def _none_mismatch(actual: Tensor | None, expected: Tensor | None, paths: tuple[str, str]) -> str:
+    if actual is None and expected is None:
+        return ""
+    return f"one side is None ({paths[0]}: {_desc(actual)}, {paths[1]}: {_desc(expected)})"
+
+
 def _desc(t: Tensor | None) -> str:
     return "None" if t is None else f"tensor{tuple(t.shape)} {t.dtype}"
 
@@ -188,6 +206,70 @@ def assert_equivalent(
     if not report.ok:
         raise Mismatch(report.message(context), report)
     return report
+
+
+def assert_as_accurate(
+    actual: Tensor | None,
+    expected: Tensor | None,
+    truth: Tensor | None,
+    *,
+    name: str = "tensor",
+    paths: tuple[str, str] = ("actual", "expected"),
+    factor: float = ACCURACY_FACTOR,
+    context: Any = None,
+) -> Report:
+    """``actual`` is no further from ``truth`` (an fp64 run) than ``factor`` x ``expected``'s distance, plus
+    one unit of ``expected``'s dtype at the truth's scale. NaNs must sit where the truth has them.
+
+    For cross-implementation checks of a whole layer (see :data:`ACCURACY_FACTOR`); ``actual`` and
+    ``expected`` must agree in shape, dtype and device, ``truth`` in shape.
+    """
+    if actual is None or expected is None:
+        problem = _none_mismatch(actual, expected, paths)
+        report = Report(name, paths, not problem, 0, problem=problem)
+    elif different := _attribute_mismatch(actual, expected):
+        report = Report(name, paths, False, actual.numel(), problem=different)
+    else:
+        report = _accuracy(actual, expected, truth, name, paths, factor)
+    for reports in _OBSERVERS:
+        reports.append(report)
+    if not report.ok:
+        raise Mismatch(report.message(context), report)
+    return report
+
+
+def _accuracy(
+    actual: Tensor, expected: Tensor, truth: Tensor | None, name: str, paths: tuple[str, str], factor: float
+) -> Report:
+    if truth is None or truth.shape != actual.shape:
+        got = "None" if truth is None else tuple(truth.shape)
+        return Report(
+            name, paths, False, actual.numel(), problem=f"the fp64 truth has shape {got}, not {tuple(actual.shape)}"
+        )
+    t, a, e = (v.detach().to("cpu", torch.float64) for v in (truth, actual, expected))
+    t_nan = torch.isnan(t)
+    nan_bad = int(((torch.isnan(a) ^ t_nan) | (torch.isnan(e) ^ t_nan)).sum())
+    err_a, err_e = (torch.nan_to_num((v - t).abs(), nan=0.0) for v in (a, e))
+    n = t.numel()
+    scale = float(torch.nan_to_num(t.abs(), nan=0.0).max()) if n else 0.0
+    unit = torch.finfo(expected.dtype).eps * scale
+    worst_e, worst_a = (float(err.max()) if n else 0.0 for err in (err_e, err_a))
+    bound = factor * worst_e + unit
+    past = int((err_a > bound).sum())
+    idx = _unravel(int(err_a.flatten().argmax()), a.shape) if n else ()
+    ok = nan_bad == 0 and past == 0
+    problem = ""
+    if not ok:
+        mine, ref = paths
+        problem = (
+            f"{mine} is less accurate than {ref}: greatest |{mine} - fp64| = {worst_a:.6g} at index {idx}; "
+            f"allowed {factor:g} x greatest |{ref} - fp64| ({worst_e:.6g}) + eps*max|fp64| ({unit:.3g}) "
+            f"= {bound:.6g}; {past} / {n} elements past it"
+        )
+        if nan_bad:
+            problem += f"; NaN positions differ from the fp64 run's at {nan_bad} elements"
+    used = worst_a / bound if bound > 0 else (0.0 if worst_a == 0 else float("inf"))
+    return Report(name, paths, ok, n, past, nan_bad, worst_a, idx, atol=bound, problem=problem, tol_used=used)
 
 
 _OBSERVERS: list[list[Report]] = []

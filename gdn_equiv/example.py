@@ -6,6 +6,7 @@ seed, deterministically, so a failure is replayed from the JSON alone (``gdn-equ
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -96,6 +97,25 @@ class Inputs:
             "past_key_values": self.cache,
             "use_cache": self.use_cache,
         }
+
+    def in_fp64(self) -> Inputs:
+        """The same call with ``x`` and every cached state cast to fp64 (for :func:`fp64_twin` runs)."""
+        cache = None if self.cache is None else self.cache.clone(torch.float64)
+        return Inputs(self.x.detach().double(), self.attention_mask, self.cu_seqlens, cache, self.use_cache)
+
+
+def fp64_twin(layer: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the reference ``layer`` in fp64 with ``torch`` convs: the truth that cross-implementation
+    checks measure accuracy against (:func:`gdn_equiv.compare.assert_as_accurate`)."""
+    from gdn_equiv.reference import ShortConv
+
+    twin = copy.deepcopy(layer).double()
+    for module in twin.modules():
+        if isinstance(module, ShortConv):
+            module.backend = "torch"
+    for p in twin.parameters():
+        p.grad = None
+    return twin
 
 
 def build_layer(example: Example, cls: type | None = None, device: str | torch.device = "cpu") -> torch.nn.Module:

@@ -7,7 +7,10 @@ CPU (fla imports there; its layer is built but not run):
   one property per value of the layer's ``conv_bias`` flag, nothing else pinned.
 
 GPU (fla's Triton conv and norm kernels):
-- fla(auto) = our reference (same state_dict) for output, dx and parameter gradients, within §6;
+- fla(auto) vs our reference (same state_dict) for output, dx and parameter gradients: fla must be as
+  accurate as the reference in the same dtype, measured against the reference's fp64 twin
+  (:func:`gdn_equiv.compare.assert_as_accurate`; an elementwise §6 tolerance does not fit a whole
+  layer of another implementation, see :data:`gdn_equiv.compare.ACCURACY_FACTOR`);
 - fla fused = fla separate, forced through the target's documented subclass, where the oracle fuses.
 ``GDN_FLA_CORE=fla|reference`` picks fla's core for the forward property (default ``fla``); the
 gradient property always uses the reference core (fla's chunked backward does not run on Hopper with
@@ -16,6 +19,7 @@ Triton 3.6, DEVICE.md). The core used is printed with each example.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -24,12 +28,13 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.compare import assert_equivalent
+from gdn_equiv.compare import assert_as_accurate, assert_equivalent
 from gdn_equiv.config import CallFacts, ConvSpec, GDNConfig
-from gdn_equiv.example import Example
+from gdn_equiv.example import Example, fp64_twin
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import build_fla_layer, fla_guard, fla_layer_facts, fla_version
 
+Tensor = torch.Tensor
 FLA = get_target("fla")
 _REASON = FLA.unavailable()
 FLA_VERSION = fla_version()
@@ -248,40 +253,61 @@ def _run_fla(handle, example: Example, prologue: str = "auto"):
     return out, x, cache
 
 
+def _backward(out: Tensor, example: Example) -> None:
+    """Backpropagate a fixed unit-normal cotangent (``sum(out * dy)`` in fp64). A loss like ``sum(out**2)``
+    scales the cotangent with the output: its gradients overflow fp16 and are ill-conditioned in bf16."""
+    gen = torch.Generator().manual_seed(example.seed + 11)
+    dy = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)
+    (out.double() * dy).sum().backward()
+
+
+def _reference_runs(handle, example: Example) -> dict[str, tuple[Tensor, Tensor | None, dict[str, Tensor | None]]]:
+    """Our reference (same weights, dtype) and its fp64 twin on the example's inputs: output, dx and
+    parameter gradients (``None`` without ``example.grad``)."""
+    runs = {}
+    for label, layer, inputs in (
+        ("reference", handle.reference, handle.inputs()),
+        ("fp64", fp64_twin(handle.reference), handle.inputs().in_fp64()),
+    ):
+        x = inputs.x.detach().requires_grad_(example.grad)
+        with torch.set_grad_enabled(example.grad):
+            out, _, _ = layer(x, **inputs.kwargs())
+            if example.grad:
+                _backward(out, example)
+        runs[label] = (out, x.grad, {name: p.grad for name, p in layer.named_parameters()})
+    return runs
+
+
 @gpu
 @settings(deadline=None, max_examples=25)
 @given(example=gpu_examples(grad=False))
-def test_fla_auto_forward_matches_reference(example: Example) -> None:
+def test_fla_auto_forward_is_as_accurate_as_reference(example: Example) -> None:
+    """fla(auto)'s output is no further from the fp64 reference than 2x our reference's in the same dtype."""
     core = _core_for_forward()
     note(f"core={core} {example.short()}")
     handle = get_target("fla", core=core).build(example, "cuda")
     out, _, _ = _run_fla(handle, example)
-    with torch.no_grad():
-        inputs = handle.inputs()
-        ref, _, _ = handle.reference(inputs.x, **inputs.kwargs())
-    assert_equivalent(out, ref, name="output", paths=(f"fla auto (core={core})", "reference"), exact=False,
-                      context=example.short())  # fmt: skip
+    runs = _reference_runs(handle, example)
+    assert_as_accurate(out, runs["reference"][0], runs["fp64"][0], name="output",
+                       paths=(f"fla auto (core={core})", "reference"), context=example.short())  # fmt: skip
 
 
 @gpu
 @settings(deadline=None, max_examples=15)
 @given(example=gpu_examples(grad=True))
-def test_fla_auto_gradients_match_reference(example: Example) -> None:
+def test_fla_auto_gradients_are_as_accurate_as_reference(example: Example) -> None:
+    """Output, dx and every parameter gradient of fla(auto), by the same accuracy criterion."""
     note(f"core=reference {example.short()}")
     handle = get_target("fla", core="reference").build(example, "cuda")
     out, x, _ = _run_fla(handle, example)
-    out.float().pow(2).sum().backward()
-    inputs = handle.inputs()
-    xr = inputs.x.detach().requires_grad_(True)
-    ref, _, _ = handle.reference(xr, **inputs.kwargs())
-    ref.float().pow(2).sum().backward()
-    ctx = example.short()
-    assert_equivalent(out, ref, name="output", paths=("fla", "reference"), exact=False, context=ctx)
-    assert_equivalent(x.grad, xr.grad, name="dx", paths=("fla", "reference"), exact=False, context=ctx)
-    ours = dict(handle.reference.named_parameters())
+    _backward(out, example)
+    runs = _reference_runs(handle, example)
+    (ref, ref_dx, ref_grads), (truth, truth_dx, truth_grads) = runs["reference"], runs["fp64"]
+    check = functools.partial(assert_as_accurate, paths=("fla", "reference"), context=example.short())
+    check(out, ref, truth, name="output")
+    check(x.grad, ref_dx, truth_dx, name="dx")
     for name, p in handle.layer.named_parameters():
-        assert_equivalent(p.grad, ours[name].grad, name=f"d{name}", paths=("fla", "reference"), exact=False,
-                          dtype=ours[name].dtype, context=ctx)  # fmt: skip
+        check(p.grad, ref_grads[name], truth_grads[name], name=f"d{name}")
 
 
 @gpu
