@@ -58,14 +58,15 @@ def conv_calls(
     dtypes: Sequence[str] = ("float32", "float16", "bfloat16"),
     min_channels: int = 1,
     max_channels: int = 40,
-    max_width: int = 4,
+    widths: tuple[int, int] = (1, 4),
     max_seq_len: int = 16,
     varlen: bool | None = None,
     initial_state: bool | None = None,
 ) -> ConvCall:
-    """A conv call; ``None`` arguments are drawn. Shrinks towards fp32, one channel, W = 1, one short
-    sequence, no bias, no activation, no initial state, no varlen. Up to 40 channels so that a defect
-    in a second 8- or 16-channel block is reachable."""
+    """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
+    (give a backend's :func:`gdn_equiv.backends.supported_widths`). Shrinks towards fp32, one channel,
+    the smallest width, one short sequence, no bias, no activation, no initial state, no varlen. Up to
+    40 channels so that a defect in a second 8- or 16-channel block is reachable."""
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
         lens = tuple(draw(st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)))
@@ -76,7 +77,7 @@ def conv_calls(
         B=B,
         T=T,
         D=draw(st.integers(min_channels, max_channels)),
-        W=draw(st.integers(1, max_width)),
+        W=draw(st.integers(*widths)),
         dtype=draw(st.sampled_from(list(dtypes))),
         bias=draw(st.booleans()),
         activation=draw(st.sampled_from([None, "silu", "swish"])),

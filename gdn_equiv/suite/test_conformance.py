@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, supported_widths
 from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.testing import count_example
@@ -35,6 +35,12 @@ def _close(actual, expected, name: str, backend: str, call: ConvCall) -> None:
     assert_equivalent(actual, expected, name=name, paths=(backend, "torch"), exact=False, context=call)
 
 
+def _draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
+    """A conv call within the kernel widths ``backend`` supports (causal-conv1d: 2..4)."""
+    lo, hi = supported_widths([backend])
+    return data.draw(conv_calls(widths=(lo, min(hi, 4)), **options), label="call")
+
+
 def _check_forward(call: ConvCall, backend: str, device: str) -> None:
     count_example()
     note(repr(call))
@@ -46,23 +52,24 @@ def _check_forward(call: ConvCall, backend: str, device: str) -> None:
 
 
 @settings(deadline=None)
-@given(call=conv_calls(varlen=False))
-def test_backend_forward_matches_torch(call, gdn_backend, device):
+@given(data=st.data())
+def test_backend_forward_matches_torch(data, gdn_backend, device):
     """y and the final state (the last W inputs per sequence) == the torch backend's, within §6."""
-    _check_forward(call, gdn_backend, device)
+    _check_forward(_draw_call(data, gdn_backend, varlen=False), gdn_backend, device)
 
 
 @settings(deadline=None)
-@given(call=conv_calls(varlen=True))
-def test_backend_varlen_matches_torch(call, gdn_backend, device):
+@given(data=st.data())
+def test_backend_varlen_matches_torch(data, gdn_backend, device):
     """Packed sequences (``cu_seqlens``, empty ones included): y and per-sequence final states, within §6."""
-    _check_forward(call, gdn_backend, device)
+    _check_forward(_draw_call(data, gdn_backend, varlen=True), gdn_backend, device)
 
 
 @settings(deadline=None)
-@given(call=conv_calls())
-def test_backend_gradients_match_torch(call, gdn_backend, device):
+@given(data=st.data())
+def test_backend_gradients_match_torch(data, gdn_backend, device):
     """Gradients of x, weight, bias and initial_state, through y and the final state, within §6."""
+    call = _draw_call(data, gdn_backend)
     count_example()
     note(repr(call))
     tensors = call.tensors(device)
@@ -82,9 +89,10 @@ def test_backend_gradients_match_torch(call, gdn_backend, device):
 
 
 @settings(deadline=None)
-@given(call=conv_calls(varlen=False, initial_state=True, max_seq_len=1))
-def test_backend_update_matches_torch_and_keeps_state(call, gdn_backend, device):
+@given(data=st.data())
+def test_backend_update_matches_torch_and_keeps_state(data, gdn_backend, device):
     """The single-step ``update``: y and the new state == torch's, within §6; the state passed in is unchanged."""
+    call = _draw_call(data, gdn_backend, varlen=False, initial_state=True, max_seq_len=1)
     count_example()
     note(repr(call))
     t = call.tensors(device)
@@ -98,13 +106,11 @@ def test_backend_update_matches_torch_and_keeps_state(call, gdn_backend, device)
 
 
 @settings(deadline=None)
-@given(
-    call=conv_calls(varlen=False, initial_state=False, max_channels=1),
-    dims=st.lists(st.integers(1, 16), min_size=2, max_size=3),
-)
-def test_backend_fused_channel_slices_are_bitwise_the_split_calls(call, dims, gdn_backend, device):
+@given(data=st.data(), dims=st.lists(st.integers(1, 16), min_size=2, max_size=3))
+def test_backend_fused_channel_slices_are_bitwise_the_split_calls(data, dims, gdn_backend, device):
     """One call over concatenated channels == one call per channel slice (strided views of the wide tensor,
     as the fused prologue hands q|k|v over): y and dx bitwise. This is what makes P3 hold."""
+    call = _draw_call(data, gdn_backend, varlen=False, initial_state=False, max_channels=1)
     count_example()
     D = sum(dims)
     wide = ConvCall(**{**call.__dict__, "D": D})
