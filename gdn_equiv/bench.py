@@ -4,8 +4,17 @@ For each shape and backend: forward, and forward+backward (dx and dweight), of t
 separate prologue runs them (three calls on channel slices of one ``[B, T, Dq+Dk+Dv]`` tensor) and as
 the fused prologue does (one call over all channels). Times are medians over ``iters`` after
 ``warmup`` calls, with CUDA events on GPU and ``time.perf_counter`` on CPU (a smoke test there, not a
-measurement). Bytes are what the fused call must move at least; the fraction is of the H200's
-4.8 TB/s HBM bandwidth.
+measurement). Two timings per row on GPU:
+
+- ``eager``: events around one call from Python, the GPU idle before it: host work (argument
+  checks, autograd, the launcher) counts whenever it is longer than the kernels.
+- ``device``: the same, but with the GPU kept busy by ``torch.cuda._sleep`` queued before the start
+  event, so the host has enqueued the whole call before the GPU reaches it: kernel time and the gaps
+  between dependent kernels only, as inside a model whose GPU queue is never empty. The HBM fraction
+  is meaningful for this row.
+
+Bytes are what the fused call must move at least; the fraction is of the H200's 4.8 TB/s HBM bandwidth.
+Operands stay in L2 between iterations where they fit (the first shape's 50 MB x does not).
 
 Backends: this project's registry (``torch``, ``triton``, ``cuda`` where available) and, as an external
 baseline called directly, fla 0.6.0's Triton ``causal_conv1d`` when ``fla`` is importable.
@@ -98,7 +107,11 @@ def _convs(backends: Sequence[str] | None) -> dict[str, ConvFn]:
     return out
 
 
-def _median_ms(fn: Callable[[], object], device: torch.device, warmup: int, iters: int) -> float:
+# ~2 ms of GPU sleep at the H200's ~2 GHz: longer than any one call's host work measured here.
+_SLEEP_CYCLES = 4_000_000
+
+
+def _median_ms(fn: Callable[[], object], device: torch.device, warmup: int, iters: int, *, hide_host: bool) -> float:
     for _ in range(warmup):
         fn()
     times = []
@@ -106,6 +119,8 @@ def _median_ms(fn: Callable[[], object], device: torch.device, warmup: int, iter
         torch.cuda.synchronize(device)
         for _ in range(iters):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if hide_host:
+                torch.cuda._sleep(_SLEEP_CYCLES)
             start.record()
             fn()
             end.record()
@@ -119,7 +134,9 @@ def _median_ms(fn: Callable[[], object], device: torch.device, warmup: int, iter
     return statistics.median(times)
 
 
-def _bench_one(conv: ConvFn, shape: PrologueShape, device: torch.device, warmup: int, iters: int) -> dict:
+def _bench_one(
+    conv: ConvFn, shape: PrologueShape, device: torch.device, warmup: int, iters: int, *, hide_host: bool
+) -> dict:
     B, T, W, dt = shape.B, shape.T, shape.W, shape.dtype
     dims = shape.dims
     total = sum(dims)
@@ -146,15 +163,14 @@ def _bench_one(conv: ConvFn, shape: PrologueShape, device: torch.device, warmup:
     def fused_fwd_bwd() -> object:
         return torch.autograd.grad(conv(x, w_fused), [x, w_fused], dy)
 
-    row = {
-        name: _median_ms(fn, device, warmup, iters)
-        for name, fn in (
-            ("sep_fwd_ms", sep_fwd),
-            ("fused_fwd_ms", fused_fwd),
-            ("sep_fwd_bwd_ms", sep_fwd_bwd),
-            ("fused_fwd_bwd_ms", fused_fwd_bwd),
-        )
-    }
+    row: dict = {"timing": "device" if hide_host else "eager"}
+    for name, fn in (
+        ("sep_fwd_ms", sep_fwd),
+        ("fused_fwd_ms", fused_fwd),
+        ("sep_fwd_bwd_ms", sep_fwd_bwd),
+        ("fused_fwd_bwd_ms", fused_fwd_bwd),
+    ):
+        row[name] = _median_ms(fn, device, warmup, iters, hide_host=hide_host)
     esize = torch.finfo(dt).bits // 8
     act = B * T * total * esize
     wbytes = total * W * esize
@@ -176,7 +192,8 @@ def bench_prologue(
     quick: bool = False,
     device: str | torch.device | None = None,
 ) -> list[dict]:
-    """One row per (shape, backend): separate vs fused times (ms), their ratios, bytes and HBM fraction.
+    """One row per (shape, backend, timing): separate vs fused times (ms), their ratios, bytes and HBM
+    fraction; timing ``eager`` and, on GPU, ``device`` (see the module docstring).
 
     ``shapes`` defaults to :data:`SHAPES` (:data:`QUICK_SHAPES` with ``quick``); ``backends`` to every
     available registry backend plus ``fla``. A backend that fails on a shape gets an ``error`` row.
@@ -186,33 +203,39 @@ def bench_prologue(
     rows = []
     for shape in shapes:
         for name, conv in _convs(backends).items():
-            row: dict = {"shape": shape.label, "backend": name, "device": str(dev)}
-            try:
-                row.update(_bench_one(conv, shape, dev, warmup, iters))
-            except Exception as exc:  # a baseline that cannot run a shape is a result, not a crash
-                row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
-            rows.append(row)
+            for hide_host in (False, True) if dev.type == "cuda" else (False,):
+                row: dict = {"shape": shape.label, "backend": name, "device": str(dev)}
+                try:
+                    row.update(_bench_one(conv, shape, dev, warmup, iters, hide_host=hide_host))
+                except Exception as exc:  # a baseline that cannot run a shape is a result, not a crash
+                    row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+                    rows.append(row)
+                    break
+                rows.append(row)
     return rows
 
 
 def format_table(rows: Sequence[dict]) -> str:
     head = (
-        f"{'shape':<38} {'backend':<7} {'sep fwd':>8} {'fused fwd':>9} {'ratio':>5} "
+        f"{'shape':<38} {'backend':<7} {'timing':<6} {'sep fwd':>8} {'fused fwd':>9} {'ratio':>5} "
         f"{'sep f+b':>8} {'fused f+b':>9} {'ratio':>5} {'MB fwd':>7} {'MB f+b':>7} {'HBM fwd':>7} {'HBM f+b':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['shape']:<38} {r['backend']:<7} error: {r['error']}")
+            lines.append(f"{r['shape']:<38} {r['backend']:<7} {'':<6} error: {r['error']}")
             continue
         lines.append(
-            f"{r['shape']:<38} {r['backend']:<7} {r['sep_fwd_ms']:8.4f} {r['fused_fwd_ms']:9.4f} "
+            f"{r['shape']:<38} {r['backend']:<7} {r['timing']:<6} {r['sep_fwd_ms']:8.4f} {r['fused_fwd_ms']:9.4f} "
             f"{r['fwd_ratio']:5.2f} {r['sep_fwd_bwd_ms']:8.4f} {r['fused_fwd_bwd_ms']:9.4f} "
             f"{r['fwd_bwd_ratio']:5.2f} {r['fwd_bytes'] / 1e6:7.1f} {r['fwd_bwd_bytes'] / 1e6:7.1f} "
             f"{r['fwd_hbm_frac']:7.1%} {r['fwd_bwd_hbm_frac']:7.1%}"
         )
     device = rows[0]["device"] if rows else "?"
-    lines.append(f"times in ms (median), device {device}; HBM = fused bytes / time / 4.8 TB/s (H200)")
+    lines.append(
+        f"times in ms (median), device {device}; eager = one call from Python with the GPU idle before it, "
+        "device = host work hidden behind a queued GPU sleep; HBM = fused bytes / time / 4.8 TB/s (H200)"
+    )
     return "\n".join(lines)
 
 
