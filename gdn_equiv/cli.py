@@ -34,8 +34,9 @@ def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, datab
         # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
         # properties need our layer's prologue argument
         budget = getattr(args, "seconds", None)
+        options = {"core": args.fla_core} if args.target == "fla" else {}
         for check in runner.search_gaps(
-            args.target, max_examples=max_examples, device=args.device, seconds=budget, database=database
+            args.target, max_examples=max_examples, device=args.device, seconds=budget, database=database, **options
         ):
             checks.append(check)
             _progress(check)
@@ -88,6 +89,8 @@ def _finish(args: argparse.Namespace, checks: list, started: float, mode: str) -
         "device": args.device,
         "seconds": round(time.perf_counter() - started, 1),
     }
+    if args.target == "fla":
+        meta["fla_core"] = args.fla_core
     summary = runner.write_report(checks, Path(args.report), device=args.device, meta=meta)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -108,13 +111,17 @@ def _finish(args: argparse.Namespace, checks: list, started: float, mode: str) -
     return 1 if failed else 0
 
 
+def _core(args: argparse.Namespace) -> str:
+    return f" (fla core: {args.fla_core})" if args.target == "fla" else ""
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     started = time.perf_counter()
     examples = args.examples or PROFILE_EXAMPLES[args.profile]
     print(
-        f"gdn-equiv check: target={args.target} backend={args.backend} device={args.device} "
+        f"gdn-equiv check: target={args.target}{_core(args)} backend={args.backend} device={args.device} "
         f"profile={args.profile} ({examples} examples per property)"
     )
     db = DirectoryBasedExampleDatabase(args.database)
@@ -129,7 +136,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     deadline = started + args.seconds
     db = DirectoryBasedExampleDatabase(args.database)
-    print(f"gdn-equiv fuzz: target={args.target} backend={args.backend} device={args.device} for {args.seconds}s")
+    print(
+        f"gdn-equiv fuzz: target={args.target}{_core(args)} backend={args.backend} device={args.device} "
+        f"for {args.seconds}s"
+    )
     checks: list = []
     rounds = 0
     while time.perf_counter() < deadline:
@@ -193,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--backend", default="torch", help="conv backend(s), comma separated, or module:callable")
         p.add_argument("--target", default="gdn_equiv", choices=["gdn_equiv", "fla"], help="layer under test")
+        p.add_argument(
+            "--fla-core",
+            default="fla",
+            choices=["fla", "reference"],
+            help="target fla: the core inside fla's layer (reference: ours; fla's prologue, guard and convs untouched)",
+        )
         p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda when present)")
         p.add_argument("--profile", default="ci", choices=sorted(PROFILE_EXAMPLES))
         p.add_argument("--examples", type=int, default=None, help="examples per property (overrides the profile)")

@@ -335,7 +335,7 @@ class GapNeedlessFallback(UpstreamGap):
 
 
 def check_target_guard(
-    example: Example, *, device: str = "cpu", layer_cls: type | None = None, target: str = "fla"
+    example: Example, *, device: str = "cpu", layer_cls: type | None = None, target: str = "fla", **options: Any
 ) -> Decision:
     """P1 on an upstream target: its own guard's answer vs the spec's, and the cost of a gap.
 
@@ -346,7 +346,7 @@ def check_target_guard(
     from gdn_equiv.guard import decide
     from gdn_equiv.targets import get_target
 
-    handle: Any = get_target(target).build(example, device)
+    handle: Any = get_target(target, **options).build(example, device)
     inputs = handle.inputs()
     call = handle.reference.call_facts(
         inputs.x, inputs.attention_mask, inputs.cache, inputs.use_cache, inputs.cu_seqlens

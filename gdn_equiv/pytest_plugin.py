@@ -69,6 +69,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="comma list of targets whose layers the gdn-equiv properties check (default: gdn_equiv)",
     )
+    group.addoption(
+        "--fla-core",
+        default=None,
+        choices=("fla", "reference"),
+        help="core inside fla's layer for the fla target's forward properties: fla's own kernels, or our "
+        "reference core (fla's prologue, guard and convs untouched; fla's chunked backward does not run on "
+        "Hopper with Triton 3.6). Default: $GDN_FLA_CORE, else fla",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -189,6 +197,14 @@ def gdn_target(request: pytest.FixtureRequest) -> str:
     if name == "fla" and importlib.util.find_spec("fla") is None:
         pytest.skip("target 'fla' needs flash-linear-attention (pip install gdn-equiv[fla])")
     return name
+
+
+@pytest.fixture(scope="session")
+def fla_core(request: pytest.FixtureRequest) -> str:
+    """``--fla-core`` (else ``$GDN_FLA_CORE``, else ``fla``): the core the fla target's forward runs with."""
+    import os
+
+    return request.config.getoption("fla_core") or os.environ.get("GDN_FLA_CORE", "fla")
 
 
 def _cuda_available() -> bool:

@@ -401,9 +401,16 @@ def default_device() -> str:
 
 
 def search_gaps(
-    target: str, *, max_examples: int, device: str = "cpu", seconds: float | None = None, database: Any = None
+    target: str,
+    *,
+    max_examples: int,
+    device: str = "cpu",
+    seconds: float | None = None,
+    database: Any = None,
+    **options: Any,
 ) -> list[Check]:
-    """P1 against an upstream target: search its guard's gaps one kind at a time.
+    """P1 against an upstream target: search its guard's gaps one kind at a time (``options`` configure
+    the target, e.g. fla's ``core``).
 
     Each round runs the guard-vs-spec property with the gap kinds found so far counted as known;
     a round that finds a new kind records it (shrunk, with the time since the start) and the search
@@ -430,7 +437,7 @@ def search_gaps(
         def prop(example: Example) -> None:
             clean.examples += 1
             try:
-                decision = P.check_target_guard(example, device=device, target=target)
+                decision = P.check_target_guard(example, device=device, target=target, **options)
             except P.UpstreamGap as exc:
                 if type(exc) in known:
                     return

@@ -12,15 +12,14 @@ GPU (fla's Triton conv and norm kernels):
   (:func:`gdn_equiv.compare.assert_as_accurate`; an elementwise §6 tolerance does not fit a whole
   layer of another implementation, see :data:`gdn_equiv.compare.ACCURACY_FACTOR`);
 - fla fused = fla separate, forced through the target's documented subclass, where the oracle fuses.
-``GDN_FLA_CORE=fla|reference`` picks fla's core for the forward property (default ``fla``); the
-gradient property always uses the reference core (fla's chunked backward does not run on Hopper with
-Triton 3.6, DEVICE.md). The core used is printed with each example.
+``--fla-core=fla|reference`` (or ``GDN_FLA_CORE``) picks fla's core for the forward properties
+(default ``fla``); the gradient properties always use the reference core (fla's chunked backward does
+not run on Hopper with Triton 3.6, DEVICE.md). The core used is printed with each example.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 
 import pytest
@@ -240,10 +239,6 @@ def gpu_examples(draw: st.DrawFn, *, fusable: bool | None = None, grad: bool | N
     )  # fmt: skip
 
 
-def _core_for_forward() -> str:
-    return os.environ.get("GDN_FLA_CORE", "fla")
-
-
 def _run_fla(handle, example: Example, prologue: str = "auto"):
     inputs = handle.inputs()
     x = inputs.x.detach().requires_grad_(example.grad)
@@ -281,9 +276,9 @@ def _reference_runs(handle, example: Example) -> dict[str, tuple[Tensor, Tensor 
 @gpu
 @settings(deadline=None, max_examples=25)
 @given(example=gpu_examples(grad=False))
-def test_fla_auto_forward_is_as_accurate_as_reference(example: Example) -> None:
+def test_fla_auto_forward_is_as_accurate_as_reference(example: Example, fla_core: str) -> None:
     """fla(auto)'s output is no further from the fp64 reference than 2x our reference's in the same dtype."""
-    core = _core_for_forward()
+    core = fla_core
     note(f"core={core} {example.short()}")
     handle = get_target("fla", core=core).build(example, "cuda")
     out, _, _ = _run_fla(handle, example)
@@ -313,8 +308,8 @@ def test_fla_auto_gradients_are_as_accurate_as_reference(example: Example) -> No
 @gpu
 @settings(deadline=None, max_examples=20)
 @given(example=gpu_examples(fusable=True))
-def test_fla_fused_equals_separate_where_spec_fuses(example: Example) -> None:
-    core = _core_for_forward() if not example.grad else "reference"
+def test_fla_fused_equals_separate_where_spec_fuses(example: Example, fla_core: str) -> None:
+    core = fla_core if not example.grad else "reference"
     note(f"core={core} {example.short()}")
     handle = get_target("fla", core=core).build(example, "cuda")
     runs = {}
