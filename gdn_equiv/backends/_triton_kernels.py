@@ -11,6 +11,11 @@ passes ``enable_fp_fusion=False`` so that ``acc + v * w`` is a rounded multiply 
 every kernel (the full-sequence and the step kernel give the same bits, and so does torch's CPU sum).
 Time reductions (weight/bias gradients) are per-block ``tl.sum`` over a block shape fixed by the
 caller, then a sequential sum over blocks in block order: deterministic and independent of ``D``.
+
+The backward runs in two passes so that the pre-activation ``a`` is computed once per token rather
+than once per tap: ``_grad_kernel`` writes ``g = dy * silu'(a)`` (compute dtype), then ``_bwd_kernel``
+and ``_dstate_kernel`` read it (or ``dy`` itself, without an activation) for the input, weight, bias
+and state gradients.
 """
 
 from __future__ import annotations
@@ -252,6 +257,13 @@ def _final_state_kernel(
 
 
 @triton.jit
+def _act_grad(g, a):
+    """``g * silu'(a)`` as ``g * (sig * (1 + a * (1 - sig)))`` with ``sig = 1 / (1 + exp(-a))``."""
+    sig = 1.0 / (1.0 + tl.exp(-a))
+    return g * (sig * (1.0 + a * (1.0 - sig)))
+
+
+@triton.jit
 def _grad_preact(
     x_ptr,
     s_ptr,
@@ -280,87 +292,126 @@ def _grad_preact(
     W: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_STATE: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """``g_r = dy_r * silu'(a_r)`` at relative rows ``r`` (0 outside ``[0, L)``), ``a_r`` from ``_preact``."""
+    gmask = rmask & (r >= 0) & (r < L)
+    g = tl.load(dy_ptr + dy_base + (bos + r).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
+    a = _preact(
+        x_ptr,
+        s_ptr,
+        w_ptr,
+        b_ptr,
+        x_base,
+        r,
+        bos,
+        seq,
+        d,
+        dmask,
+        gmask,
+        sx_t,
+        sx_d,
+        ss_n,
+        ss_d,
+        ss_w,
+        sw_d,
+        sw_w,
+        sb_d,
+        W,
+        HAS_BIAS,
+        HAS_STATE,
+        CDT,
+    )
+    return _act_grad(g.to(CDT), a)
+
+
+@triton.jit
+def _grad_outside(
+    w_ptr,
+    b_ptr,
+    d,
+    dmask,
+    sw_d,
+    sw_w,
+    sb_d,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr,
     CDT: tl.constexpr,
 ):
-    """``g_r = dy_r * act'(a_r)`` at relative rows ``r`` (0 outside ``[0, L)``); ``a_r`` is recomputed."""
-    gmask = rmask & (r >= 0) & (r < L)
-    g = tl.load(dy_ptr + dy_base + (bos + r).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
-    g = g.to(CDT)
+    """``g`` at a row outside its sequence, per channel: ``_grad_preact`` there, where every load is 0.
+
+    ``+0 * silu'(0*w_0 + ... + 0*w_{W-1} + bias)``: +0, but -0 where silu'(bias) < 0 and NaN where a tap
+    or the bias is not finite. Rather than a plain 0, so that dx, dweight and dbias keep the bits (signed
+    zeros and NaNs included) of recomputing ``g`` at every shift, masked rows and all: the one-pass form.
+    """
+    w = tl.load(w_ptr + d * sw_d, mask=dmask, other=0.0).to(CDT)
+    zero = tl.zeros_like(w)
+    g = zero
     if ACT:
-        a = _preact(
-            x_ptr,
-            s_ptr,
-            w_ptr,
-            b_ptr,
-            x_base,
-            r,
-            bos,
-            seq,
-            d,
-            dmask,
-            gmask,
-            sx_t,
-            sx_d,
-            ss_n,
-            ss_d,
-            ss_w,
-            sw_d,
-            sw_w,
-            sb_d,
-            W,
-            HAS_BIAS,
-            HAS_STATE,
-            CDT,
-        )
-        sig = 1.0 / (1.0 + tl.exp(-a))
-        g = g * (sig * (1.0 + a * (1.0 - sig)))
+        a = zero * w
+        for j in tl.static_range(1, W):
+            w = tl.load(w_ptr + d * sw_d + j * sw_w, mask=dmask, other=0.0).to(CDT)
+            a = a + zero * w
+        if HAS_BIAS:
+            a = a + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
+        g = _act_grad(g, a)
     return g
 
 
 @triton.jit
-def _grad_input(
+def _grad_kernel(
     x_ptr,
-    s_ptr,
     w_ptr,
     b_ptr,
+    s_ptr,
     dy_ptr,
-    df_ptr,
-    x_base,
-    dy_base,
-    p,
-    bos,
-    L,
-    seq,
-    d,
-    dmask,
-    rmask,
+    g_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
     sx_t,
     sx_d,
-    ss_n,
-    ss_d,
-    ss_w,
     sw_d,
     sw_w,
     sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
     sdy_t,
     sdy_d,
-    sdf_n,
-    sdf_d,
-    sdf_w,
     W: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_STATE: tl.constexpr,
-    ACT: tl.constexpr,
-    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
     CDT: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
 ):
-    """Gradient of the conv input at relative position ``p`` (a token, or a history column when p < 0).
-
-    ``xwin[p]`` feeds outputs ``p + k`` through tap ``W-1-k``; summed k = 0..W-1, then the final-state
-    gradient for the column it lands in (``W + p - L``). Returns ``(dx, g_p)``.
-    """
-    g0 = _grad_preact(
+    """Backward pass 1 (with an activation): ``g = dy * silu'(a)`` for every token, into ``g [B, T, D]`` (CDT)."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    r = pid_t * BT + tl.arange(0, BT)[:, None]
+    d = pid_d * BD + tl.arange(0, BD)[None, :]
+    rmask = r < T
+    dmask = d < D
+    if VARLEN:
+        seq = tl.load(seq_ptr + r, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+        L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
+        x_base = 0
+        dy_base = 0
+    else:
+        seq = pid_b
+        bos = 0
+        L = T
+        x_base = pid_b.to(tl.int64) * sx_b
+        dy_base = pid_b.to(tl.int64) * sdy_b
+    g = _grad_preact(
         x_ptr,
         s_ptr,
         w_ptr,
@@ -368,7 +419,7 @@ def _grad_input(
         dy_ptr,
         x_base,
         dy_base,
-        p,
+        r - bos,
         bos,
         L,
         seq,
@@ -388,42 +439,53 @@ def _grad_input(
         W,
         HAS_BIAS,
         HAS_STATE,
-        ACT,
         CDT,
     )
+    tl.store(g_ptr + (pid_b.to(tl.int64) * T + r) * D + d, g, mask=rmask & dmask)
+
+
+@triton.jit
+def _grad_at(g_ptr, g_base, q, bos, L, d, dmask, rmask, sg_t, sg_d, z, CDT: tl.constexpr):
+    """``g`` at relative rows ``q``: pass 1's (or ``dy`` without an activation) inside ``[0, L)``, ``z`` outside."""
+    inside = rmask & (q >= 0) & (q < L)
+    g = tl.load(g_ptr + g_base + (bos + q).to(tl.int64) * sg_t + d * sg_d, mask=inside & dmask, other=0.0)
+    return tl.where(inside, g.to(CDT), z)
+
+
+@triton.jit
+def _grad_input(
+    g_ptr,
+    w_ptr,
+    df_ptr,
+    g_base,
+    p,
+    bos,
+    L,
+    seq,
+    d,
+    dmask,
+    rmask,
+    z,
+    sg_t,
+    sg_d,
+    sw_d,
+    sw_w,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """Gradient of the conv input at relative position ``p`` (a token, or a history column when p < 0).
+
+    ``xwin[p]`` feeds outputs ``p + k`` through tap ``W-1-k``; summed k = 0..W-1, then the final-state
+    gradient for the column it lands in (``W + p - L``). Returns ``(dx, g_p)``.
+    """
+    g0 = _grad_at(g_ptr, g_base, p, bos, L, d, dmask, rmask, sg_t, sg_d, z, CDT)
     dx = g0 * tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
     for k in tl.static_range(1, W):
-        g = _grad_preact(
-            x_ptr,
-            s_ptr,
-            w_ptr,
-            b_ptr,
-            dy_ptr,
-            x_base,
-            dy_base,
-            p + k,
-            bos,
-            L,
-            seq,
-            d,
-            dmask,
-            rmask,
-            sx_t,
-            sx_d,
-            ss_n,
-            ss_d,
-            ss_w,
-            sw_d,
-            sw_w,
-            sb_d,
-            sdy_t,
-            sdy_d,
-            W,
-            HAS_BIAS,
-            HAS_STATE,
-            ACT,
-            CDT,
-        )
+        g = _grad_at(g_ptr, g_base, p + k, bos, L, d, dmask, rmask, sg_t, sg_d, z, CDT)
         dx = dx + g * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
     if HAS_DF:
         col = W + p - L
@@ -442,7 +504,7 @@ def _bwd_kernel(
     w_ptr,
     b_ptr,
     s_ptr,
-    dy_ptr,
+    g_ptr,
     df_ptr,
     dx_ptr,
     part_ptr,
@@ -459,9 +521,9 @@ def _bwd_kernel(
     ss_n,
     ss_d,
     ss_w,
-    sdy_b,
-    sdy_t,
-    sdy_d,
+    sg_b,
+    sg_t,
+    sg_d,
     sdf_n,
     sdf_d,
     sdf_w,
@@ -476,7 +538,7 @@ def _bwd_kernel(
     BT: tl.constexpr,
     BD: tl.constexpr,
 ):
-    """dx for a (time block x channel block) tile, and that tile's partial sums of dweight/dbias."""
+    """Backward pass 2: dx for a (time block x channel block) tile from ``g``, and the tile's dweight/dbias sums."""
     pid_t = tl.program_id(0)
     pid_d = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -490,23 +552,20 @@ def _bwd_kernel(
         bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
         L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
         x_base = 0
-        dy_base = 0
+        g_base = 0
     else:
         seq = pid_b
         bos = 0
         L = T
         x_base = pid_b.to(tl.int64) * sx_b
-        dy_base = pid_b.to(tl.int64) * sdy_b
+        g_base = pid_b.to(tl.int64) * sg_b
     p = r - bos
+    z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
     dx, g = _grad_input(
-        x_ptr,
-        s_ptr,
+        g_ptr,
         w_ptr,
-        b_ptr,
-        dy_ptr,
         df_ptr,
-        x_base,
-        dy_base,
+        g_base,
         p,
         bos,
         L,
@@ -514,23 +573,15 @@ def _bwd_kernel(
         d,
         dmask,
         rmask,
-        sx_t,
-        sx_d,
-        ss_n,
-        ss_d,
-        ss_w,
+        z,
+        sg_t,
+        sg_d,
         sw_d,
         sw_w,
-        sb_d,
-        sdy_t,
-        sdy_d,
         sdf_n,
         sdf_d,
         sdf_w,
         W,
-        HAS_BIAS,
-        HAS_STATE,
-        ACT,
         HAS_DF,
         CDT,
     )
@@ -564,28 +615,20 @@ def _bwd_kernel(
 
 @triton.jit
 def _dstate_kernel(
-    x_ptr,
     w_ptr,
     b_ptr,
-    s_ptr,
-    dy_ptr,
+    g_ptr,
     df_ptr,
     ds_ptr,
     cu_ptr,
     T,
     D,
-    sx_b,
-    sx_t,
-    sx_d,
     sw_d,
     sw_w,
     sb_d,
-    ss_n,
-    ss_d,
-    ss_w,
-    sdy_b,
-    sdy_t,
-    sdy_d,
+    sg_b,
+    sg_t,
+    sg_d,
     sdf_n,
     sdf_d,
     sdf_w,
@@ -608,22 +651,17 @@ def _dstate_kernel(
     if VARLEN:
         bos = tl.load(cu_ptr + seq)
         L = tl.load(cu_ptr + seq + 1) - bos
-        x_base = 0
-        dy_base = 0
+        g_base = 0
     else:
         bos = 0
         L = T
-        x_base = seq.to(tl.int64) * sx_b
-        dy_base = seq.to(tl.int64) * sdy_b
+        g_base = seq.to(tl.int64) * sg_b
+    z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
     ds, _ = _grad_input(
-        x_ptr,
-        s_ptr,
+        g_ptr,
         w_ptr,
-        b_ptr,
-        dy_ptr,
         df_ptr,
-        x_base,
-        dy_base,
+        g_base,
         c - W,
         bos,
         L,
@@ -631,23 +669,15 @@ def _dstate_kernel(
         d,
         dmask,
         cmask,
-        sx_t,
-        sx_d,
-        ss_n,
-        ss_d,
-        ss_w,
+        z,
+        sg_t,
+        sg_d,
         sw_d,
         sw_w,
-        sb_d,
-        sdy_t,
-        sdy_d,
         sdf_n,
         sdf_d,
         sdf_w,
         W,
-        HAS_BIAS,
-        True,
-        ACT,
         HAS_DF,
         CDT,
     )

@@ -11,10 +11,12 @@ in fp32, or fp64 when ``x`` or ``weight`` is fp64 (fp64 is supported, on GPU and
 Multiplies and adds are never contracted into FMAs (``enable_fp_fusion=False``), so the step kernel
 reproduces the sequence kernel bit for bit. Block shapes are constants (no autotuning), so the
 weight/bias gradient reductions are also independent of ``D``: fixed per-tile sums, then a sequential
-sum over tiles. The step kernel's taps see x at its own precision; only the stored state is
-rounded to the state's dtype (as the torch backend does). Under the interpreter (triton 3.9) an
-fp32 -> bf16 cast truncates instead of rounding to nearest even, so bf16 results there can be one
-bf16 ulp off torch's; on GPU the cast rounds to nearest even.
+sum over tiles. The backward computes ``g = dy * silu'(a)`` once per token into a scratch in the
+compute dtype (pass 1), then every gradient from it (pass 2), with the operations and their order of
+the one-pass form that recomputed ``a`` at each tap. The step kernel's taps see x at its own precision;
+only the stored state is rounded to the state's dtype (as the torch backend does). Under the
+interpreter (triton 3.9) an fp32 -> bf16 cast truncates instead of rounding to nearest even, so bf16
+results there can be one bf16 ulp off torch's; on GPU the cast rounds to nearest even.
 
 The input ``x`` may be any strided view (e.g. a channel slice of the q|k|v projection): it is read in
 place, never copied.
@@ -35,9 +37,15 @@ Tensor = torch.Tensor
 
 # (time rows, channels, warps) per tile; constants so that no reduction order depends on the shape.
 # Picked on an H200 (bf16, B2 T2048, 6144 channels, W4; 20 back-to-back calls): forward 16x256x4
-# 0.0445 ms/call (64x128x4: 0.078), forward+backward 32x128x4 0.535 ms (64x128x8: 0.758).
-# Under the interpreter, small tiles keep it fast and make tiny tests cross tile boundaries.
+# 0.0445 ms/call (64x128x4: 0.078). The backward runs in two passes: pass 1 (_GPU_GRAD, only with an
+# activation) writes g = dy * silu'(a) per token, elementwise like the forward, so it starts from the
+# forward's tile; pass 2 (_GPU_BWD) reads g for dx and sums dweight/dbias over its tile (so a new pass-2
+# shape may change those sums' bits, never dx's). Both still to be tuned on the H200
+# (scripts/bwd_tiles.py); the one-pass backward, which recomputed a at every shift, took 0.535 ms for
+# forward+backward at 32x128x4. Under the interpreter, small tiles keep it fast and make tiny tests
+# cross tile boundaries.
 _GPU_FWD = (16, 256, 4)
+_GPU_GRAD = (16, 256, 4)
 _GPU_BWD = (32, 128, 4)
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
@@ -67,10 +75,8 @@ def _kernels() -> ModuleType:
     return _KERNELS
 
 
-def _blocks(backward: bool) -> tuple[int, int, int]:
-    if _interpreting():
-        return _INTERP
-    return _GPU_BWD if backward else _GPU_FWD
+def _blocks(gpu: tuple[int, int, int]) -> tuple[int, int, int]:
+    return _INTERP if _interpreting() else gpu
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -125,7 +131,7 @@ def _forward_impl(
     B, T, D = x.shape
     W = weight.shape[1]
     cdt = _tl_dtype(compute_dtype(x, weight))
-    BT, BD, warps = _blocks(backward=False)
+    BT, BD, warps = _blocks(_GPU_FWD)
     y = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
     state = initial_state if initial_state is not None else x
     b = bias if bias is not None else weight
@@ -167,11 +173,24 @@ def _backward_impl(
     W = weight.shape[1]
     cdt_torch = compute_dtype(x, weight)
     cdt = _tl_dtype(cdt_torch)
-    BT, BD, warps = _blocks(backward=True)
+    BT, BD, warps = _blocks(_GPU_BWD)
     state = initial_state if initial_state is not None else x
     b = bias if bias is not None else weight
     df = dfinal if dfinal is not None else x
-    ss, sdy, sdf = _strides3(initial_state), _strides3(dy), _strides3(dfinal)
+    ss, sdf = _strides3(initial_state), _strides3(dfinal)
+    xs, ws = (x.stride(0), x.stride(1), x.stride(2)), (weight.stride(0), weight.stride(1), b.stride(0))
+    # pass 1: g = dy * silu'(a), a computed once per token; without an activation g is dy, read in place
+    g = dy
+    if activation is not None:
+        g = torch.empty((B, T, D), dtype=cdt_torch, device=x.device)
+        BT1, BD1, warps1 = _blocks(_GPU_GRAD)
+        if B * T * D > 0:
+            k._grad_kernel[(_cdiv(T, BT1), _cdiv(D, BD1), B)](
+                x, weight, b, state, dy, g, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *_strides3(dy),
+                W=W, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None, VARLEN=vl.on, CDT=cdt,
+                BT=BT1, BD=BD1, num_warps=warps1, enable_fp_fusion=False,
+            )  # fmt: skip
+    sg = _strides3(g)
     dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
     n_t = _cdiv(T, BT)
     part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
@@ -179,8 +198,7 @@ def _backward_impl(
                  VARLEN=vl.on, CDT=cdt, BD=BD, num_warps=warps, enable_fp_fusion=False)  # fmt: skip
     if B * T * D > 0:
         k._bwd_kernel[(n_t, _cdiv(D, BD), B)](
-            x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D,
-            x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss, *sdy, *sdf,
+            x, weight, b, state, g, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sg, *sdf,
             HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, **flags,
         )  # fmt: skip
     dw = db = None
@@ -195,9 +213,7 @@ def _backward_impl(
         dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=x.device)
         if vl.N * D > 0:
             k._dstate_kernel[(vl.N, _cdiv(D, BD))](
-                x, weight, b, state, dy, df, dstate, vl.cu, T, D,
-                x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss, *sdy,
-                *sdf, BW=_pow2(W), **flags,
+                weight, b, g, df, dstate, vl.cu, T, D, *ws, *sg, *sdf, BW=_pow2(W), **flags,
             )  # fmt: skip
     return dx, dw, db, dstate
 

@@ -1,0 +1,92 @@
+"""Time the triton conv backend's backward on one GPU for a few tile constants (to tune ``_GPU_GRAD``/``_GPU_BWD``).
+
+Shape: B=2, T=2048, D=6144, W=4, bf16, bias, silu, no state (the fused q|k|v prologue of the bench layer).
+Each candidate line is the backward kernels alone (``_backward_impl`` captured in a CUDA graph and replayed,
+so host launch overhead is out), median of 50 replays after 10 warm-ups; a pass-1 candidate runs with
+pass 2 at its default tile and the other way round. The last line is forward+backward through
+``triton_backend.forward`` + ``torch.autograd.grad`` with the default tiles, eager (host work included),
+per call over 20 back-to-back calls, median of 50. Under a minute on an H200, compilation included::
+
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import torch
+
+CANDIDATES = [(16, 256, 4), (32, 128, 4), (32, 256, 8), (64, 128, 4), (8, 512, 4)]
+B, T, D, W = 2, 2048, 6144, 4
+
+
+def _median_ms(fn: Callable[[], object], *, calls: int = 1, warmup: int = 10, reps: int = 50) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def _graphed(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` captured once (after a compiling call on a side stream) and replayed."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def main() -> None:
+    from gdn_equiv.backends import triton_backend as tb
+
+    if not torch.cuda.is_available() or tb.unavailable() is not None:
+        raise SystemExit("needs a CUDA device and triton")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, T, D, device="cuda", generator=gen).to(torch.bfloat16)
+    weight = torch.randn(D, W, device="cuda", generator=gen).to(torch.bfloat16)
+    bias = torch.randn(D, device="cuda", generator=gen).to(torch.bfloat16)
+    dy = torch.randn(B, T, D, device="cuda", generator=gen).to(torch.bfloat16)
+    vl = tb._Varlen(x, None)
+
+    def backward() -> object:
+        return tb._backward_impl(x, weight, bias, "silu", None, vl, dy, None, need_dw=True, need_dstate=False)
+
+    print(f"B={B} T={T} D={D} W={W} bf16 silu bias; {torch.cuda.get_device_name()}")
+    print(f"defaults: pass 1 _GPU_GRAD={tb._GPU_GRAD}, pass 2 _GPU_BWD={tb._GPU_BWD}")
+    for name in ("_GPU_GRAD", "_GPU_BWD"):
+        default = getattr(tb, name)
+        for tile in CANDIDATES:
+            setattr(tb, name, tile)
+            try:
+                ms = _median_ms(_graphed(backward))
+            finally:
+                setattr(tb, name, default)
+            print(f"backward kernels, {name}={tile}: {ms:.4f} ms", flush=True)
+
+    xg, wg, bg = (t.detach().requires_grad_() for t in (x, weight, bias))
+
+    def forward_backward() -> object:
+        y, _ = tb.forward(xg, wg, bg, "silu", None, False, None)
+        return torch.autograd.grad(y, (xg, wg, bg), dy)
+
+    fwd = _median_ms(lambda: tb.forward(x, weight, bias, "silu", None, False, None), calls=20)
+    print(f"forward alone (eager, defaults): {fwd:.4f} ms")
+    print(f"forward+backward (eager, defaults): {_median_ms(forward_backward, calls=20):.4f} ms")
+
+
+if __name__ == "__main__":
+    main()
