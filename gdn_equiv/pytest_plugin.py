@@ -23,14 +23,13 @@ import importlib.util
 import json
 import os
 import re
-import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from gdn_equiv import testing
+from gdn_equiv._source import alias_strategies
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,33 +88,6 @@ def wanted(config: pytest.Config) -> bool:
     return any(_SUITE_ARG.search(str(arg).split("::")[0]) for arg in config.args)
 
 
-def _alias_strategies() -> None:
-    """Make ``gdn_equiv.strategies`` importable from a source checkout.
-
-    Installed, the package-dir mapping in pyproject does this; from the tree, ``strategies/`` is a
-    top-level folder, so register it under its installed name (relative imports inside it then
-    resolve to ``gdn_equiv.strategies.*``).
-    """
-    if "gdn_equiv.strategies" in sys.modules:
-        return
-    try:
-        if importlib.util.find_spec("gdn_equiv.strategies") is not None:
-            return
-    except ImportError:
-        pass
-    import gdn_equiv
-
-    init = Path(gdn_equiv.__file__).resolve().parent.parent / "strategies" / "__init__.py"
-    spec = importlib.util.spec_from_file_location(
-        "gdn_equiv.strategies", init, submodule_search_locations=[str(init.parent)]
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gdn_equiv.strategies"] = module
-    spec.loader.exec_module(module)
-    gdn_equiv.strategies = module
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     global _ACTIVE, _START
@@ -127,7 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     # Before anything can initialise CUDA: each xdist worker sees one GPU.
     testing.pin_xdist_worker_device()
-    _alias_strategies()
+    alias_strategies()
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         # no GPU: triton kernels run under the interpreter (set before triton is imported)
         os.environ["TRITON_INTERPRET"] = "1"

@@ -24,10 +24,13 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from gdn_equiv import properties as P
+from gdn_equiv._source import alias_strategies
 from gdn_equiv.compare import Mismatch, Report, observe, worst
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
 from gdn_equiv.guard import Condition
+
+alias_strategies()  # the CLI imports gdn_equiv.strategies from here, installed or not
 
 
 @dataclass

@@ -62,11 +62,14 @@ def conv_calls(
     max_seq_len: int = 16,
     varlen: bool | None = None,
     initial_state: bool | None = None,
+    varlen_initial_state: bool = True,
 ) -> ConvCall:
     """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
     (give a backend's :func:`gdn_equiv.backends.supported_widths`). Shrinks towards fp32, one channel,
     the smallest width, one short sequence, no bias, no activation, no initial state, no varlen. Up to
-    40 channels so that a defect in a second 8- or 16-channel block is reachable."""
+    40 channels so that a defect in a second 8- or 16-channel block is reachable. Without
+    ``varlen_initial_state`` (a backend that refuses per-sequence states, e.g. causal-conv1d), varlen
+    calls carry no initial state."""
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
         lens = tuple(draw(st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)))
@@ -81,7 +84,8 @@ def conv_calls(
         dtype=draw(st.sampled_from(list(dtypes))),
         bias=draw(st.booleans()),
         activation=draw(st.sampled_from([None, "silu", "swish"])),
-        initial_state=draw(st.booleans()) if initial_state is None else initial_state,
+        initial_state=(draw(st.booleans()) if initial_state is None else initial_state)
+        and (varlen_initial_state or not use_varlen),
         seq_lens=lens,
         seed=draw(st.integers(0, 2**16)),
     )

@@ -112,6 +112,9 @@ class Backend:
     description: str = ""
     #: Supported kernel widths ``(min, max)``, inclusive; strategies draw only these. ``None``: any.
     widths: tuple[int, int] | None = None
+    #: Whether ``initial_state`` may come with ``cu_seqlens`` (per-sequence states of packed sequences);
+    #: a backend without it must refuse that call with :class:`InvalidArgument`, and strategies do not draw it.
+    varlen_initial_state: bool = True
 
     def check(self) -> Backend:
         """Refuse a forward/update whose signature cannot take SPEC §3's arguments; returns ``self``."""

@@ -148,12 +148,22 @@ def _varlen_final(x: Tensor, cu_seqlens: Tensor, W: int) -> Tensor:
     return torch.stack(finals, 0) if finals else x.new_zeros(0, D, W)
 
 
-class _ChannelLastGrad(torch.autograd.Function):
-    """Identity whose backward hands the package its final-state gradient channel-last.
+def _package_layout(t: Tensor) -> bool:
+    """Channel-last ``[B, D, T]`` as the package's kernels read it: channel stride 1, the other two
+    strides multiples of 8 (the package raises on misaligned strides for some tensors and silently
+    misreads others, see repro/causal_conv1d_dfinal_states.py)."""
+    return t.stride(1) == 1 and t.stride(0) % 8 == 0 and t.stride(2) % 8 == 0 and t.data_ptr() % 16 == 0
 
-    Autograd gives the gradient of ``pkg_final`` as a column slice of our ``[N, D, W]`` gradient
-    (``stride(1) == W``); the package's backward reads ``dfinal_states`` as if ``stride(1) == 1``
-    without checking (H200: dx wrong in channels 32-39 of 40, see repro/causal_conv1d_dfinal_states.py).
+
+class _PackageLayoutGrad(torch.autograd.Function):
+    """Identity whose backward hands the package a gradient in its layout (:func:`_package_layout`),
+    copying only when autograd's is not.
+
+    Autograd passes gradients as they come: the gradient of ``y`` is the caller's ``dy`` (a channel
+    slice of a wider tensor when the caller concatenates q|k|v; the package then raises "strides ...
+    to be multiples of 8"), and the final state's is a column slice of our ``[N, D, W]`` gradient
+    (``stride(1) == W``; the package reads it as if ``stride(1) == 1``, without checking: on the H200
+    dx was wrong in channels 32-39 of 40).
     """
 
     @staticmethod
@@ -162,6 +172,8 @@ class _ChannelLastGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
+        if _package_layout(grad):
+            return grad
         return grad.transpose(1, 2).contiguous().transpose(1, 2)
 
 
@@ -209,7 +221,7 @@ def forward(
         activation=activation,
     )
     y_t, pkg_final = out if want_pkg_final else (out, None)
-    y = y_t.transpose(1, 2)[..., :D]  # [B, D8, T] -> [B, T, D]
+    y = _PackageLayoutGrad.apply(y_t).transpose(1, 2)[..., :D]  # [B, D8, T] -> [B, T, D]
     final = None
     if output_final_state:
         if cu_seqlens is not None:
@@ -217,7 +229,7 @@ def forward(
         else:
             assert pkg_final is not None
             first = _history_column(x, initial_state, W)  # [B, D]
-            pkg_final = _ChannelLastGrad.apply(pkg_final)
+            pkg_final = _PackageLayoutGrad.apply(pkg_final)
             final = torch.cat([first.unsqueeze(-1), pkg_final[:, :D]], dim=-1)  # [B, D, W]
     return y, final
 
@@ -244,4 +256,5 @@ BACKEND = Backend(
     unavailable=unavailable,
     description="Dao-AILab causal-conv1d (channel-last kernel, widths 2-4, fp32 arithmetic inside); CUDA only",
     widths=(_MIN_W, _MAX_W),
+    varlen_initial_state=False,
 )

@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, supported_widths
+from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend, supported_widths
 from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.testing import count_example
@@ -36,9 +36,12 @@ def _close(actual, expected, name: str, backend: str, call: ConvCall) -> None:
 
 
 def _draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
-    """A conv call within the kernel widths ``backend`` supports (causal-conv1d: 2..4)."""
+    """A conv call the backend's declared scope covers: its kernel widths (causal-conv1d: 2..4) and,
+    for packed sequences, initial states only where it supports them (its refusal is checked in
+    tests/test_backends_cuda.py)."""
     lo, hi = supported_widths([backend])
-    return data.draw(conv_calls(widths=(lo, min(hi, 4)), **options), label="call")
+    varlen_state = get_backend(backend).varlen_initial_state
+    return data.draw(conv_calls(widths=(lo, min(hi, 4)), varlen_initial_state=varlen_state, **options), label="call")
 
 
 def _check_forward(call: ConvCall, backend: str, device: str) -> None:
