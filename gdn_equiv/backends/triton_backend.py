@@ -36,17 +36,18 @@ from gdn_equiv.errors import InvalidArgument
 Tensor = torch.Tensor
 
 # (time rows, channels, warps) per tile; constants so that no reduction order depends on the shape.
-# Picked on an H200 (bf16, B2 T2048, 6144 channels, W4; 20 back-to-back calls): forward 16x256x4
-# 0.0445 ms/call (64x128x4: 0.078). The backward runs in two passes: pass 1 (_GPU_GRAD, only with an
-# activation) writes g = dy * silu'(a) per token, elementwise like the forward, so it starts from the
-# forward's tile; pass 2 (_GPU_BWD) reads g for dx and sums dweight/dbias over its tile (so a new pass-2
-# shape may change those sums' bits, never dx's). Both still to be tuned on the H200
-# (scripts/bwd_tiles.py); the one-pass backward, which recomputed a at every shift, took 0.535 ms for
-# forward+backward at 32x128x4. Under the interpreter, small tiles keep it fast and make tiny tests
-# cross tile boundaries.
+# Picked on an H200 (bf16, B2 T2048, 6144 channels, W4). Forward 16x256x4: 0.0445 ms/call (64x128x4:
+# 0.078). The backward runs in two passes: pass 1 (_GPU_GRAD, only with an activation) writes
+# g = dy * silu'(a) per token, elementwise like the forward; pass 2 (_GPU_BWD) reads g for dx and sums
+# dweight/dbias over its tile (so a new pass-2 shape may change those sums' bits, never dx's).
+# scripts/bwd_tiles.py, backward kernels alone in a CUDA graph (2026-12-02): pass-1 tiles 0.323-0.336 ms
+# with pass 2 at 32x128x4, i.e. pass 1 barely matters; pass 2 16x256x4 0.479, 32x128x4 0.323,
+# 32x256x8 0.476, 64x128x4 0.236, 8x512x4 0.437 ms. The one-pass backward, which recomputed the
+# pre-activation at every shift, took 0.535 ms for forward+backward. Under the interpreter, small
+# tiles keep it fast and make tiny tests cross tile boundaries.
 _GPU_FWD = (16, 256, 4)
 _GPU_GRAD = (16, 256, 4)
-_GPU_BWD = (32, 128, 4)
+_GPU_BWD = (64, 128, 4)
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
 
