@@ -335,13 +335,21 @@ class GapNeedlessFallback(UpstreamGap):
 
 
 def check_target_guard(
-    example: Example, *, device: str = "cpu", layer_cls: type | None = None, target: str = "fla", **options: Any
+    example: Example,
+    *,
+    device: str = "cpu",
+    layer_cls: type | None = None,
+    target: str = "fla",
+    demonstrate: bool = True,
+    **options: Any,
 ) -> Decision:
     """P1 on an upstream target: its own guard's answer vs the spec's, and the cost of a gap.
 
     Runs on CPU: a crash of the fused path is shown for real when it happens before any kernel
     (fla's ``torch.cat`` of a ``None`` bias); a dropped bias is shown by running both paths on a
-    GPU and inferred from the facts on a CPU (the message says which).
+    GPU and inferred from the facts on a CPU (the message says which). ``demonstrate=False`` decides
+    the gap from the guards alone, running no layer: what a search does while it shrinks (on a GPU
+    every shrink step would otherwise compile the target's kernels for a new shape).
     """
     from gdn_equiv.guard import decide
     from gdn_equiv.targets import get_target
@@ -364,7 +372,8 @@ def check_target_guard(
         has = [c.has_bias for c in facts.convs]
         if facts.conv_bias and not all(has):
             try:
-                handle.run(inputs, "auto")
+                if demonstrate:
+                    handle.run(inputs, "auto")
             except TypeError as exc:
                 raise GapMissingBiasCrash(
                     f"{target} fuses with conv_bias=True and a conv without bias; its fused path raises "
@@ -378,14 +387,30 @@ def check_target_guard(
             )
         if not facts.conv_bias and any(has):
             how = "inferred from the facts (the fused path concatenates no bias when the flag is off)"
-            if str(device).startswith("cuda"):
-                fused, _ = handle.run(inputs, "fused")
-                separate, _ = handle.run(inputs, "separate")
-                diff = compare(fused, separate, name="output", paths=("fused", "separate"))
-                how = f"run on {device}: fused vs separate differ by up to {diff.max_abs:.3g}"
+            if not demonstrate:
+                how = "decided from the guards; not run"
+            elif str(device).startswith("cuda"):
+                how = _fused_vs_separate(handle, inputs, device)
             raise GapBiasDropped(
                 f"{target} fuses with conv_bias=False and a conv with a bias: the bias is dropped ({how})"
                 f"\nExample: {context}",
                 report,
             )
-    raise GapOtherRefusal(f"{target} fuses where the spec refuses\nExample: {context}", report)
+    how = "decided from the guards; not run"
+    if demonstrate and str(device).startswith("cuda"):
+        how = _fused_vs_separate(handle, inputs, device)
+    raise GapOtherRefusal(f"{target} fuses where the spec refuses ({how})\nExample: {context}", report)
+
+
+def _fused_vs_separate(handle: Any, inputs: Any, device: str) -> str:
+    """What forcing the target's fused path costs on this example, in words: the largest output
+    difference from its separate path (0 means the gap is harmless here), or the error it raises."""
+    try:
+        fused, _ = handle.run(inputs, "fused")
+        separate, _ = handle.run(inputs, "separate")
+    except Exception as exc:  # a crash is the demonstration
+        return f"run on {device}: {type(exc).__name__}: {exc}"
+    if fused.dtype != separate.dtype:
+        return f"run on {device}: fused output is {fused.dtype}, separate {separate.dtype}"
+    diff = compare(fused, separate, name="output", paths=("fused", "separate"))
+    return f"run on {device}: fused vs separate differ by up to {diff.max_abs:.3g}"

@@ -13,15 +13,15 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis.errors import NoSuchExample, Unsatisfiable
 
 from gdn_equiv import properties as P
 from gdn_equiv._source import alias_strategies
@@ -411,22 +411,29 @@ def search_gaps(
     seconds: float | None = None,
     database: Any = None,
     **options: Any,
-) -> list[Check]:
+) -> Iterator[Check]:
     """P1 against an upstream target: search its guard's gaps one kind at a time (``options`` configure
-    the target, e.g. fla's ``core``).
+    the target, e.g. fla's ``core``). Yields each gap as it is found, then the summary row.
 
     Each round runs the guard-vs-spec property with the gap kinds found so far counted as known;
     a round that finds a new kind records it (shrunk, with the time since the start) and the search
-    goes on, until a round finds nothing new or ``seconds`` are spent.
+    goes on, until a round finds nothing new or ``seconds`` are spent (checked between examples: once
+    the budget is gone a round draws no new example, though a shrink in progress finishes). Shrinking
+    decides from the guards alone; the shrunk example is then run once to show the gap's cost
+    (fused vs separate on a GPU, the crash anywhere).
     """
     from gdn_equiv.strategies import examples
 
     strategy = st.one_of(examples(fusable=True), examples(fusable=False))
     started = time.perf_counter()
-    known: dict[type, Check] = {}
+    known: set[type] = set()
     clean = Check(f"P1-{target}-guard-vs-spec", "-")
     found: list[tuple[type, Example]] = []
-    while seconds is None or time.perf_counter() - started < seconds:
+
+    def spent() -> bool:
+        return seconds is not None and time.perf_counter() - started >= seconds
+
+    while not spent():
         found.clear()
 
         @settings(
@@ -438,9 +445,11 @@ def search_gaps(
         )
         @given(strategy)
         def prop(example: Example) -> None:
+            if not found and spent():
+                reject()  # out of time: end the round without drawing more
             clean.examples += 1
             try:
-                decision = P.check_target_guard(example, device=device, target=target, **options)
+                decision = P.check_target_guard(example, device=device, target=target, demonstrate=False, **options)
             except P.UpstreamGap as exc:
                 if type(exc) in known:
                     return
@@ -450,14 +459,23 @@ def search_gaps(
 
         try:
             prop()
-            if seconds is None:
-                break  # a check: one round with nothing new ends it; a fuzz run spends its budget
-        except P.UpstreamGap as exc:
+        except Unsatisfiable:
+            break  # the budget ran out before the round drew a single example
+        except P.UpstreamGap:
             kind, example = found[-1]
             check = Check(f"P1-{target}-gap-{kind.__name__.removeprefix('Gap')}", "-")
-            check.result, check.failure, check.example = "FAIL", f"{kind.__name__}: {exc}", example
-            check.seconds = time.perf_counter() - started  # time until this gap was found and shrunk
+            try:  # the shrunk example, run once: the gap's cost, not just the guards' disagreement
+                P.check_target_guard(example, device=device, target=target, demonstrate=True, **options)
+                message = f"{kind.__name__}: not reproduced when run"
+            except P.UpstreamGap as shown:
+                message = f"{type(shown).__name__}: {shown}"
+            check.result, check.failure, check.example = "FAIL", message, example
+            check.seconds = time.perf_counter() - started  # time until this gap was found, shrunk and shown
             check.examples = clean.examples
-            known[kind] = check
+            known.add(kind)
+            yield check
+            continue
+        if seconds is None:
+            break  # a check: one round with nothing new ends it; a fuzz run spends its budget
     clean.seconds = time.perf_counter() - started
-    return [clean, *known.values()]
+    yield clean

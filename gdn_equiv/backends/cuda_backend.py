@@ -172,9 +172,16 @@ class _PackageLayoutGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
-        if _package_layout(grad):
-            return grad
-        return grad.transpose(1, 2).contiguous().transpose(1, 2)
+        return grad if _package_layout(grad) else _to_package_layout(grad)
+
+
+def _to_package_layout(t: Tensor) -> Tensor:
+    """A copy of ``[B, D, T]`` ``t`` with strides ``(T*D, 1, D)`` spelled out: ``.contiguous()`` keeps
+    whatever strides a size-1 dimension had (torch ignores them), and the package does not (on the H200
+    a ``dy`` slice with ``B = T = 1`` and ``stride(0) == 9`` came back from ``.contiguous()`` unchanged
+    and the package raised)."""
+    B, D, T = t.shape
+    return t.new_empty(B, T, D).transpose(1, 2).copy_(t)
 
 
 def forward(
