@@ -7,12 +7,16 @@ pass 2 at its default tile and the other way round. The last line is forward+bac
 ``triton_backend.forward`` + ``torch.autograd.grad`` with the default tiles, eager (host work included),
 per call over 20 back-to-back calls, median of 50. Under a minute on an H200, compilation included::
 
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py                      # both passes, CANDIDATES
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
+
+A tile ``BTxBDxW`` is (tokens, channels, num_warps) per program.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable
 
 import torch
@@ -67,9 +71,12 @@ def main() -> None:
 
     print(f"B={B} T={T} D={D} W={W} bf16 silu bias; {torch.cuda.get_device_name()}")
     print(f"defaults: pass 1 _GPU_GRAD={tb._GPU_GRAD}, pass 2 _GPU_BWD={tb._GPU_BWD}")
-    for name in ("_GPU_GRAD", "_GPU_BWD"):
+    args = sys.argv[1:]
+    names = ("_GPU_BWD",) if "--pass2" in args else ("_GPU_GRAD", "_GPU_BWD")
+    tiles = [tuple(int(v) for v in a.split("x")) for a in args if not a.startswith("--")] or CANDIDATES
+    for name in names:
         default = getattr(tb, name)
-        for tile in CANDIDATES:
+        for tile in tiles:
             setattr(tb, name, tile)
             try:
                 ms = _median_ms(_graphed(backward))

@@ -8,7 +8,7 @@
 #   4 suites     conformance + fused-vs-separate properties under the triton and cuda backends
 #   5 fla-tests  fla's differential properties (reference core)
 #   6 ncu        Nsight Compute on one fused forward+backward of the triton backend (scripts/ncu_prologue.py)
-# SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
+# TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
 OUT=${OUT:-/tmp/gpu_evidence}
 mkdir -p "$OUT"
@@ -33,14 +33,14 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     case $1 in
     bench) stage bench "${!var:-150}" python3 -m gdn_equiv bench prologue --backend triton,cuda,fla \
         --iters 30 --warmup 5 ;;
-    tiles) stage tiles "${!var:-60}" python3 scripts/bwd_tiles.py ;;
+    tiles) stage tiles "${!var:-60}" python3 scripts/bwd_tiles.py ${TILES_ARGS:-} ;;
     fla-fuzz) stage fla-fuzz "${!var:-90}" python3 -m gdn_equiv fuzz --target fla --fla-core reference \
         --device cuda --seconds 60 --report "$OUT/fla-fuzz-report" ;;
     suites) stage suites "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
         --gdn-backend "${SUITE_BACKENDS:-triton,cuda}" tests/test_conformance.py tests/test_fused_equivalence.py \
         tests/test_backends_cuda.py tests/test_backends_triton.py ;;
     fla-tests) stage fla-tests "${!var:-100}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
-        --fla-core reference tests/test_fla_target.py ;;
+        --fla-core reference ${FLA_TEST_ARGS:-} tests/test_fla_target.py ;;
     ncu) stage ncu "${!var:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 scripts/ncu_prologue.py ;;
     *) echo "unknown stage $1" >&2; status=1 ;;
