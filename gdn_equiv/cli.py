@@ -149,7 +149,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         if any(c.result == "FAIL" for c in batch):
             break
         args.skip_necessity = True  # necessity needs one search, not one per round
-    print(f"{rounds} rounds")
+    print(f"{rounds} fuzz round{'s' if rounds != 1 else ''} (a round ends early at its first failure)")
     return _finish(args, checks, started, "fuzz")
 
 
