@@ -137,6 +137,8 @@ def build_fla_layer(config: GDNConfig, device: str | torch.device = "cpu", *, pi
                 spec.activation,
                 fla_backend(config.conv_backend if spec.backend is None else spec.backend),
             )
+            if spec.dtype is not None:  # G9: one conv's parameters in another dtype
+                conv = conv.to(getattr(torch, spec.dtype))
             setattr(layer, f"{name}_conv1d", conv)
     return layer.to(device)
 
