@@ -24,6 +24,7 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
@@ -46,6 +47,7 @@ MARKERS = {
 }
 
 _ACTIVE = False
+_FAILURE_LOG: Path | None = None
 _CUDA: bool | None = None
 _WORKER_COUNTS: list[dict[str, int]] = []
 _START = time.perf_counter()
@@ -76,6 +78,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "reference core (fla's prologue, guard and convs untouched; fla's chunked backward does not run on "
         "Hopper with Triton 3.6). Default: $GDN_FLA_CORE, else fla",
     )
+    group.addoption(
+        "--gdn-failure-log",
+        default=None,
+        metavar="PATH",
+        help="append each failing test's report to PATH the moment it fails (for time-boxed runs that may be "
+        "cut off before pytest's summary, e.g. a cold GPU); with xdist the controller writes it",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -90,7 +99,9 @@ def wanted(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    global _ACTIVE, _START
+    global _ACTIVE, _START, _FAILURE_LOG
+    log = config.getoption("gdn_failure_log")
+    _FAILURE_LOG = None if log is None or os.environ.get("PYTEST_XDIST_WORKER") else Path(log)
     if not wanted(config):
         return
     _ACTIVE = True
@@ -243,6 +254,14 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
     with collector.with_value(note):
         return (yield)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """``--gdn-failure-log``: a failure's full report, appended and flushed as soon as it arrives."""
+    if _FAILURE_LOG is None or not report.failed:
+        return
+    with _FAILURE_LOG.open("a", encoding="utf-8") as log:
+        log.write(f"==== FAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n\n")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

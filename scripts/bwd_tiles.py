@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-CANDIDATES = [(16, 256, 4), (32, 128, 4), (32, 256, 8), (64, 128, 4), (8, 512, 4)]
+CANDIDATES = [(32, 128, 4), (64, 128, 4), (128, 64, 4), (64, 64, 4), (128, 128, 8)]
 B, T, D, W = 2, 2048, 6144, 4
 
 

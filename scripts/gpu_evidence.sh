@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU evidence on the H200 in one call, most important first; each stage has a hard timeout so a slow
-# (cold-compiling) stage cannot eat the others, and each writes its log to $OUT as it goes.
+# (cold-compiling) stage cannot eat the others, and each writes its log to $OUT as it goes; pytest
+# stages also write each failure the moment it happens (--gdn-failure-log), so a stage cut off by its
+# timeout still says what failed.
 # Run from the repo root after DEVICE.md's pip line (PYTHONPATH=/tmp/site:$PWD).
 #   1 bench      gdn-equiv bench prologue (triton, cuda, fla), eager and device timings
 #   2 tiles      backward tile candidates of the triton backend (scripts/bwd_tiles.py)
@@ -37,9 +39,11 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     fla-fuzz) stage fla-fuzz "${!var:-90}" python3 -m gdn_equiv fuzz --target fla --fla-core reference \
         --device cuda --seconds 60 --report "$OUT/fla-fuzz-report" ;;
     suites) stage suites "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
+        --gdn-failure-log "$OUT/suites-failures.txt" \
         --gdn-backend "${SUITE_BACKENDS:-triton,cuda}" tests/test_conformance.py tests/test_fused_equivalence.py \
         tests/test_backends_cuda.py tests/test_backends_triton.py ;;
-    fla-tests) stage fla-tests "${!var:-100}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
+    fla-tests) stage fla-tests "${!var:-300}" python3 -m pytest -n "$W" -v -p no:cacheprovider -rfE \
+        --gdn-failure-log "$OUT/fla-tests-failures.txt" \
         --fla-core reference ${FLA_TEST_ARGS:-} tests/test_fla_target.py ;;
     ncu) stage ncu "${!var:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 scripts/ncu_prologue.py ;;

@@ -82,7 +82,11 @@ def runs(env_dir: Path) -> dict[str, subprocess.CompletedProcess]:
     suite = [python, "-m", "pytest", "--pyargs", "gdn_equiv.suite", "-p", "no:cacheprovider", "-x", "-q"]
     commands = {
         "entry_point": [*suite, "--gdn-backend", "example-state-shift", "-k", "update_matches"],
-        "module_callable": [*suite, "--gdn-backend", "gdn_example_kernels.broken:bias_block", "-k", "forward_matches"],
+        "module_callable": [
+            *suite,
+            *("--gdn-backend", "gdn_example_kernels.broken:bias_block", "-k", "forward_matches"),
+            *("--gdn-failure-log", "failures.txt"),
+        ],
         "correct": [*suite, "--gdn-backend", "example-correct", "-k", "update_matches or forward_matches"],
         "check": [
             str(_bin(env_dir, "gdn-equiv")),
@@ -126,6 +130,10 @@ def test_installed_plugin_catches_broken_kernel_named_as_module_callable(runs):
     _failed_with_shrunk_example(
         runs["module_callable"], "test_backend_forward_matches_torch", "gdn_example_kernels.broken:bias_block"
     )
+    # --gdn-failure-log: the same failure, written when it happened
+    log = (runs["cwd"] / "failures.txt").read_text()  # type: ignore[operator]
+    assert log.startswith("==== FAILED ") and "test_backend_forward_matches_torch[" in log, log[-2000:]
+    assert "are not close" in log or "are not equal" in log, log[-2000:]
 
 
 def test_installed_plugin_passes_correct_kernel(runs):

@@ -42,12 +42,16 @@ Tensor = torch.Tensor
 # dweight/dbias over its tile (so a new pass-2 shape may change those sums' bits, never dx's).
 # scripts/bwd_tiles.py, backward kernels alone in a CUDA graph (2026-12-02): pass-1 tiles 0.323-0.336 ms
 # with pass 2 at 32x128x4, i.e. pass 1 barely matters; pass 2 16x256x4 0.479, 32x128x4 0.323,
-# 32x256x8 0.476, 64x128x4 0.236, 8x512x4 0.437 ms. The one-pass backward, which recomputed the
-# pre-activation at every shift, took 0.535 ms for forward+backward. Under the interpreter, small
-# tiles keep it fast and make tiny tests cross tile boundaries.
+# 32x256x8 0.476, 64x128x4 0.236, 8x512x4 0.437 ms. Nsight Compute on 64x128x4 (2026-12-03): pass 2
+# 147 us of 271 us forward+backward, 255 registers/thread, 614k local-memory spill requests, 12.5%
+# occupancy, 28% of DRAM bandwidth (latency-bound). Second sweep (2026-12-03): 128x64x4 0.212,
+# 64x64x4 0.256, 128x128x8 0.264, 128x64x8 0.279, 32x64x4 0.327, 64x256x8 0.326, 64x128x8 0.356 ms.
+# The one-pass backward, which recomputed the pre-activation at every shift, took 0.535 ms for
+# forward+backward. Under the interpreter, small tiles keep it fast and make tiny tests cross tile
+# boundaries.
 _GPU_FWD = (16, 256, 4)
 _GPU_GRAD = (16, 256, 4)
-_GPU_BWD = (64, 128, 4)
+_GPU_BWD = (128, 64, 4)
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
 
