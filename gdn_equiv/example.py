@@ -6,8 +6,10 @@ seed, deterministically, so a failure is replayed from the JSON alone (``gdn-equ
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -116,6 +118,95 @@ def fp64_twin(layer: torch.nn.Module) -> torch.nn.Module:
     for p in twin.parameters():
         p.grad = None
     return twin
+
+
+@contextlib.contextmanager
+def ulp_jitter(layer: torch.nn.Module, seed: int) -> Iterator[None]:
+    """Inside the block, the output of every leaf module of ``layer`` that holds parameters (projections,
+    convs, norms), and the gradient of each of their parameters, is multiplied by ``1 + s * eps`` of its
+    dtype (``s = ±1`` per element, from ``seed``) and rounded back to that dtype: the same layer as if
+    each kernel, forward and backward, had rounded its result differently by about one unit in the last
+    place. A handful of such runs show how far *correct* implementations of
+    the layer in that dtype spread around the fp64 truth (see :data:`gdn_equiv.compare.ACCURACY_FACTOR`)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def jitter(t: torch.Tensor) -> torch.Tensor:
+        if not t.is_floating_point() or t.numel() == 0:
+            return t
+        sign = torch.randint(0, 2, t.shape, generator=gen).to(t.device, t.dtype) * 2 - 1
+        return t * (1 + torch.finfo(t.dtype).eps * sign)
+
+    def hook(module: torch.nn.Module, args: Any, out: Any) -> Any:
+        if isinstance(out, torch.Tensor):
+            return jitter(out)
+        if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+            return (jitter(out[0]), *out[1:])
+        return out
+
+    leaves = [m for m in layer.modules() if next(m.children(), None) is None and list(m.parameters(recurse=False))]
+    handles: list[Any] = [m.register_forward_hook(hook) for m in leaves]
+    # the backward kernels' results too: each parameter gradient as if summed in another order
+    handles += [p.register_hook(jitter) for m in leaves for p in m.parameters(recurse=False) if p.requires_grad]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+#: Same-dtype reference runs with one-ulp rounding jitter (:func:`ulp_jitter`) besides the plain one in
+#: :func:`accuracy_runs`: the spread of correct implementations another one is judged against.
+ROUNDING_VARIANTS = 8
+
+#: One run of a layer: output, dx (``None`` without gradients) and every parameter's gradient by name.
+Run = tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor | None]]
+
+
+def unit_cotangent_backward(seed: int) -> Callable[[torch.Tensor], None]:
+    """Backpropagate a fixed unit-normal cotangent (``sum(out * dy)`` in fp64). A loss like
+    ``sum(out**2)`` scales the cotangent with the output: its gradients overflow fp16 and are
+    ill-conditioned in bf16."""
+
+    def backward(out: torch.Tensor) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        dy = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device)
+        (out.double() * dy).sum().backward()
+
+    return backward
+
+
+def run_layer(layer: torch.nn.Module, inputs: Inputs, backward: Callable[[torch.Tensor], None] | None = None) -> Run:
+    """``layer`` on ``inputs``, backpropagated with ``backward`` when given; the layer's ``.grad`` are
+    handed over in the result and cleared."""
+    x = inputs.x.detach().requires_grad_(backward is not None)
+    with torch.set_grad_enabled(backward is not None):
+        out, _, _ = layer(x, **inputs.kwargs())
+        if backward is not None:
+            backward(out)
+    grads = {name: p.grad for name, p in layer.named_parameters()}
+    for p in layer.parameters():
+        p.grad = None
+    return out, x.grad, grads
+
+
+def accuracy_runs(
+    reference: torch.nn.Module,
+    inputs: Callable[[], Inputs],
+    backward: Callable[[torch.Tensor], None] | None = None,
+    *,
+    seed: int = 0,
+    variants: int = ROUNDING_VARIANTS,
+) -> tuple[list[Run], Run]:
+    """The bar for another implementation's accuracy: our ``reference`` run plain and ``variants`` times
+    under :func:`ulp_jitter`, and its fp64 twin (the truth), each on fresh ``inputs()``. Judge with
+    :func:`gdn_equiv.compare.least_accurate` and :func:`gdn_equiv.compare.assert_as_accurate`."""
+    truth = run_layer(fp64_twin(reference), inputs().in_fp64(), backward)
+    runs = [run_layer(reference, inputs(), backward)]
+    for k in range(variants):
+        fresh = inputs()  # outside the jitter: a cached prefix is the plain reference's
+        with ulp_jitter(reference, seed=seed * 31 + k):
+            runs.append(run_layer(reference, fresh, backward))
+    return runs, truth
 
 
 def build_layer(example: Example, cls: type | None = None, device: str | torch.device = "cpu") -> torch.nn.Module:

@@ -1,0 +1,128 @@
+"""The accuracy criterion that judges another implementation of the whole layer (fla's, on the GPU),
+shown on the CPU with our own layer standing in for it: it accepts a correct implementation that
+rounds differently and catches planted precision and bias defects.
+
+The bar (:func:`gdn_equiv.example.accuracy_runs`): our reference in the same dtype, plain and with
+one-ulp rounding jitter on every module output (:func:`gdn_equiv.example.ulp_jitter`); the least accurate
+of those against the fp64 twin, times :data:`gdn_equiv.compare.ACCURACY_FACTOR`
+(:func:`gdn_equiv.compare.assert_as_accurate`). The stand-in is the reference layer with its convs on
+another backend: ``F.conv1d`` (a correct conv that sums in the library's order), or a planted defect.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gdn_equiv.backends import Backend, register_backend
+from gdn_equiv.backends import torch_backend as tb
+from gdn_equiv.compare import Mismatch, assert_as_accurate, least_accurate
+from gdn_equiv.config import GDNConfig
+from gdn_equiv.example import (
+    Example,
+    accuracy_runs,
+    build_layer,
+    materialize,
+    run_layer,
+    ulp_jitter,
+    unit_cotangent_backward,
+)
+from gdn_equiv.reference import GatedDeltaNet, ShortConv
+
+
+def _f_conv1d(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """A correct conv for plain calls (no state, no varlen): ``F.conv1d`` in the compute dtype."""
+    assert initial_state is None and cu_seqlens is None and not output_final_state
+    D, W = weight.shape
+    cdt = tb.compute_dtype(x, weight)
+    b = None if bias is None else bias.to(cdt)
+    y = F.conv1d(F.pad(x.to(cdt).transpose(1, 2), (W - 1, 0)), weight.to(cdt).unsqueeze(1), b, groups=D)
+    y = y.transpose(1, 2)
+    return (F.silu(y) if activation is not None else y).to(x.dtype), None
+
+
+def _bf16_inside(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """Planted defect: the conv's arithmetic in bf16 whatever the layer's dtype."""
+    y, _ = _f_conv1d(
+        x.to(torch.bfloat16), weight.to(torch.bfloat16), None if bias is None else bias.to(torch.bfloat16),
+        activation, initial_state, output_final_state, cu_seqlens,
+    )  # fmt: skip
+    return y.to(x.dtype), None
+
+
+def _drops_bias(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """Planted defect: the bias is ignored (what fla 0.6.0's fused path does in SPEC §1's first gap)."""
+    return _f_conv1d(x, weight, None, activation, initial_state, output_final_state, cu_seqlens)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stand_in_backends() -> None:
+    for name, fn in (("acc_fconv", _f_conv1d), ("acc_bf16", _bf16_inside), ("acc_nobias", _drops_bias)):
+        register_backend(Backend(name, forward=fn), replace=True)
+
+
+def _examples(dtype: str) -> st.SearchStrategy[Example]:
+    config = st.builds(
+        GDNConfig, hidden_size=st.just(16), head_dim=st.just(8), num_heads=st.integers(1, 2),
+        expand_v=st.sampled_from([1, 2]), use_gate=st.booleans(), allow_neg_eigval=st.booleans(),
+        conv_size=st.integers(2, 4), conv_bias=st.just(True),
+    )  # fmt: skip
+    return st.builds(
+        Example, config=config, dtype=st.just(dtype), batch=st.integers(1, 2), seq_len=st.integers(1, 24),
+        seed=st.integers(0, 999), grad=st.just(True),
+    )  # fmt: skip
+
+
+def _judge(example: Example, backend: str) -> None:
+    """The stand-in (reference weights, convs on ``backend``) against the bar, output and every gradient."""
+    reference = build_layer(example, GatedDeltaNet)
+    other = copy.deepcopy(reference)
+    for module in other.modules():
+        if isinstance(module, ShortConv):
+            module.backend = backend
+    backward = unit_cotangent_backward(example.seed)
+    refs, truth = accuracy_runs(reference, lambda: materialize(example, reference), backward, seed=example.seed)
+    out, dx, grads = run_layer(other, materialize(example, reference), backward)
+    for i, (actual, name) in enumerate(((out, "output"), (dx, "dx"))):
+        assert_as_accurate(actual, least_accurate([r[i] for r in refs], truth[i]), truth[i], name=name)
+    for name, grad in grads.items():
+        bar = least_accurate([r[2][name] for r in refs], truth[2][name])
+        assert_as_accurate(grad, bar, truth[2][name], name=f"d{name}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@settings(deadline=None, max_examples=15)
+@given(data=st.data())
+def test_a_correct_implementation_that_rounds_differently_passes(dtype: str, data: st.DataObject) -> None:
+    _judge(data.draw(_examples(dtype)), "acc_fconv")
+
+
+@pytest.mark.parametrize(("dtype", "backend"), [("float32", "acc_bf16"), ("float32", "acc_nobias"),
+                                                ("bfloat16", "acc_nobias")])  # fmt: skip
+def test_planted_defects_are_caught(dtype: str, backend: str) -> None:
+    """Each defect is found on generated examples (the first failing one, no shrinking needed)."""
+    with pytest.raises(Mismatch):
+
+        @settings(deadline=None, max_examples=15, phases=["generate"])
+        @given(example=_examples(dtype))
+        def judged(example: Example) -> None:
+            _judge(example, backend)
+
+        judged()
+
+
+def test_ulp_jitter_moves_module_outputs_by_about_one_ulp_and_leaves_no_hook() -> None:
+    example = Example(config=GDNConfig(hidden_size=16, head_dim=8, num_heads=2), dtype="float32", seq_len=8)
+    layer = build_layer(example, GatedDeltaNet)
+    inputs = materialize(example, layer)
+    plain = run_layer(layer, inputs)[0]
+    with ulp_jitter(layer, seed=1):
+        jittered = run_layer(layer, inputs)[0]
+    assert not torch.equal(plain, jittered)
+    torch.testing.assert_close(jittered, plain, rtol=1e-5, atol=1e-5)
+    assert torch.equal(run_layer(layer, inputs)[0], plain)
