@@ -197,7 +197,7 @@ def test_fla_guard_is_complete(config: GDNConfig, call: CallFacts) -> None:
     ON_060,
     strict=True,
     raises=AssertionError,
-    reason="fla 0.6.0's guard ignores the convs' parameter dtypes (SPEC G9) and fuses q/v fp32 with k bf16 "
+    reason="fla 0.6.0's guard ignores the convs' parameter dtypes (SPEC G9) and fuses k/v fp32 with q bf16 "
     "(torch.cat promotes); on the H200 the fuzz's shrunk case gave fused = separate bitwise (fla's conv "
     "computes in fp32): the spec is stricter here than fla's kernels need; shrunk: q_conv=ConvSpec(dtype="
     "'bfloat16'), no cache/varlen",
