@@ -156,7 +156,7 @@ def ulp_jitter(layer: torch.nn.Module, seed: int) -> Iterator[None]:
 
 #: Same-dtype reference runs with one-ulp rounding jitter (:func:`ulp_jitter`) besides the plain one in
 #: :func:`accuracy_runs`: the spread of correct implementations another one is judged against.
-ROUNDING_VARIANTS = 8
+ROUNDING_VARIANTS = 16
 
 #: One run of a layer: output, dx (``None`` without gradients) and every parameter's gradient by name.
 Run = tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor | None]]

@@ -6,7 +6,7 @@ jittered runs; per generated example this prints nothing, and at the end, per K,
 ``|stand-in - fp64| / (bar + eps * max|fp64|)`` over output, dx and every parameter gradient. A ratio above
 ``ACCURACY_FACTOR`` (2) on a correct stand-in would be a false alarm. CPU, about a minute per dtype::
 
-    python scripts/accuracy_spread.py float32
+    python scripts/accuracy_spread.py float32 [EXAMPLES]
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from gdn_equiv.example import Example, accuracy_runs, build_layer, materialize, 
 from gdn_equiv.reference import GatedDeltaNet, ShortConv
 
 KS = (0, 3, 8, 16)
+EXAMPLES = 40
 
 
-def main(dtype: str, examples: int = 40) -> None:
+def main(dtype: str, examples: int = EXAMPLES) -> None:
     register_backend(Backend("acc_fconv", forward=A._f_conv1d), replace=True)
     worst: dict[int, list[float]] = {k: [] for k in KS}
 
@@ -57,10 +58,10 @@ def main(dtype: str, examples: int = 40) -> None:
             for i, t in enumerate(t_all):
                 if t is None:
                     continue
-                t = t.double()
+                t = t.detach().double()
                 floor = eps * float(t.abs().max())
-                err = float((o_all[i].double() - t).abs().max())
-                bar = max(float((r_all[j][i].double() - t).abs().max()) for j in range(k + 1))
+                err = float((o_all[i].detach().double() - t).abs().max())
+                bar = max(float((r_all[j][i].detach().double() - t).abs().max()) for j in range(k + 1))
                 ratio = max(ratio, err / (bar + floor) if bar + floor > 0 else 0.0)
             worst[k].append(ratio)
 
@@ -72,4 +73,4 @@ def main(dtype: str, examples: int = 40) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "float32")
+    main(sys.argv[1] if len(sys.argv) > 1 else "float32", int(sys.argv[2]) if len(sys.argv) > 2 else EXAMPLES)
