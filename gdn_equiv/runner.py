@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, reject, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample, Unsatisfiable
+from hypothesis.errors import NoSuchExample
 
 from gdn_equiv import properties as P
 from gdn_equiv._source import alias_strategies
@@ -403,6 +403,11 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() and os.environ.get("GDN_EQUIV_DEVICE", "") != "cpu" else "cpu"
 
 
+class _BudgetSpent(BaseException):
+    """Raised inside a property when a fuzz budget is spent. Not an ``Exception``: Hypothesis passes it
+    straight up (as it does ``KeyboardInterrupt``) instead of shrinking it as a failure."""
+
+
 def search_gaps(
     target: str,
     *,
@@ -410,6 +415,7 @@ def search_gaps(
     device: str = "cpu",
     seconds: float | None = None,
     database: Any = None,
+    clock: Callable[[], float] = time.perf_counter,
     **options: Any,
 ) -> Iterator[Check]:
     """P1 against an upstream target: search its guard's gaps one kind at a time (``options`` configure
@@ -417,21 +423,21 @@ def search_gaps(
 
     Each round runs the guard-vs-spec property with the gap kinds found so far counted as known;
     a round that finds a new kind records it (shrunk, with the time since the start) and the search
-    goes on, until a round finds nothing new or ``seconds`` are spent (checked between examples: once
-    the budget is gone a round draws no new example, though a shrink in progress finishes). Shrinking
+    goes on, until a round finds nothing new or ``seconds`` are spent (checked before each example: once
+    the budget is gone the round ends, though a shrink in progress finishes). Shrinking
     decides from the guards alone; the shrunk example is then run once to show the gap's cost
     (fused vs separate on a GPU, the crash anywhere).
     """
     from gdn_equiv.strategies import examples
 
     strategy = st.one_of(examples(fusable=True), examples(fusable=False))
-    started = time.perf_counter()
+    started = clock()
     known: set[type] = set()
     clean = Check(f"P1-{target}-guard-vs-spec", "-")
     found: list[tuple[type, Example]] = []
 
     def spent() -> bool:
-        return seconds is not None and time.perf_counter() - started >= seconds
+        return seconds is not None and clock() - started >= seconds
 
     while not spent():
         found.clear()
@@ -446,7 +452,7 @@ def search_gaps(
         @given(strategy)
         def prop(example: Example) -> None:
             if not found and spent():
-                reject()  # out of time: end the round without drawing more
+                raise _BudgetSpent  # out of time: ends the round at once (not a failure to shrink)
             clean.examples += 1
             try:
                 decision = P.check_target_guard(example, device=device, target=target, demonstrate=False, **options)
@@ -459,8 +465,8 @@ def search_gaps(
 
         try:
             prop()
-        except Unsatisfiable:
-            break  # the budget ran out before the round drew a single example
+        except _BudgetSpent:
+            break
         except P.UpstreamGap:
             kind, example = found[-1]
             check = Check(f"P1-{target}-gap-{kind.__name__.removeprefix('Gap')}", "-")
@@ -470,12 +476,12 @@ def search_gaps(
             except P.UpstreamGap as shown:
                 message = f"{type(shown).__name__}: {shown}"
             check.result, check.failure, check.example = "FAIL", message, example
-            check.seconds = time.perf_counter() - started  # time until this gap was found, shrunk and shown
+            check.seconds = clock() - started  # time until this gap was found, shrunk and shown
             check.examples = clean.examples
             known.add(kind)
             yield check
             continue
         if seconds is None:
             break  # a check: one round with nothing new ends it; a fuzz run spends its budget
-    clean.seconds = time.perf_counter() - started
+    clean.seconds = clock() - started
     yield clean

@@ -357,3 +357,26 @@ def test_fla_auto_path_is_its_guard(example: Example) -> None:
     assert handle.path_taken() == ("fused" if said else "separate")
     call = CallFacts(example.cache == "populated", example.use_cache, example.varlen != "none")
     assert said == spec_fuses(example.config, call)[0]
+
+
+# ---- the gap search behind `gdn-equiv check/fuzz --target fla` (CPU) ------------------------------
+def test_gap_search_finds_both_spec_gaps_by_itself() -> None:
+    """One round per new gap kind, each shrunk on the guards and then shown once: SPEC §1's two gaps
+    come out with no hint where to look (the search draws from the general example strategies)."""
+    from gdn_equiv.runner import search_gaps
+
+    checks = list(search_gaps("fla", max_examples=500, core="reference"))
+    failed = {c.name: c for c in checks if c.result == "FAIL"}
+    assert {"P1-fla-gap-BiasDropped", "P1-fla-gap-MissingBiasCrash"} <= failed.keys(), sorted(failed)
+    assert "TypeError" in failed["P1-fla-gap-MissingBiasCrash"].failure
+    assert checks[-1].name == "P1-fla-guard-vs-spec" and checks[-1].result == "pass"
+
+
+def test_gap_search_stops_mid_round_when_its_budget_is_spent() -> None:
+    """The budget runs out after the round has started (a clock that jumps after its second reading):
+    the round ends before its first example instead of running ``max_examples`` of them."""
+    from gdn_equiv.runner import search_gaps
+
+    readings = iter([0.0, 0.0])
+    checks = list(search_gaps("fla", max_examples=50, seconds=1.0, clock=lambda: next(readings, 1e9)))
+    assert [(c.name, c.examples) for c in checks] == [("P1-fla-guard-vs-spec", 0)]
