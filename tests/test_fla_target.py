@@ -22,7 +22,6 @@ not run on Hopper with Triton 3.6, DEVICE.md). The core used is printed with eac
 from __future__ import annotations
 
 import dataclasses
-import functools
 import warnings
 
 import pytest
@@ -30,9 +29,9 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.compare import assert_as_accurate, assert_equivalent, least_accurate
+from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.config import CallFacts, ConvSpec, GDNConfig
-from gdn_equiv.example import Example, Run, accuracy_runs, unit_cotangent_backward
+from gdn_equiv.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import build_fla_layer, fla_guard, fla_layer_facts, fla_version
 
@@ -301,9 +300,8 @@ def test_fla_auto_forward_is_as_accurate_as_reference(example: Example, fla_core
     handle = get_target("fla", core=core).build(example, "cuda")
     out, _, _ = _run_fla(handle, example)
     refs, truth = _reference_runs(handle, example)
-    expected = least_accurate([r[0] for r in refs], truth[0])
-    assert_as_accurate(out, expected, truth[0], name="output",
-                       paths=(f"fla auto (core={core})", "reference"), context=example.short())  # fmt: skip
+    assert_run_as_accurate((out, None, {}), refs, truth, paths=(f"fla auto (core={core})", "reference"),
+                           context=example.short())  # fmt: skip
 
 
 @gpu
@@ -315,13 +313,9 @@ def test_fla_auto_gradients_are_as_accurate_as_reference(example: Example) -> No
     handle = get_target("fla", core="reference").build(example, "cuda")
     out, x, _ = _run_fla(handle, example)
     _backward(out, example)
-    refs, (truth, truth_dx, truth_grads) = _reference_runs(handle, example)
-    check = functools.partial(assert_as_accurate, paths=("fla", "reference"), context=example.short())
-    check(out, least_accurate([r[0] for r in refs], truth), truth, name="output")
-    check(x.grad, least_accurate([r[1] for r in refs], truth_dx), truth_dx, name="dx")
-    for name, p in handle.layer.named_parameters():
-        expected = least_accurate([r[2][name] for r in refs], truth_grads[name])
-        check(p.grad, expected, truth_grads[name], name=f"d{name}")
+    refs, truth = _reference_runs(handle, example)
+    grads = {name: p.grad for name, p in handle.layer.named_parameters()}
+    assert_run_as_accurate((out, x.grad, grads), refs, truth, paths=("fla", "reference"), context=example.short())
 
 
 @gpu
