@@ -416,6 +416,7 @@ def search_gaps(
     seconds: float | None = None,
     database: Any = None,
     clock: Callable[[], float] = time.perf_counter,
+    check: Callable[..., Any] = P.check_target_guard,
     **options: Any,
 ) -> Iterator[Check]:
     """P1 against an upstream target: search its guard's gaps one kind at a time (``options`` configure
@@ -426,7 +427,8 @@ def search_gaps(
     goes on, until a round finds nothing new or ``seconds`` are spent (checked before each example: once
     the budget is gone the round ends, though a shrink in progress finishes). Shrinking
     decides from the guards alone; the shrunk example is then run once to show the gap's cost
-    (fused vs separate on a GPU, the crash anywhere).
+    (fused vs separate on a GPU, the crash anywhere). ``check`` is the guard comparison
+    (``properties.check_target_guard``'s signature; a stand-in lets the search itself be tested).
     """
     from gdn_equiv.strategies import examples
 
@@ -455,7 +457,7 @@ def search_gaps(
                 raise _BudgetSpent  # out of time: ends the round at once (not a failure to shrink)
             clean.examples += 1
             try:
-                decision = P.check_target_guard(example, device=device, target=target, demonstrate=False, **options)
+                decision = check(example, device=device, target=target, demonstrate=False, **options)
             except P.UpstreamGap as exc:
                 if type(exc) in known:
                     return
@@ -469,17 +471,17 @@ def search_gaps(
             break
         except P.UpstreamGap:
             kind, example = found[-1]
-            check = Check(f"P1-{target}-gap-{kind.__name__.removeprefix('Gap')}", "-")
+            gap = Check(f"P1-{target}-gap-{kind.__name__.removeprefix('Gap')}", "-")
             try:  # the shrunk example, run once: the gap's cost, not just the guards' disagreement
-                P.check_target_guard(example, device=device, target=target, demonstrate=True, **options)
+                check(example, device=device, target=target, demonstrate=True, **options)
                 message = f"{kind.__name__}: not reproduced when run"
             except P.UpstreamGap as shown:
                 message = f"{type(shown).__name__}: {shown}"
-            check.result, check.failure, check.example = "FAIL", message, example
-            check.seconds = clock() - started  # time until this gap was found, shrunk and shown
-            check.examples = clean.examples
+            gap.result, gap.failure, gap.example = "FAIL", message, example
+            gap.seconds = clock() - started  # time until this gap was found, shrunk and shown
+            gap.examples = clean.examples
             known.add(kind)
-            yield check
+            yield gap
             continue
         if seconds is None:
             break  # a check: one round with nothing new ends it; a fuzz run spends its budget

@@ -378,9 +378,9 @@ def test_gap_search_stops_mid_round_when_its_budget_is_spent() -> None:
     assert [(c.name, c.examples) for c in checks] == [("P1-fla-guard-vs-spec", 0)]
 
 
-def test_gap_search_reports_each_kind_at_its_own_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gap_search_reports_each_kind_at_its_own_minimum() -> None:
     """Two overlapping gap kinds of a synthetic target (``A`` wherever batch >= 2, else ``B`` wherever
-    seq_len >= 2; the real guards are not involved): shrinking one kind meets the other, and each must
+    seq_len >= 2, handed to the search as its ``check``): shrinking one kind meets the other, and each must
     still come out at its own minimum, not as the first example that failed (reporting that one instead
     of the shrunk one fails this with ``(2, 3) != (2, 1)``)."""
     from gdn_equiv import properties as P
@@ -401,8 +401,8 @@ def test_gap_search_reports_each_kind_at_its_own_minimum(monkeypatch: pytest.Mon
             raise GapB("B", report)
         return types.SimpleNamespace(reason_id="fuse")
 
-    monkeypatch.setattr(P, "check_target_guard", synthetic_guard)
-    checks = {c.name: c.example for c in search_gaps("synthetic", max_examples=300) if c.result == "FAIL"}
+    found = search_gaps("synthetic", max_examples=300, check=synthetic_guard)
+    checks = {c.name: c.example for c in found if c.result == "FAIL"}
     assert checks.keys() == {"P1-synthetic-gap-A", "P1-synthetic-gap-B"}
     a, b = checks["P1-synthetic-gap-A"], checks["P1-synthetic-gap-B"]
     assert a is not None and b is not None
