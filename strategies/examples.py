@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.example import Example
+from gdn_equiv.families import DEFAULT_FAMILY, known_families
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 from .layers import layer_configs
@@ -133,6 +134,7 @@ def examples(
     max_seqs: int = 4,
     use_short_conv: bool | None = None,
     max_heads: int = 2,
+    family: str = DEFAULT_FAMILY,
 ) -> st.SearchStrategy[Example]:
     """Whole test cases: a small layer config (:func:`layer_configs`) and one call.
 
@@ -155,6 +157,8 @@ def examples(
     Shrinks towards ``B=1, T=1``, fp32, no varlen, no cache, no bias, seed 0, scale 1, the smallest
     config.
     """
+    if family not in known_families():
+        raise InvalidArgument(f"unknown family {family!r}; known families: {', '.join(known_families())}")
     dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
     conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
     if not 1 <= min_batch <= max_batch:

@@ -22,7 +22,12 @@ def _with_conv(example: Example, name: str, **changes: object) -> Example:
 
 @st.composite
 def violating(
-    draw: st.DrawFn, condition: Condition, *, backends: tuple[str, ...] = ("torch",), max_seq_len: int = 12
+    draw: st.DrawFn,
+    condition: Condition,
+    *,
+    backends: tuple[str, ...] = ("torch",),
+    max_seq_len: int = 12,
+    family: str = "gated_deltanet",
 ) -> Example:
     """A fusable example changed so that ``condition`` (and, by construction, only it) fails.
 
@@ -31,7 +36,7 @@ def violating(
     """
     from gdn_equiv.strategies import examples
 
-    base: Example = draw(examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len))
+    base: Example = draw(examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len, family=family))
     c = base.config
     name = draw(st.sampled_from("qkv"))
     if condition is Condition.G1:
