@@ -1,6 +1,7 @@
-"""gdn-equiv: a property-based equivalence suite for the fused q/k/v conv prologue of Gated DeltaNet."""
+"""gdn-equiv: a property-based equivalence suite for the fused short-conv prologue of linear-attention
+layers (Gated DeltaNet and the other families that fuse their q/k/v convs)."""
 
-from gdn_equiv.config import CallFacts, ConvFacts, ConvSpec, GDNConfig, LayerFacts
+from gdn_equiv.config import CallFacts, ConvFacts, ConvSpec, LayerConfig, LayerFacts
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.guard import Condition, Decision, decide
 
@@ -12,8 +13,8 @@ __all__ = [
     "ConvFacts",
     "ConvSpec",
     "Decision",
-    "GDNConfig",
     "InvalidArgument",
+    "LayerConfig",
     "LayerFacts",
     "decide",
 ]

@@ -1,4 +1,4 @@
-"""Frozen, hashable descriptions of a layer, of its three convs and of one call.
+"""Frozen, hashable descriptions of a layer, of its named conv slots and of one call.
 
 The guard sees only these facts, never a module, so a decision can be recomputed, printed and
 compared with the spec oracle from plain data.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from gdn_equiv.errors import InvalidArgument
 
@@ -16,6 +16,7 @@ CONV_ACTIVATIONS = ("silu", "swish", None)
 GATE_ACTIVATIONS = ("swish", "silu", "sigmoid")
 CORE_MODES = ("chunk", "recurrent")
 CONV_NAMES = ("q", "k", "v")
+PARAM_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 def canonical_activation(activation: str | None) -> str | None:
@@ -40,23 +41,43 @@ class ConvSpec:
     dtype: str | None = None
 
 
+def _check_positive_int(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgument(f"{owner}.{name} must be a positive integer, got {value!r}")
+
+
+def _check_bool(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{owner}.{name} must be a bool, got {value!r}")
+
+
+def _check_positive_finite(owner: str, name: str, value: Any) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok:
+        raise InvalidArgument(f"{owner}.{name} must be a positive finite number, got {value!r}")
+
+
 @dataclass(frozen=True)
-class GDNConfig:
-    """Constructor arguments of a Gated DeltaNet layer; names and defaults follow fla 0.6.0."""
+class LayerConfig:
+    """What every family's config has: the hidden size, the short-conv settings and the named conv slots.
+
+    A family subclasses it with its own fields (names and defaults follow its fla class) and says how
+    many channels each slot has (:meth:`conv_channels`). ``SLOTS`` names the convs in the order their
+    inputs sit in the projection output (the fused conv's channel order).
+    """
+
+    SLOTS: ClassVar[tuple[str, ...]] = CONV_NAMES
+    #: the config fields that must be positive integers / bools / positive finite numbers
+    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("hidden_size", "conv_size")
+    BOOLS: ClassVar[tuple[str, ...]] = ("use_short_conv", "conv_bias")
+    POSITIVE_NUMBERS: ClassVar[tuple[str, ...]] = ("norm_eps",)
 
     hidden_size: int = 2048
-    expand_v: float = 2
-    head_dim: int = 256
-    num_heads: int = 6
-    num_v_heads: int | None = None
-    use_gate: bool = True
     use_short_conv: bool = True
-    allow_neg_eigval: bool = False
     conv_size: int = 4
     conv_bias: bool = False
     layer_idx: int | None = 0
     norm_eps: float = 1e-5
-    output_gate_activation: str = "swish"
     mode: str = "chunk"
     conv_backend: str = "torch"
     q_conv: ConvSpec = field(default_factory=ConvSpec)
@@ -66,72 +87,44 @@ class GDNConfig:
     def __post_init__(self) -> None:
         self.validate()
 
-    @property
-    def n_v_heads(self) -> int:
-        return self.num_heads if self.num_v_heads is None else self.num_v_heads
-
-    @property
-    def head_k_dim(self) -> int:
-        return self.head_dim
-
-    @property
-    def head_v_dim(self) -> int:
-        return int(self.head_dim * self.expand_v)
-
-    @property
-    def key_dim(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def value_dim(self) -> int:
-        return int(self.n_v_heads * self.head_v_dim)
-
     def conv_spec(self, name: str) -> ConvSpec:
-        return {"q": self.q_conv, "k": self.k_conv, "v": self.v_conv}[name]
+        if name not in self.SLOTS:
+            raise InvalidArgument(f"conv slot must be one of {self.SLOTS}, got {name!r}")
+        return getattr(self, f"{name}_conv")
 
     def conv_channels(self, name: str) -> int:
-        return self.value_dim if name == "v" else self.key_dim
+        """Channels of conv slot ``name`` (what its weight's first dim is)."""
+        raise NotImplementedError
 
     def validate(self) -> None:
-        for name in ("hidden_size", "head_dim", "num_heads", "conv_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgument(f"{name} must be a positive integer, got {value!r}")
-        if self.num_v_heads is not None and (not isinstance(self.num_v_heads, int) or self.num_v_heads < 1):
-            raise InvalidArgument(f"num_v_heads must be a positive integer or None, got {self.num_v_heads!r}")
-        if not (isinstance(self.expand_v, (int, float)) and self.expand_v > 0):
-            raise InvalidArgument(f"expand_v must be a positive number, got {self.expand_v!r}")
-        # fla's two checks, as errors instead of a wrong-sized nn.Linear.
-        exact_value_dim = self.n_v_heads * self.head_dim * self.expand_v
-        if not math.isclose(exact_value_dim, self.value_dim, rel_tol=1e-5) or self.value_dim < 1:
-            raise InvalidArgument(
-                f"expand_v={self.expand_v} gives a non-integer value_dim: num_v_heads*head_dim*expand_v = "
-                f"{exact_value_dim}, which must be a positive integer"
-            )
-        if not math.isclose(self.head_dim * self.expand_v, self.head_v_dim, rel_tol=1e-5):
-            raise InvalidArgument(
-                f"expand_v={self.expand_v} gives a non-integer head_v_dim: head_dim*expand_v = "
-                f"{self.head_dim * self.expand_v}, which must be an integer"
-            )
-        if self.n_v_heads % self.num_heads != 0:
-            raise InvalidArgument(
-                f"num_v_heads={self.n_v_heads} must be a multiple of num_heads={self.num_heads} (GVA repeats q/k heads)"
-            )
-        if self.output_gate_activation not in GATE_ACTIVATIONS:
-            raise InvalidArgument(
-                f"output_gate_activation must be one of {GATE_ACTIVATIONS}, got {self.output_gate_activation!r}"
-            )
+        owner = type(self).__name__
+        for name in self.POSITIVE_INTS:
+            _check_positive_int(owner, name, getattr(self, name))
+        for name in self.BOOLS:
+            _check_bool(owner, name, getattr(self, name))
+        for name in self.POSITIVE_NUMBERS:
+            _check_positive_finite(owner, name, getattr(self, name))
+        if self.layer_idx is not None and (
+            not isinstance(self.layer_idx, int) or isinstance(self.layer_idx, bool) or self.layer_idx < 0
+        ):
+            raise InvalidArgument(f"{owner}.layer_idx must be None or an integer >= 0, got {self.layer_idx!r}")
         if self.mode not in CORE_MODES:
             raise InvalidArgument(f"mode must be one of {CORE_MODES}, got {self.mode!r}")
-        if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
-            raise InvalidArgument(f"norm_eps must be a positive number, got {self.norm_eps!r}")
-        for name in CONV_NAMES:
+        if not isinstance(self.conv_backend, str) or not self.conv_backend:
+            raise InvalidArgument(f"{owner}.conv_backend must be a backend name, got {self.conv_backend!r}")
+        for name in self.SLOTS:
             spec = self.conv_spec(name)
+            if not isinstance(spec, ConvSpec):
+                raise InvalidArgument(f"{name}_conv must be a ConvSpec, got {type(spec).__name__}")
             canonical_activation(spec.activation)
-            if spec.kernel_size is not None and (not isinstance(spec.kernel_size, int) or spec.kernel_size < 1):
-                raise InvalidArgument(f"{name}_conv.kernel_size must be a positive integer, got {spec.kernel_size!r}")
+            if spec.kernel_size is not None:
+                _check_positive_int(owner, f"{name}_conv.kernel_size", spec.kernel_size)
+            if spec.bias is not None:
+                _check_bool(owner, f"{name}_conv.bias", spec.bias)
+            if spec.dtype is not None and spec.dtype not in PARAM_DTYPES:
+                raise InvalidArgument(f"{name}_conv.dtype must be one of {PARAM_DTYPES}, got {spec.dtype!r}")
 
-    def replace(self, **changes: Any) -> GDNConfig:
+    def replace(self, **changes: Any) -> Any:
         return replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
@@ -143,9 +136,13 @@ class GDNConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GDNConfig:
+    def from_dict(cls, data: dict[str, Any]) -> Any:
         data = dict(data)
-        for name in CONV_NAMES:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidArgument(f"{cls.__name__} has no fields {unknown}; its fields are {sorted(known)}")
+        for name in cls.SLOTS:
             key = f"{name}_conv"
             if isinstance(data.get(key), dict):
                 data[key] = ConvSpec(**data[key])
@@ -167,11 +164,13 @@ class ConvFacts:
 
 @dataclass(frozen=True)
 class LayerFacts:
-    """Layer-level facts: the short-conv switch, the bias flag, and the three convs (q, k, v)."""
+    """Layer-level facts: the short-conv switch, the bias flag, and the convs of its named slots
+    (``names[i]`` is ``convs[i]``'s slot; q, k, v for every family so far)."""
 
     use_short_conv: bool
     conv_bias: bool
-    convs: tuple[ConvFacts, ConvFacts, ConvFacts] | None = None
+    convs: tuple[ConvFacts, ...] | None = None
+    names: tuple[str, ...] = CONV_NAMES
 
 
 @dataclass(frozen=True)

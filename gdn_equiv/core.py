@@ -5,8 +5,10 @@ inputs)::
 
     S <- exp(g) S;   u = beta (v - S k);   S <- S + u k^T;   o = S (scale q)
 
-Inputs arrive already prepared by the layer: ``q, k [B, T, H, Dk]`` L2-normalised and expanded to
-the value heads, ``v [B, T, H, Dv]``, ``g [B, T, H]`` (log decay), ``beta [B, T, H]``. With
+Inputs arrive already prepared by the layer: ``q, k [B, T, H, Dk]`` (L2-normalised where the
+family does so) and expanded to the value heads, ``v [B, T, H, Dv]``, ``g`` (log decay, per head
+``[B, T, H]`` or per key channel ``[B, T, H, Dk]``, which decays the state's columns:
+``S <- S diag(exp(g))``), ``beta [B, T, H]`` (``None``: the plain gated update ``S <- S + v k^T``). With
 ``cu_seqlens`` (``B == 1``) every sequence starts from its own state and nothing crosses a boundary.
 """
 
@@ -27,49 +29,64 @@ def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-def _recurrent_one(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float, state: Tensor):
-    """One run ``[B, T, H, *]`` from ``state [B, H, Dv, Dk]``; returns ``o [B, T, H, Dv]`` and the state."""
+def _recurrent_one(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor | None, scale: float, state: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One run ``[B, T, H, *]`` from ``state [B, H, Dv, Dk]``; returns ``o [B, T, H, Dv]`` and the state.
+
+    ``g [B, T, H, 1 | Dk]`` decays the state's key columns; ``beta=None`` is the plain (GLA) update."""
     outs = []
     for t in range(q.shape[1]):
-        state = state * torch.exp(g[:, t])[..., None, None]
+        state = state * torch.exp(g[:, t])[..., None, :]
         kt = k[:, t]
-        u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhvk,bhk->bhv", state, kt))
+        if beta is None:
+            u = v[:, t]
+        else:
+            u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhvk,bhk->bhv", state, kt))
         state = state + u[..., :, None] * kt[..., None, :]
         outs.append(torch.einsum("bhvk,bhk->bhv", state, q[:, t] * scale))
     o = torch.stack(outs, dim=1) if outs else v.new_zeros(v.shape)
     return o, state
 
 
-def _chunked_one(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float, state: Tensor):
+def _chunked_one(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor | None, scale: float, state: Tensor
+) -> tuple[Tensor, Tensor]:
     """The same maths per chunk of :data:`CHUNK_SIZE` tokens, in matmul (WY) form.
 
-    Within a chunk with cumulative log decay ``G`` and ``A_ij = beta_i exp(G_i - G_j) k_i.k_j`` (i > j):
-    ``(I + A) U = beta V - beta exp(G) K S0^T``; ``O = exp(G) Qs S0^T + (M o Qs K^T) U`` with
-    ``M_ij = exp(G_i - G_j)`` for j <= i; ``S = exp(G_C) S0 + U^T (exp(G_C - G) K)``.
+    Within a chunk with cumulative log decay ``G [C, Dk]`` (per key channel; a scalar gate is
+    broadcast) and the decayed key products ``KK_ij = sum_c k_ic k_jc exp(G_ic - G_jc)``,
+    ``QK_ij = sum_c qs_ic k_jc exp(G_ic - G_jc)`` (j <= i):
+    delta rule: ``(I + beta o KK_strict) U = beta V - beta (K o exp(G)) S0^T``; plain: ``U = V``;
+    ``O = (Qs o exp(G)) S0^T + QK U``; ``S = S0 o exp(G_C) + U^T (K o exp(G_C - G))``.
     """
-    T = q.shape[1]
+    T, Dk = q.shape[1], q.shape[-1]
     outs = []
     for start in range(0, T, CHUNK_SIZE):
         stop = min(start + CHUNK_SIZE, T)
         C = stop - start
         # [B, C, H, *] -> [B, H, C, *]
         qc, kc, vc = (t[:, start:stop].transpose(1, 2) for t in (q, k, v))
-        bc = beta[:, start:stop].transpose(1, 2)  # [B, H, C]
-        G = torch.cumsum(g[:, start:stop].transpose(1, 2), dim=-1)  # [B, H, C]
-        diff = G[..., :, None] - G[..., None, :]  # [B, H, C, C]: G_i - G_j
+        G = torch.cumsum(g[:, start:stop].transpose(1, 2), dim=2).expand(*qc.shape[:3], Dk)  # [B, H, C, Dk]
         lower = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-        decay = torch.exp(torch.where(lower, diff, torch.full_like(diff, float("-inf"))))
-        strict = decay * (~torch.eye(C, dtype=torch.bool, device=q.device))
-        A = bc[..., :, None] * strict * (kc @ kc.transpose(-1, -2))
-        eye = torch.eye(C, dtype=q.dtype, device=q.device)
-        gamma = torch.exp(G)  # [B, H, C]
-        rhs = bc[..., None] * vc - (bc * gamma)[..., None] * (kc @ state.transpose(-1, -2))
-        U = torch.linalg.solve_triangular(eye + A, rhs, upper=False)  # [B, H, C, Dv]
+        diff = G[..., :, None, :] - G[..., None, :, :]  # [B, H, C, C, Dk]: G_i - G_j
+        decay = torch.exp(torch.where(lower[..., None], diff, torch.full_like(diff, float("-inf"))))
         qs = qc * scale
-        o = gamma[..., None] * (qs @ state.transpose(-1, -2)) + (decay * (qs @ kc.transpose(-1, -2))) @ U
+        QK = torch.einsum("bhic,bhjc,bhijc->bhij", qs, kc, decay)  # zero above the diagonal
+        gamma = torch.exp(G)  # [B, H, C, Dk]
+        if beta is None:
+            U = vc
+        else:
+            bc = beta[:, start:stop].transpose(1, 2)  # [B, H, C]
+            strict = lower & ~torch.eye(C, dtype=torch.bool, device=q.device)
+            KK = torch.einsum("bhic,bhjc,bhijc->bhij", kc, kc, decay) * strict
+            eye = torch.eye(C, dtype=q.dtype, device=q.device)
+            rhs = bc[..., None] * vc - bc[..., None] * ((kc * gamma) @ state.transpose(-1, -2))
+            U = torch.linalg.solve_triangular(eye + bc[..., None] * KK, rhs, upper=False)  # [B, H, C, Dv]
+        o = (qs * gamma) @ state.transpose(-1, -2) + QK @ U
         outs.append(o.transpose(1, 2))  # [B, H, C, Dv] -> [B, C, H, Dv]
-        tail = torch.exp(G[..., -1:] - G)  # [B, H, C]
-        state = torch.exp(G[..., -1])[..., None, None] * state + U.transpose(-1, -2) @ (tail[..., None] * kc)
+        G_end = G[..., -1:, :]  # [B, H, 1, Dk]
+        state = state * torch.exp(G_end) + U.transpose(-1, -2) @ (torch.exp(G_end - G) * kc)
     o = torch.cat(outs, dim=1) if outs else v.new_zeros(v.shape)
     return o, state
 
@@ -82,17 +99,24 @@ def gated_delta_rule(
     k: Tensor,
     v: Tensor,
     g: Tensor,
-    beta: Tensor,
+    beta: Tensor | None,
     *,
     scale: float,
     initial_state: Tensor | None = None,
     cu_seqlens: Tensor | None = None,
     mode: str = "chunk",
 ) -> tuple[Tensor, Tensor]:
-    """Run the recurrence; returns ``o [B, T, H, Dv]`` (compute dtype) and the final state ``[N, H, Dv, Dk]``."""
+    """Run the recurrence; returns ``o [B, T, H, Dv]`` (compute dtype) and the final state ``[N, H, Dv, Dk]``.
+
+    ``g`` is the log decay, ``[B, T, H]`` (one per head: GDN) or ``[B, T, H, Dk]`` (one per key
+    channel: KDA, GLA); ``beta [B, T, H]`` the delta rule's step size, ``None`` for the plain gated
+    linear update (GLA, LightNet)."""
     form = _FORMS[mode]
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q, k, v, g, beta = (t.to(cdt) for t in (q, k, v, g, beta))
+    q, k, v, g = (t.to(cdt) for t in (q, k, v, g))
+    beta = None if beta is None else beta.to(cdt)
+    if g.dim() == 3:
+        g = g.unsqueeze(-1)  # [B, T, H] -> [B, T, H, 1]: one decay for all key channels
     B, _, H, Dk = q.shape
     Dv = v.shape[-1]
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1
@@ -103,7 +127,8 @@ def gated_delta_rule(
     outs, finals = [], []
     for s in range(N):
         sl = slice(bounds[s], bounds[s + 1])
-        o_s, state_s = form(q[:, sl], k[:, sl], v[:, sl], g[:, sl], beta[:, sl], scale, state[s : s + 1])
+        b_s = None if beta is None else beta[:, sl]
+        o_s, state_s = form(q[:, sl], k[:, sl], v[:, sl], g[:, sl], b_s, scale, state[s : s + 1])
         outs.append(o_s)
         finals.append(state_s)
     return torch.cat(outs, dim=1), torch.cat(finals, dim=0)

@@ -16,7 +16,9 @@ from typing import Any
 import torch
 
 from gdn_equiv.cache import Cache
-from gdn_equiv.config import GDNConfig
+from gdn_equiv.config import ConvSpec, LayerConfig
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.families import DEFAULT_FAMILY, get_family
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 VARLEN_KINDS = ("none", "cu_seqlens", "mask")
@@ -25,7 +27,7 @@ CACHE_KINDS = ("none", "empty", "populated")
 
 @dataclass(frozen=True)
 class Example:
-    """A layer config plus one call.
+    """A layer family's config plus one call.
 
     ``varlen``: ``"none"`` (``[B, T]`` batch), ``"cu_seqlens"`` (``B == 1``, ``seq_lens`` sum to ``T``),
     or ``"mask"`` (``seq_lens[b]`` valid tokens in row ``b``, padded on ``pad_side``).
@@ -33,7 +35,8 @@ class Example:
     ``"populated"`` (state from a ``prefix_len``-token call through the reference path).
     """
 
-    config: GDNConfig = field(default_factory=GDNConfig)
+    config: LayerConfig = field(default_factory=lambda: get_family(DEFAULT_FAMILY).config_cls())
+    family: str = DEFAULT_FAMILY
     dtype: str = "float32"
     batch: int = 1
     seq_len: int = 1
@@ -47,6 +50,15 @@ class Example:
     use_cache: bool = False
     grad: bool = True
     train: bool = False
+
+    def __post_init__(self) -> None:
+        config_cls = get_family(self.family).config_cls
+        if type(self.config) is not config_cls:
+            raise InvalidArgument(
+                f"family {self.family!r} needs a {config_cls.__name__}, got {type(self.config).__name__}"
+            )
+        if self.dtype not in DTYPES:
+            raise InvalidArgument(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -64,21 +76,25 @@ class Example:
     @classmethod
     def from_json(cls, text: str | dict[str, Any]) -> Example:
         data = json.loads(text) if isinstance(text, str) else dict(text)
-        data["config"] = GDNConfig.from_dict(data["config"])
+        family = data.get("family", DEFAULT_FAMILY)
+        data["config"] = get_family(family).config_cls.from_dict(data["config"])
         data["seq_lens"] = tuple(data.get("seq_lens", ()))
         return cls(**data)
 
     def short(self) -> str:
-        """One line for failure messages."""
+        """One line for failure messages: the call, then the config fields that differ from the
+        family's defaults."""
         c = self.config
-        convs = ", ".join(f"{n}={c.conv_spec(n).__dict__}" for n in "qkv" if c.conv_spec(n) != type(c.conv_spec(n))())
+        default = type(c)()
+        fields_ = ", ".join(
+            f"{k}={v.__dict__ if isinstance(v, ConvSpec) else v!r}"
+            for k, v in c.as_dict().items()
+            if getattr(default, k) != getattr(c, k) or k in ("hidden_size", "conv_size", "conv_bias")
+        )
         return (
-            f"Example(dtype={self.dtype}, B={self.batch}, T={self.seq_len}, varlen={self.varlen}{self.seq_lens or ''}, "
-            f"cache={self.cache}, use_cache={self.use_cache}, grad={self.grad}, train={self.train}, "
-            f"scale={self.scale}, "
-            f"seed={self.seed}, heads={c.num_heads}/{c.n_v_heads}, head_dim={c.head_dim}, expand_v={c.expand_v}, "
-            f"gate={c.use_gate}, short_conv={c.use_short_conv}, conv_bias={c.conv_bias}, conv_size={c.conv_size}, "
-            f"backend={c.conv_backend}{', ' + convs if convs else ''})"
+            f"Example(family={self.family}, dtype={self.dtype}, B={self.batch}, T={self.seq_len}, "
+            f"varlen={self.varlen}{self.seq_lens or ''}, cache={self.cache}, use_cache={self.use_cache}, "
+            f"grad={self.grad}, train={self.train}, scale={self.scale}, seed={self.seed}, config: {fields_})"
         )
 
 
@@ -228,10 +244,8 @@ def assert_run_as_accurate(
 
 
 def build_layer(example: Example, cls: type | None = None, device: str | torch.device = "cpu") -> torch.nn.Module:
-    """The layer of ``example`` (default :class:`FusedGatedDeltaNet`), parameters from its seed."""
-    from gdn_equiv.fused import FusedGatedDeltaNet
-
-    cls = cls or FusedGatedDeltaNet
+    """The layer of ``example`` (default: its family's fused-prologue layer), parameters from its seed."""
+    cls = cls or get_family(example.family).fused_cls
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(example.seed)
     try:
@@ -289,6 +303,6 @@ def materialize(example: Example, layer: torch.nn.Module, device: str | torch.de
 
 
 def _separate(layer: torch.nn.Module) -> dict[str, Any]:
-    from gdn_equiv.fused import FusedGatedDeltaNet
+    from gdn_equiv.fused import FusedPrologue
 
-    return {"prologue": "separate"} if isinstance(layer, FusedGatedDeltaNet) else {}
+    return {"prologue": "separate"} if isinstance(layer, FusedPrologue) else {}

@@ -1,13 +1,17 @@
-"""The fused-prologue layer: the guard, one conv over q|k|v, and the separate path as fallback.
+"""The fused prologue, for every family: the guard, one conv over all slots' channels, and the
+separate path as fallback.
 
 ``forward(..., prologue="auto" | "fused" | "separate")`` chooses the path by argument. ``"fused"``
-runs the fused path even where the guard says no, with PR #972's semantics (bias taken from the
-layer's ``conv_bias`` flag, no cache, no ``cu_seqlens``), so the suite can show what goes wrong
-(SPEC P6): a wrong result, or the error that path really raises.
+runs the fused path even where the guard says no, with upstream's semantics (PR #972/#977: bias
+concatenated only when the layer's ``conv_bias`` flag is on, the first slot's activation and
+backend, no cache, no ``cu_seqlens``, a dense mask multiplied into the input), so the suite can
+show what goes wrong (SPEC P6): a wrong result, or the error that path really raises.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import torch
@@ -16,26 +20,43 @@ from gdn_equiv.backends import causal_conv1d
 from gdn_equiv.config import CallFacts
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.guard import Decision, decide
-from gdn_equiv.reference import ConvStates, GatedDeltaNet, Projections, _Call
+from gdn_equiv.reference import ConvStates, Projections, ShortConv, ShortConvLayer, _Call
 
 Tensor = torch.Tensor
 PROLOGUES = ("auto", "fused", "separate")
 
 
-class FusedGatedDeltaNet(GatedDeltaNet):
-    """Same parameters and maths as :class:`GatedDeltaNet`; fuses the three convs when the guard allows."""
+def fused_short_conv(
+    x: Tensor, convs: Sequence[ShortConv], *, with_bias: bool, mask: Tensor | None = None
+) -> tuple[Tensor, ...]:
+    """One depthwise conv over ``x [B, T, sum D_i]`` (the slots' inputs side by side) with the convs'
+    weights concatenated, split back by each weight's rows (grouped k/v and expanded v need nothing
+    else). ``with_bias`` concatenates every conv's bias (a ``None`` among them raises, as upstream
+    does); ``mask [B, T]`` is multiplied into the input first, out of place."""
+    first = convs[0]
+    weight = torch.cat([c.depthwise_weight() for c in convs], dim=0)  # [sum D_i, W]
+    bias = torch.cat([c.bias for c in convs], dim=0) if with_bias else None  # type: ignore[misc]
+    if mask is not None:
+        x = x * mask.unsqueeze(-1)
+    y, _ = causal_conv1d(x, weight, bias, first.activation, backend=first.backend)
+    return tuple(part.contiguous() for part in torch.split(y, [c.channels for c in convs], dim=-1))
+
+
+class FusedPrologue:
+    """Mixed into a family's reference layer: same parameters and maths, fuses its convs when the
+    guard allows (:func:`fused_variant` makes the class)."""
 
     last_decision: Decision | None = None
     #: The guard in use: a pure function of (LayerFacts, CallFacts). A subclass may supply another
     #: (the suite's planted defects do), which is injection by argument, not patching.
     guard = staticmethod(decide)
 
-    def decide(self, call_facts: CallFacts) -> Decision:
+    def decide(self: Any, call_facts: CallFacts) -> Decision:
         return self.guard(self.layer_facts(), call_facts)
 
     def _prologue(
-        self, proj: Projections, call: _Call, use_cache: bool, prologue: str = "auto", **kwargs: Any
-    ) -> tuple[tuple[Tensor, Tensor, Tensor], ConvStates]:
+        self: Any, proj: Projections, call: _Call, use_cache: bool, prologue: str = "auto", **kwargs: Any
+    ) -> tuple[tuple[Tensor, ...], ConvStates]:
         if kwargs:
             raise InvalidArgument(f"unexpected keyword arguments: {sorted(kwargs)}")
         if prologue not in PROLOGUES:
@@ -43,17 +64,18 @@ class FusedGatedDeltaNet(GatedDeltaNet):
         decision = self.decide(call.facts(use_cache))
         self.last_decision = decision
         if prologue == "fused" or (prologue == "auto" and decision.fuse):
-            return self._fused_prologue(proj), (None, None, None)
+            return self._fused_prologue(proj, call), tuple(None for _ in self.slots)
         return self._separate_prologue(proj, call, use_cache)
 
-    def _fused_prologue(self, proj: Projections) -> tuple[Tensor, Tensor, Tensor]:
-        """One conv over the q|k|v channels; they are adjacent in the projection output, so no copy."""
+    def _fused_prologue(self: Any, proj: Projections, call: _Call) -> tuple[Tensor, ...]:
+        """One conv over the slots' channels; they are adjacent in the projection output, so no copy."""
         if not self.use_short_conv:
             raise InvalidArgument("prologue='fused' needs use_short_conv=True: there are no convs to fuse")
-        qc, kc, vc = self.convs()
-        weight = torch.cat([qc.weight[:, 0], kc.weight[:, 0], vc.weight[:, 0]], dim=0)  # [Dk+Dk+Dv, W]
-        # PR #972's rule: the layer flag decides whether biases exist (G8 is what makes this safe).
-        bias = torch.cat([qc.bias, kc.bias, vc.bias], dim=0) if self.conv_bias else None  # type: ignore[list-item]
-        y, _ = causal_conv1d(proj.qkv, weight, bias, qc.activation, backend=qc.backend)
-        q, k, v = torch.split(y, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        return q.contiguous(), k.contiguous(), v.contiguous()
+        # upstream's rule: the layer flag decides whether biases exist (G8 is what makes this safe)
+        return fused_short_conv(proj.conv_in, self.convs(), with_bias=self.conv_bias, mask=call.conv_mask)
+
+
+@cache
+def fused_variant(layer_cls: type[ShortConvLayer]) -> type[ShortConvLayer]:
+    """``Fused<Name>``: ``layer_cls`` with the fused prologue and the ``prologue=`` argument."""
+    return type(f"Fused{layer_cls.__name__}", (FusedPrologue, layer_cls), {"__module__": layer_cls.__module__})

@@ -66,7 +66,7 @@ def _all_equal(values: Sequence[object]) -> bool:
     return all(v == values[0] for v in values)
 
 
-def _conv_conditions(conv_bias: bool, convs: tuple[ConvFacts, ConvFacts, ConvFacts]) -> list[Condition]:
+def _conv_conditions(conv_bias: bool, convs: Sequence[ConvFacts]) -> list[Condition]:
     failed = []
     if not _all_equal([c.backend for c in convs]):
         failed.append(Condition.G5)
@@ -84,7 +84,8 @@ def _conv_conditions(conv_bias: bool, convs: tuple[ConvFacts, ConvFacts, ConvFac
 
 
 def decide(layer: LayerFacts, call: CallFacts) -> Decision:
-    """Whether the fused q/k/v prologue computes exactly what the three separate convs do."""
+    """Whether the fused prologue (one conv over every slot's channels) computes exactly what the
+    separate convs do; any number of named conv slots."""
     failed: list[Condition] = []
     if not layer.use_short_conv or layer.convs is None:
         failed.append(Condition.G1)
@@ -108,9 +109,9 @@ def decide_upstream(layer: LayerFacts, call: CallFacts) -> bool:
     if not (layer.use_short_conv and not call.has_cached_state and not call.use_cache and not call.varlen):
         return False
     assert layer.convs is not None
-    q, k, v = layer.convs
+    convs = layer.convs
     return (
-        q.backend == k.backend == v.backend
-        and q.activation == k.activation == v.activation
-        and (q.kernel_size == k.kernel_size == v.kernel_size)
+        _all_equal([c.backend for c in convs])
+        and _all_equal([c.activation for c in convs])
+        and _all_equal([c.kernel_size for c in convs])
     )

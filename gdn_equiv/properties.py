@@ -1,7 +1,8 @@
 """The suite's properties as plain functions of one :class:`Example` (SPEC §5).
 
 Tests wrap them in ``@given``; ``gdn-equiv check/fuzz`` runs them from the command line; ``repro``
-replays one from JSON; the planted-defect tests run them against broken layer classes. Each raises
+replays one from JSON; the planted-defect tests run them on a target with a planted defect
+(``get_target("gdn_equiv", defect=...)``). Every property runs on any target (``target=``). Each raises
 :class:`~gdn_equiv.compare.Mismatch` (an ``AssertionError``) with a report naming the two paths
 and the example, or :class:`NotApplicable` when the example does not meet its premise.
 """
@@ -11,18 +12,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 
-from gdn_equiv.backends import LaunchCounter, count_launches
+from gdn_equiv.backends import count_launches
 from gdn_equiv.cache import Cache
-from gdn_equiv.compare import Mismatch, Report, assert_equivalent, compare
-from gdn_equiv.config import CallFacts
-from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.fused import FusedGatedDeltaNet
-from gdn_equiv.guard import Condition, Decision
-from gdn_equiv.reference import GatedDeltaNet
+from gdn_equiv.compare import Mismatch, Report, assert_equivalent, assert_tree_equivalent, compare
+from gdn_equiv.example import Example, Inputs, build_layer
+from gdn_equiv.families import get_family
+from gdn_equiv.guard import Condition, Decision, decide
+
+if TYPE_CHECKING:
+    from gdn_equiv.targets import Target
 
 Tensor = torch.Tensor
 CONV_PARAM_SUFFIXES = ("_conv1d.weight", "_conv1d.bias")
@@ -34,44 +36,45 @@ class NotApplicable(Exception):
 
 @dataclass
 class Outcome:
-    """One forward (and backward) run: output, gradients by name, the cache written, launches."""
+    """One forward (and backward) run: output, gradients by name, the cache written, the path."""
 
     y: Tensor | None
     error: BaseException | None
     grads: dict[str, Tensor | None]
     cache: Cache | None
-    launches: LaunchCounter
+    path: str | None
+    launches: int
 
 
-def decision_of(layer: FusedGatedDeltaNet, inputs: Inputs) -> Decision:
-    facts: CallFacts = layer.call_facts(
-        inputs.x, inputs.attention_mask, inputs.cache, inputs.use_cache, inputs.cu_seqlens
-    )
-    return layer.decide(facts)
+TargetLike = Union["Target", str, None]
 
 
-def run(layer: torch.nn.Module, inputs: Inputs, example: Example, prologue: str | None) -> Outcome:
-    """Run ``layer`` on a private copy of ``inputs``; backward with a seeded upstream gradient."""
-    cache = None if inputs.cache is None else inputs.cache.clone()
+def _target(target: TargetLike) -> Target:
+    from gdn_equiv.targets import get_target
+
+    if target is None or isinstance(target, str):
+        return get_target(target or "gdn_equiv")
+    return target
+
+
+def run(handle: Any, inputs: Inputs, example: Example, prologue: str) -> Outcome:
+    """Run the target's layer on a private copy of ``inputs`` with ``prologue``; backward with a seeded
+    upstream gradient when the example asks for gradients."""
     x = inputs.x.detach().clone().requires_grad_(example.grad)
-    kwargs = dataclasses.replace(inputs, cache=cache).kwargs()
-    if prologue is not None:
-        kwargs["prologue"] = prologue
+    private = dataclasses.replace(inputs, x=x)
     grads: dict[str, Tensor | None] = {}
-    with count_launches() as launches:
-        try:
-            with torch.set_grad_enabled(example.grad):
-                y, _, cache_out = layer(x, **kwargs)
-                if example.grad:
-                    gen = torch.Generator().manual_seed(example.seed + 2)
-                    dy = torch.randn(y.shape, generator=gen).to(y.dtype).to(y.device)
-                    names = ["x", *(n for n, _ in layer.named_parameters())]
-                    tensors = [x, *(p for _, p in layer.named_parameters())]
-                    got = torch.autograd.grad(y, tensors, dy, allow_unused=True)
-                    grads = dict(zip(names, got, strict=True))
-        except Exception as exc:  # a crash is an outcome the properties compare too
-            return Outcome(None, exc, {}, None, launches)
-    return Outcome(y.detach(), None, grads, cache_out, launches)
+    try:
+        with torch.set_grad_enabled(example.grad):
+            y, cache_out = handle.run(private, prologue)
+            if example.grad:
+                gen = torch.Generator().manual_seed(example.seed + 2)
+                dy = torch.randn(y.shape, generator=gen).to(y.dtype).to(y.device)
+                named = [("x", x), *handle.layer.named_parameters()]
+                got = torch.autograd.grad(y, [t for _, t in named], dy, allow_unused=True)
+                grads = dict(zip([n for n, _ in named], got, strict=True))
+    except Exception as exc:  # a crash is an outcome the properties compare too
+        return Outcome(None, exc, {}, None, handle.path_taken(), handle.launches())
+    return Outcome(y.detach(), None, grads, cache_out, handle.path_taken(), handle.launches())
 
 
 def _raise_error(outcome: Outcome, path: str, example: Example) -> None:
@@ -82,133 +85,114 @@ def _raise_error(outcome: Outcome, path: str, example: Example) -> None:
         ) from outcome.error
 
 
-def _setup(example: Example, device: str, layer_cls: type | None) -> tuple[FusedGatedDeltaNet, Inputs, Decision]:
-    layer = cast(FusedGatedDeltaNet, build_layer(example, layer_cls or FusedGatedDeltaNet, device))
-    inputs = materialize(example, layer, device)
-    return layer, inputs, decision_of(layer, inputs)
+def _setup(example: Example, device: str, target: TargetLike) -> tuple[Any, Inputs, Decision]:
+    """The target's layer for ``example``, its inputs, and the spec's decision on them (``fuse`` is the
+    target's own guard's answer for targets that give no :class:`Decision`)."""
+    handle = _target(target).build(example, device)
+    inputs = handle.inputs()
+    if hasattr(handle, "decision"):
+        return handle, inputs, handle.decision(inputs)
+    facts = handle.call_facts(inputs)
+    fuses, _ = handle.decide(facts)
+    spec = decide(handle.layer_facts(), facts)
+    return handle, inputs, spec if spec.fuse == fuses else Decision(fuses, () if fuses else spec.failed)
+
+
+def _conv_leaf(path: str) -> bool:
+    return path.endswith(CONV_PARAM_SUFFIXES)
 
 
 def compare_caches(a: Cache | None, b: Cache | None, paths: tuple[str, str], context: str) -> None:
-    """Bitwise equality of everything a call wrote into its cache."""
-    if (a is None) != (b is None):
-        raise Mismatch(
-            f"cache: one path returned none ({paths})\nExample: {context}",
-            Report("cache", paths, False, 0, problem="cache missing"),
-        )
-    if a is None or b is None:
-        return
-    if len(a) != len(b):
-        raise Mismatch(
-            f"cache: {len(a)} vs {len(b)} layers ({paths})\nExample: {context}",
-            Report("cache", paths, False, 0, problem="layer count"),
-        )
-    for i, (sa, sb) in enumerate(zip(a.states, b.states, strict=True)):
-        if (sa is None) != (sb is None):
-            raise Mismatch(
-                f"cache layer {i}: state written by one path only ({paths})\nExample: {context}",
-                Report("cache", paths, False, 0, problem="state presence"),
-            )
-        if sa is None or sb is None:
-            continue
-        if sa["offset"] != sb["offset"]:
-            raise Mismatch(
-                f"cache offset {sa['offset']} vs {sb['offset']} ({paths})\nExample: {context}",
-                Report("cache.offset", paths, False, 1, problem="offset"),
-            )
-        assert_equivalent(
-            sa["recurrent_state"], sb["recurrent_state"], name="cache.recurrent_state", paths=paths, context=context
-        )
-        ca, cb = sa["conv_state"], sb["conv_state"]
-        if (ca is None) != (cb is None):
-            raise Mismatch(
-                f"cache conv_state written by one path only ({paths})\nExample: {context}",
-                Report("cache.conv_state", paths, False, 0, problem="conv_state presence"),
-            )
-        if ca is not None and cb is not None:
-            for name, ta, tb in zip("qkv", ca, cb, strict=True):
-                assert_equivalent(ta, tb, name=f"cache.conv_state.{name}", paths=paths, context=context)
+    """Bitwise equality of everything a call wrote into its cache (states, offsets, every slot)."""
+    assert_tree_equivalent(a, b, name="cache", paths=paths, exact=True, context=context)
 
 
-def check_path_taken(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
-    """P2: ``auto`` launches one conv when the guard fuses, three when not; the forced paths 1 and 3."""
-    layer, inputs, decision = _setup(example, device, layer_cls)
-    convs = 3 if example.config.use_short_conv else 0
-    for prologue, expected in (("auto", 1 if decision.fuse else convs), ("separate", convs)):
-        outcome = run(layer, inputs, example, prologue)
+def _compare_grads(a: Outcome, b: Outcome, paths: tuple[str, str], context: str, *, conv_exact: bool) -> None:
+    """Same tensors get gradients; conv weight/bias gradients within §6 unless ``conv_exact``."""
+    exact = True if conv_exact else (lambda path: not _conv_leaf(path))
+    assert_tree_equivalent(a.grads, b.grads, name="grad", paths=paths, exact=exact, context=context)
+
+
+def check_path_taken(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
+    """P2: ``auto`` takes the fused path exactly when the guard fuses (in-house: one conv launch vs one
+    per slot, counted through the backend registry; fla: conv-module calls); the forced paths are
+    the ones asked for."""
+    handle, inputs, decision = _setup(example, device, target)
+    short = example.config.use_short_conv
+    expected = {"auto": ("fused" if decision.fuse else "separate") if short else "none"}
+    expected["separate"] = "separate" if short else "none"
+    for prologue, want in expected.items():
+        outcome = run(handle, inputs, example, prologue)
         _raise_error(outcome, prologue, example)
-        got = outcome.launches.total()
-        if got != expected:
+        if outcome.path != want:
             raise Mismatch(
-                f"P2 path taken: prologue={prologue!r} made {got} conv launches, expected {expected} "
-                f"(guard: {decision})\nLaunches: {outcome.launches}\nExample: {example.short()}",
-                Report("launches", (prologue, "expected"), False, 1, problem=f"{got} != {expected}"),
+                f"P2 path taken: prologue={prologue!r} took {outcome.path} ({outcome.launches} conv launches or "
+                f"calls), expected {want} (guard: {decision})\nExample: {example.short()}",
+                Report("path", (prologue, "expected"), False, 1, problem=f"{outcome.path} != {want}"),
             )
-    if example.config.use_short_conv:
-        outcome = run(layer, inputs, example, "fused")
-        if outcome.error is None and outcome.launches.total() != 1:
+    if short:
+        outcome = run(handle, inputs, example, "fused")
+        if outcome.error is None and outcome.path != "fused":
             raise Mismatch(
-                f"P2 path taken: prologue='fused' made {outcome.launches.total()} conv launches, expected 1\n"
-                f"Example: {example.short()}",
-                Report("launches", ("fused", "expected"), False, 1, problem="fused launches"),
+                f"P2 path taken: prologue='fused' took {outcome.path}\nExample: {example.short()}",
+                Report("path", ("fused", "expected"), False, 1, problem="fused path"),
             )
     return decision
 
 
-def _compare_grads(a: Outcome, b: Outcome, paths: tuple[str, str], context: str, *, conv_exact: bool) -> None:
-    if set(a.grads) != set(b.grads):
-        raise Mismatch(
-            f"gradients for different tensors: {sorted(a.grads)} vs {sorted(b.grads)}\nExample: {context}",
-            Report("grads", paths, False, 0, problem="names"),
-        )
-    for name in a.grads:
-        ga, gb = a.grads[name], b.grads[name]
-        if (ga is None) != (gb is None):
-            raise Mismatch(
-                f"P4: {name} gets a gradient on the {paths[0] if ga is not None else paths[1]} path only\n"
-                f"Example: {context}",
-                Report(f"grad.{name}", paths, False, 0, problem="gradient presence"),
-            )
-        exact = conv_exact or not name.endswith(CONV_PARAM_SUFFIXES)
-        assert_equivalent(ga, gb, name=f"grad.{name}", paths=paths, exact=exact, context=context)
-
-
-def _fused_and_separate(example: Example, device: str, layer_cls: type | None) -> tuple[Outcome, Outcome, Decision]:
+def _fused_and_separate(example: Example, device: str, target: TargetLike) -> tuple[Outcome, Outcome, Decision]:
     """Both forced paths on one layer and one set of inputs, where the guard fuses."""
-    layer, inputs, decision = _setup(example, device, layer_cls)
+    handle, inputs, decision = _setup(example, device, target)
     if not decision.fuse:
         raise NotApplicable(f"guard does not fuse: {decision}")
-    fused = run(layer, inputs, example, "fused")
-    separate = run(layer, inputs, example, "separate")
+    fused = run(handle, inputs, example, "fused")
+    separate = run(handle, inputs, example, "separate")
     _raise_error(separate, "separate", example)
     _raise_error(fused, "fused", example)
     return fused, separate, decision
 
 
-def check_forward_exact(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
+def check_forward_exact(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
     """P3: where the guard fuses, fused and separate outputs are bitwise equal (NaNs by position)."""
-    fused, separate, decision = _fused_and_separate(example, device, layer_cls)
+    fused, separate, decision = _fused_and_separate(example, device, target)
     assert_equivalent(fused.y, separate.y, name="output", paths=("fused", "separate"), context=example.short())
     return decision
 
 
-def check_gradients(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
+def check_gradients(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
     """P4: same tensors get gradients; ``dx`` and non-conv gradients bitwise; conv ones within §6."""
     if not example.grad:
         raise NotApplicable("gradients need grad=True")
-    fused, separate, decision = _fused_and_separate(example, device, layer_cls)
+    fused, separate, decision = _fused_and_separate(example, device, target)
     _compare_grads(fused, separate, ("fused", "separate"), example.short(), conv_exact=False)
     return decision
 
 
-def check_fallback_exact(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
+def reference_handle(example: Example, state: dict[str, Tensor], device: str) -> Any:
+    """The family's reference layer (separate convs only) with ``state``, run like a target."""
+    from gdn_equiv.targets.gdn_equiv_target import GdnEquivHandle
+
+    class _Reference(GdnEquivHandle):
+        def run(self, inputs: Inputs, prologue: str = "auto") -> tuple[Tensor, Any]:
+            cache = inputs.cache.clone() if inputs.cache is not None else None
+            with count_launches() as launches:
+                out, _, cache = self.layer(inputs.x, **(inputs.kwargs() | {"past_key_values": cache}))
+            self._launches, self._path = launches.total(), "separate"
+            return out, cache
+
+    layer = build_layer(example, get_family(example.family).layer_cls, device)
+    layer.load_state_dict(state, strict=True)
+    return _Reference(example, layer, device)
+
+
+def check_fallback_exact(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
     """P5: where the guard refuses, ``auto`` is the reference layer: output, gradients, cache, bitwise."""
-    layer, inputs, decision = _setup(example, device, layer_cls)
+    handle, inputs, decision = _setup(example, device, target)
     if decision.fuse:
         raise NotApplicable("guard fuses")
-    reference = build_layer(example, GatedDeltaNet, device)
-    reference.load_state_dict(layer.state_dict(), strict=True)
-    auto = run(layer, inputs, example, "auto")
-    ref = run(reference, inputs, example, None)
+    reference = reference_handle(example, handle.state_dict(), device)
+    auto = run(handle, inputs, example, "auto")
+    ref = run(reference, inputs, example, "separate")
     if (auto.error is None) != (ref.error is None):
         _raise_error(auto, "auto", example)
         _raise_error(ref, "reference", example)
@@ -222,17 +206,17 @@ def check_fallback_exact(example: Example, *, device: str = "cpu", layer_cls: ty
     return decision
 
 
-def forced_fusion_error(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> str | None:
+def forced_fusion_error(example: Example, *, device: str = "cpu", target: TargetLike = None) -> str | None:
     """P6: what goes wrong when ``fused`` is forced where the guard says no (``None``: nothing).
 
     Wrong means a different output, a crash where the separate path works, different gradients, or
     a different cache (lost conv states).
     """
-    layer, inputs, decision = _setup(example, device, layer_cls)
+    handle, inputs, decision = _setup(example, device, target)
     if decision.fuse:
         raise NotApplicable("guard fuses")
-    forced = run(layer, inputs, example, "fused")
-    separate = run(layer, inputs, example, "separate")
+    forced = run(handle, inputs, example, "fused")
+    separate = run(handle, inputs, example, "separate")
     if separate.error is not None:
         raise NotApplicable(f"separate path raises too: {separate.error!r}")
     if forced.error is not None:
@@ -254,11 +238,11 @@ def cross_backend(example: Example, backend: str, *, device: str = "cpu") -> Rep
     """P7 across backends: the layer on ``backend`` vs on ``torch``, within the §6 table."""
     ex_b = _with_backend(example, backend)
     ex_t = _with_backend(example, "torch")
-    layer_b, inputs, _ = _setup(ex_b, device, None)
-    layer_t = build_layer(ex_t, FusedGatedDeltaNet, device)
-    layer_t.load_state_dict(layer_b.state_dict(), strict=True)
-    out_b = run(layer_b, inputs, example, "auto")
-    out_t = run(layer_t, inputs, example, "auto")
+    handle_b, inputs, _ = _setup(ex_b, device, None)
+    handle_t = _target(None).build(ex_t, device)
+    handle_t.layer.load_state_dict(handle_b.state_dict(), strict=True)
+    out_b = run(handle_b, inputs, example, "auto")
+    out_t = run(handle_t, inputs, example, "auto")
     _raise_error(out_t, "torch", example)
     _raise_error(out_b, backend, example)
     return assert_equivalent(
@@ -266,9 +250,9 @@ def cross_backend(example: Example, backend: str, *, device: str = "cpu") -> Rep
     )
 
 
-def check_backend_matches_torch(example: Example, *, device: str = "cpu", layer_cls: type | None = None) -> Decision:
+def check_backend_matches_torch(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
     """P7 across backends, as a property of one example: :func:`cross_backend` for the example's conv backend."""
-    _, _, decision = _setup(example, device, layer_cls)
+    _, _, decision = _setup(example, device, target)
     cross_backend(example, example.config.conv_backend, device=device)
     return decision
 
@@ -278,7 +262,8 @@ def _with_backend(example: Example, backend: str) -> Example:
 
     c = example.config
     convs = {
-        f"{n}_conv": replace(c.conv_spec(n), backend=None) if c.conv_spec(n).backend else c.conv_spec(n) for n in "qkv"
+        f"{n}_conv": replace(c.conv_spec(n), backend=None) if c.conv_spec(n).backend else c.conv_spec(n)
+        for n in c.SLOTS
     }
     return replace(example, config=c.replace(conv_backend=backend, **convs))
 
@@ -338,7 +323,6 @@ def check_target_guard(
     example: Example,
     *,
     device: str = "cpu",
-    layer_cls: type | None = None,
     target: str = "fla",
     demonstrate: bool = True,
     **options: Any,
@@ -356,9 +340,7 @@ def check_target_guard(
 
     handle: Any = get_target(target, **options).build(example, device)
     inputs = handle.inputs()
-    call = handle.reference.call_facts(
-        inputs.x, inputs.attention_mask, inputs.cache, inputs.use_cache, inputs.cu_seqlens
-    )
+    call = handle.call_facts(inputs)
     facts = handle.layer_facts()
     spec = decide(facts, call)
     fuses, _ = handle.decide(call)

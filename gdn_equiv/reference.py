@@ -1,40 +1,39 @@
-"""The reference Gated DeltaNet layer: three separate convs, nothing clever (SPEC §2).
+"""The reference layer of every family: separate convs, nothing clever (SPEC §2, §8).
 
-Parameter names and shapes are fla 0.6.0's, so a state_dict moves between the two with
-``strict=True``. Deliberate differences from fla: no caller tensor is mutated, a conv's backend is
-never changed behind the user's back, and bad input raises :class:`InvalidArgument`.
+:class:`ShortConvLayer` holds what all families share: the call's checks and unpadding (or the
+dense mask), one matmul for the input projections, the separate short-conv prologue over the
+family's named conv slots, the per-layer cache, and the facts the guard reads. A family subclass
+adds its parameters (fla's names and shapes, so a state_dict moves with ``strict=True``), its
+core (:meth:`_recurrence`) and its output (:meth:`_epilogue`).
 
-The six input projections run as one matmul over their concatenated weights. That is the same
-function as six ``nn.Linear`` calls, and it gives ``dx`` from a single matmul backward instead of
-an autograd-order-dependent sum of six, which is what lets the fused and separate prologues give
-bitwise-equal ``dx`` (SPEC P4).
+Deliberate differences from fla: no caller tensor is mutated, a conv's backend is never changed
+behind the user's back, and bad input raises :class:`InvalidArgument`.
+
+All input projections run as one matmul over their concatenated weights (low-rank projections
+contribute their first, bias-free factor). That is the same function as separate ``nn.Linear``
+calls, and it gives ``dx`` from a single matmul backward instead of an autograd-order-dependent
+sum, which is what lets the fused and separate prologues give bitwise-equal ``dx`` (SPEC P4).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, check_cu_seqlens
-from gdn_equiv.cache import Cache
-from gdn_equiv.config import (
-    CONV_ACTIVATIONS,
-    CONV_NAMES,
-    CallFacts,
-    ConvFacts,
-    GDNConfig,
-    LayerFacts,
-)
-from gdn_equiv.core import gated_delta_rule, l2norm
+from gdn_equiv.cache import Cache, check_layer_state
+from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.errors import InvalidArgument
 
 Tensor = torch.Tensor
-ConvStates = tuple[Tensor | None, Tensor | None, Tensor | None]
+ConvStates = tuple[Tensor | None, ...]
+MASK_KINDS = ("unpad", "dense")
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -86,6 +85,14 @@ class ShortConv(nn.Module):
     def kernel_size(self) -> int:
         return self.weight.shape[-1]
 
+    def depthwise_weight(self) -> Tensor:
+        """``weight [D, 1, W] -> [D, W]``; any other weight shape is refused (a ``[D, 2, W]`` weight
+        would otherwise silently lose its second channel)."""
+        w = self.weight
+        if w.dim() != 3 or w.shape[1] != 1:
+            raise InvalidArgument(f"a depthwise conv weight must have shape [D, 1, W], got {tuple(w.shape)}")
+        return w[:, 0]
+
     def facts(self) -> ConvFacts:
         if self.activation not in CONV_ACTIVATIONS:
             raise InvalidArgument(f"conv activation must be one of {CONV_ACTIVATIONS}, got {self.activation!r}")
@@ -103,13 +110,17 @@ class ShortConv(nn.Module):
         self,
         x: Tensor,
         *,
+        mask: Tensor | None = None,
         cache: Tensor | None = None,
         output_final_state: bool = False,
         cu_seqlens: Tensor | None = None,
         step: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """``x [B, T, D]``; ``step`` runs the single-token update (one token per sequence)."""
-        weight = self.weight[:, 0]  # [D, 1, W] -> [D, W]
+        """``x [B, T, D]``; ``mask [B, T]`` (the dense path) is multiplied into the input, out of place;
+        ``step`` runs the single-token update (one token per sequence)."""
+        weight = self.depthwise_weight()
+        if mask is not None:
+            x = x * mask.unsqueeze(-1)
         if not step:
             return causal_conv1d(
                 x, weight, self.bias, self.activation, cache, output_final_state, cu_seqlens, backend=self.backend
@@ -143,20 +154,23 @@ class RMSNorm(nn.Module):
 
 @dataclass(frozen=True)
 class Projections:
-    """The input projections; ``q, k, v`` are adjacent channel slices of ``qkv [B, T, 2Dk+Dv]``."""
+    """The input projections by name, each a channel view ``[B, T, *]`` of one matmul's output;
+    ``conv_in`` is the conv slots' inputs side by side (adjacent, so fusing them copies nothing)."""
 
-    qkv: Tensor
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    a: Tensor
-    b: Tensor
-    g: Tensor | None
+    conv_in: Tensor
+    conv_inputs: tuple[Tensor, ...]
+    parts: dict[str, Tensor]
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.parts[name]
 
 
 @dataclass(frozen=True)
 class _Call:
-    """One call's inputs after unpadding: ``x [B', T', H]`` and where to put the output back."""
+    """One call's inputs after unpadding: ``x [B', T', H]`` and where to put the output back.
+
+    ``conv_mask [B, T]`` is set on the dense path (the mask is multiplied into the conv input and
+    the sequence is not unpadded)."""
 
     x: Tensor
     cu_seqlens: Tensor | None
@@ -165,6 +179,7 @@ class _Call:
     q_len: int
     num_seqs: int
     last_state: dict[str, Any] | None
+    conv_mask: Tensor | None = None
 
     def facts(self, use_cache: bool) -> CallFacts:
         """What the guard may know about this call (after unpadding)."""
@@ -176,108 +191,97 @@ class _Call:
         return bool((self.cu_seqlens.diff() == 1).all())
 
 
-class GatedDeltaNet(nn.Module):
-    """Reference GDN layer; ``forward`` returns ``(o, None, past_key_values)`` like fla's."""
+class ShortConvLayer(nn.Module):
+    """A family's reference layer; ``forward`` returns ``(o, None, past_key_values)`` like fla's.
+
+    Subclasses set ``config_cls``, build their parameters in :meth:`_build` (calling
+    :meth:`_add_convs` where fla registers the convs), list their input projections in
+    :meth:`_input_linears` (conv slots first, in slot order) and implement :meth:`_recurrence`,
+    :meth:`_epilogue` and :meth:`recurrent_state_shape`.
+    """
+
+    config_cls: ClassVar[type[LayerConfig]] = LayerConfig
+    #: how an ``attention_mask`` reaches the convs: unpadded into ``cu_seqlens`` (GDN) or multiplied
+    #: into the conv input with the batch kept dense (ABC, SimpleGLA, LightNet)
+    MASK: ClassVar[str] = "unpad"
+    #: what stands in for a conv when ``use_short_conv`` is off
+    NO_CONV_ACTIVATION: ClassVar[str | None] = "silu"
 
     def __init__(
         self,
-        hidden_size: int = 2048,
-        expand_v: float = 2,
-        head_dim: int = 256,
-        num_heads: int = 6,
-        num_v_heads: int | None = None,
-        use_gate: bool = True,
-        use_short_conv: bool = True,
-        allow_neg_eigval: bool = False,
-        conv_size: int = 4,
-        conv_bias: bool = False,
-        layer_idx: int | None = 0,
-        norm_eps: float = 1e-5,
-        output_gate_activation: str = "swish",
-        mode: str = "chunk",
-        conv_backend: str = "torch",
+        config: LayerConfig | None = None,
         *,
-        config: GDNConfig | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__()
         if config is None:
-            config = GDNConfig(
-                hidden_size=hidden_size,
-                expand_v=expand_v,
-                head_dim=head_dim,
-                num_heads=num_heads,
-                num_v_heads=num_v_heads,
-                use_gate=use_gate,
-                use_short_conv=use_short_conv,
-                allow_neg_eigval=allow_neg_eigval,
-                conv_size=conv_size,
-                conv_bias=conv_bias,
-                layer_idx=layer_idx,
-                norm_eps=norm_eps,
-                output_gate_activation=output_gate_activation,
-                mode=mode,
-                conv_backend=conv_backend,
-            )
+            config = self.config_cls(**kwargs)
+        elif kwargs:
+            raise InvalidArgument(f"pass either a config or constructor arguments, got both (and {sorted(kwargs)})")
+        if not isinstance(config, self.config_cls):
+            raise InvalidArgument(f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}")
         self.config = config
-        c = config
-        self.hidden_size, self.expand_v, self.head_dim = c.hidden_size, c.expand_v, c.head_dim
-        self.num_heads, self.num_v_heads = c.num_heads, c.n_v_heads
-        self.head_k_dim, self.head_v_dim = c.head_k_dim, c.head_v_dim
-        self.key_dim, self.value_dim = c.key_dim, c.value_dim
-        self.use_gate, self.use_short_conv = c.use_gate, c.use_short_conv
-        self.allow_neg_eigval, self.conv_size, self.conv_bias = c.allow_neg_eigval, c.conv_size, c.conv_bias
-        self.layer_idx, self.mode = c.layer_idx, c.mode
-        factory = {"device": device, "dtype": dtype}
-
-        self.q_proj = nn.Linear(c.hidden_size, self.key_dim, bias=False, **factory)
-        self.k_proj = nn.Linear(c.hidden_size, self.key_dim, bias=False, **factory)
-        self.v_proj = nn.Linear(c.hidden_size, self.value_dim, bias=False, **factory)
-        self.a_proj = nn.Linear(c.hidden_size, self.num_v_heads, bias=False, **factory)
-        self.b_proj = nn.Linear(c.hidden_size, self.num_v_heads, bias=False, **factory)
-        # fla's initialisation ranges; always fp32 like fla.
-        A = torch.empty(self.num_v_heads, dtype=torch.float32, device=device).uniform_(1e-3, 16)
-        self.A_log = nn.Parameter(torch.log(A))
-        dt = torch.exp(
-            torch.rand(self.num_v_heads, device=device) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)
-        )
-        dt = dt.clamp_min(1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
-        if c.use_short_conv:
-            for name in CONV_NAMES:
-                spec = c.conv_spec(name)
-                conv_dtype = dtype if spec.dtype is None else getattr(torch, spec.dtype)
-                conv = ShortConv(
-                    c.conv_channels(name),
-                    c.conv_size if spec.kernel_size is None else spec.kernel_size,
-                    bias=c.conv_bias if spec.bias is None else spec.bias,
-                    activation=spec.activation,
-                    backend=c.conv_backend if spec.backend is None else spec.backend,
-                    device=device,
-                    dtype=conv_dtype,
-                )
-                self.add_module(f"{name}_conv1d", conv)
-        if c.use_gate:
-            self.g_proj = nn.Linear(c.hidden_size, self.value_dim, bias=False, **factory)
-            self.o_norm = RMSNorm(self.head_v_dim, c.norm_eps, c.output_gate_activation, **factory)
-        else:
-            self.o_norm = RMSNorm(self.head_v_dim, c.norm_eps, None, device=device, dtype=torch.float32)
-        self.o_proj = nn.Linear(self.value_dim, c.hidden_size, bias=False, **factory)
+        self.hidden_size = config.hidden_size
+        self.use_short_conv, self.conv_size, self.conv_bias = config.use_short_conv, config.conv_size, config.conv_bias
+        self.layer_idx, self.mode = config.layer_idx, config.mode
+        self._build(config, {"device": device, "dtype": dtype})
 
     @classmethod
-    def from_config(cls, config: GDNConfig, **factory: Any) -> GatedDeltaNet:
+    def from_config(cls, config: LayerConfig, **factory: Any) -> ShortConvLayer:
         return cls(config=config, **factory)
 
-    # ---- facts for the guard -------------------------------------------------------------
-    def convs(self) -> tuple[ShortConv, ShortConv, ShortConv]:
-        return cast("tuple[ShortConv, ShortConv, ShortConv]", (self.q_conv1d, self.k_conv1d, self.v_conv1d))
+    # ---- what a family supplies ----------------------------------------------------------
+    def _build(self, config: Any, factory: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _input_linears(self) -> list[tuple[str, nn.Linear]]:
+        """``(name, bias-free Linear)`` in matmul order; the conv slots first, named by slot."""
+        raise NotImplementedError
+
+    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
+        """The core on the prologue's outputs: ``(o, states to cache)``; ``states`` holds at least
+        ``recurrent_state``."""
+        raise NotImplementedError
+
+    def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
+        raise NotImplementedError
+
+    def recurrent_state_shape(self, num_seqs: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    # ---- convs and facts -----------------------------------------------------------------
+    @property
+    def slots(self) -> tuple[str, ...]:
+        return self.config.SLOTS
+
+    def _add_convs(self, factory: dict[str, Any]) -> None:
+        """The family's short convs, one per slot, as ``<slot>_conv1d`` (fla's names)."""
+        c = self.config
+        if not c.use_short_conv:
+            return
+        for name in self.slots:
+            spec = c.conv_spec(name)
+            conv = ShortConv(
+                c.conv_channels(name),
+                c.conv_size if spec.kernel_size is None else spec.kernel_size,
+                bias=c.conv_bias if spec.bias is None else spec.bias,
+                activation=spec.activation,
+                backend=c.conv_backend if spec.backend is None else spec.backend,
+                device=factory["device"],
+                dtype=factory["dtype"] if spec.dtype is None else getattr(torch, spec.dtype),
+            )
+            self.add_module(f"{name}_conv1d", conv)
+
+    def convs(self) -> tuple[ShortConv, ...]:
+        return tuple(getattr(self, f"{name}_conv1d") for name in self.slots)
 
     def layer_facts(self) -> LayerFacts:
         if not self.use_short_conv:
-            return LayerFacts(use_short_conv=False, conv_bias=self.conv_bias)
-        q, k, v = (conv.facts() for conv in self.convs())
-        return LayerFacts(use_short_conv=True, conv_bias=self.conv_bias, convs=(q, k, v))
+            return LayerFacts(use_short_conv=False, conv_bias=self.conv_bias, names=self.slots)
+        facts = tuple(conv.facts() for conv in self.convs())
+        return LayerFacts(use_short_conv=True, conv_bias=self.conv_bias, convs=facts, names=self.slots)
 
     def call_facts(
         self,
@@ -304,17 +308,14 @@ class GatedDeltaNet(nn.Module):
         if use_cache and past_key_values is None:
             past_key_values = Cache()
         proj = self._project(call.x)
-        (q, k, v), conv_states = self._prologue(proj, call, use_cache, **kwargs)
-        o, recurrent_state = self._recurrence(q, k, v, proj.a, proj.b, call)
+        xs, conv_states = self._prologue(proj, call, use_cache, **kwargs)
+        o, states = self._recurrence(xs, proj, call)
         if use_cache:
             assert past_key_values is not None and self.layer_idx is not None
             past_key_values.update(
-                self.layer_idx,
-                recurrent_state=recurrent_state,
-                conv_state=conv_states if self.use_short_conv else None,
-                offset=call.q_len,
+                self.layer_idx, conv_state=conv_states if self.use_short_conv else None, offset=call.q_len, **states
             )
-        return self._epilogue(o, proj.g, call), None, past_key_values
+        return self._epilogue(o, proj, call), None, past_key_values
 
     def _prepare(
         self,
@@ -324,16 +325,19 @@ class GatedDeltaNet(nn.Module):
         use_cache: bool,
         cu_seqlens: Tensor | None,
     ) -> _Call:
-        """Check the call, unpad an ``attention_mask`` into ``cu_seqlens``, find the layer's cache."""
+        """Check the call, unpad an ``attention_mask`` into ``cu_seqlens`` (or keep it for the dense
+        path), find the layer's cache."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.hidden_size:
             raise InvalidArgument(
                 f"hidden_states must have shape [B, T, {self.hidden_size}], got {tuple(getattr(x, 'shape', ()))}"
             )
-        dtype = self.q_proj.weight.dtype
-        if x.dtype != dtype:
-            raise InvalidArgument(f"hidden_states dtype {x.dtype} does not match the layer's parameters ({dtype})")
-        if x.device != self.q_proj.weight.device:
-            raise InvalidArgument(f"hidden_states are on {x.device} but the layer is on {self.q_proj.weight.device}")
+        weight = self._input_linears()[0][1].weight
+        if x.dtype != weight.dtype:
+            raise InvalidArgument(f"hidden_states dtype {x.dtype} does not match the layer's parameters ({weight.dtype})")
+        if x.device != weight.device:
+            raise InvalidArgument(f"hidden_states are on {x.device} but the layer is on {weight.device}")
+        if not isinstance(use_cache, bool):
+            raise InvalidArgument(f"use_cache must be a bool, got {use_cache!r}")
         B, T, _ = x.shape
         if T < 1 or B < 1:
             raise InvalidArgument(f"hidden_states need B >= 1 and T >= 1, got shape {tuple(x.shape)}")
@@ -341,13 +345,15 @@ class GatedDeltaNet(nn.Module):
             raise InvalidArgument(f"past_key_values must be a gdn_equiv Cache, got {type(past_key_values).__name__}")
         if (use_cache or past_key_values is not None) and self.layer_idx is None:
             raise InvalidArgument("a cache needs layer_idx, got layer_idx=None")
-        indices = None
+        indices, conv_mask = None, None
         if attention_mask is not None:
             self._check_mask(attention_mask, B, T, x.device)
         if cu_seqlens is not None:
             if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.device != x.device:
                 raise InvalidArgument(f"cu_seqlens is on {cu_seqlens.device} but hidden_states are on {x.device}")
             check_cu_seqlens(cu_seqlens, T, B)
+        elif attention_mask is not None and self.MASK == "dense":
+            conv_mask = attention_mask[:, -T:].to(x.dtype)  # [B, S] -> the last T positions, this call's
         elif attention_mask is not None:
             mask = attention_mask[:, -T:].bool()
             indices = torch.nonzero(mask.flatten(), as_tuple=False).flatten()
@@ -360,7 +366,7 @@ class GatedDeltaNet(nn.Module):
             last_state = past_key_values.get(self.layer_idx)
             if last_state is not None:
                 self._check_state(last_state, num_seqs, x)
-        return _Call(x, cu_seqlens, indices, B, T, num_seqs, last_state)
+        return _Call(x, cu_seqlens, indices, B, T, num_seqs, last_state, conv_mask)
 
     @staticmethod
     def _check_mask(mask: Tensor, B: int, T: int, device: torch.device) -> None:
@@ -370,117 +376,85 @@ class GatedDeltaNet(nn.Module):
             )
         if mask.device != device:
             raise InvalidArgument(f"attention_mask is on {mask.device} but hidden_states are on {device}")
-        if mask.is_floating_point() or mask.is_complex():
-            bad = ~((mask == 0) | (mask == 1))
-        elif mask.dtype == torch.bool:
-            bad = torch.zeros_like(mask)
-        else:
-            bad = ~((mask == 0) | (mask == 1))
+        if mask.dtype == torch.bool:
+            return
+        bad = ~((mask == 0) | (mask == 1))
         if bool(bad.any()):
             value = mask[bad][0].item()
             raise InvalidArgument(f"attention_mask must hold only 0 and 1, got {value}")
 
-    def _check_state(self, state: dict[str, Any], num_seqs: int, x: Tensor) -> None:
-        """A cached state must fit this layer and call: shapes, dtypes, device."""
-        rec = state.get("recurrent_state")
-        if rec is not None:
-            shape: tuple[int, ...] = (num_seqs, self.num_v_heads, self.head_v_dim, self.head_k_dim)
-            if not isinstance(rec, torch.Tensor) or tuple(rec.shape) != shape:
-                raise InvalidArgument(
-                    f"cached recurrent_state must have shape {shape}, got {tuple(getattr(rec, 'shape', ()))}"
-                )
-            if rec.dtype not in (torch.float32, torch.float64) or rec.device != x.device:
-                raise InvalidArgument(
-                    f"cached recurrent_state must be float32/float64 on {x.device}, got {rec.dtype} on {rec.device}"
-                )
-        conv = state.get("conv_state")
-        if not self.use_short_conv or conv is None:
-            return
-        if not isinstance(conv, tuple) or len(conv) != 3:
-            raise InvalidArgument(f"cached conv_state must be a (q, k, v) tuple, got {type(conv).__name__}")
-        for name, module, s in zip(CONV_NAMES, self.convs(), conv, strict=True):
-            if s is None:
-                continue
-            shape = (num_seqs, module.channels, module.kernel_size)
-            if tuple(s.shape) != shape:
-                raise InvalidArgument(f"cached {name} conv_state must have shape {shape}, got {tuple(s.shape)}")
-            if s.dtype != x.dtype or s.device != x.device:
-                raise InvalidArgument(
-                    f"cached {name} conv_state must be {x.dtype} on {x.device}, got {s.dtype} on {s.device}"
-                )
+    def _check_state(self, state: Any, num_seqs: int, x: Tensor) -> None:
+        """A cached state must fit this layer and call: keys, shapes, dtypes, device."""
+        convs = zip(self.slots, self.convs(), strict=True) if self.use_short_conv else ()
+        check_layer_state(
+            state,
+            self.layer_idx,
+            recurrent_shape=self.recurrent_state_shape(num_seqs),
+            conv_shapes={name: (num_seqs, c.channels, c.kernel_size) for name, c in convs},
+            dtype=x.dtype,
+            device=x.device,
+        )
 
     def _project(self, x: Tensor) -> Projections:
         """All input projections as one matmul; the parts are channel views ``[B, T, *]`` of its output."""
-        projs = [self.q_proj, self.k_proj, self.v_proj, self.a_proj, self.b_proj]
-        if self.use_gate:
-            projs.append(self.g_proj)
-        out = F.linear(x, torch.cat([p.weight for p in projs], dim=0))
-        qkv, a, b, *g = torch.split(out, [2 * self.key_dim + self.value_dim, *(p.out_features for p in projs[3:])], -1)
-        q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        return Projections(qkv, q, k, v, a, b, g[0] if g else None)
+        linears = self._input_linears()
+        out = F.linear(x, torch.cat([lin.weight for _, lin in linears], dim=0))
+        parts = dict(zip([n for n, _ in linears], torch.split(out, [lin.out_features for _, lin in linears], -1), strict=True))
+        n_conv = sum(lin.out_features for name, lin in linears if name in self.slots)
+        return Projections(out[..., :n_conv], tuple(parts[name] for name in self.slots), parts)
 
     def _prologue(
         self, proj: Projections, call: _Call, use_cache: bool, **kwargs: Any
-    ) -> tuple[tuple[Tensor, Tensor, Tensor], ConvStates]:
+    ) -> tuple[tuple[Tensor, ...], ConvStates]:
         if kwargs:
             raise InvalidArgument(f"unexpected keyword arguments: {sorted(kwargs)}")
         return self._separate_prologue(proj, call, use_cache)
 
     def _separate_prologue(
         self, proj: Projections, call: _Call, use_cache: bool
-    ) -> tuple[tuple[Tensor, Tensor, Tensor], ConvStates]:
-        """Three convs, each with its own cache and the call's sequence boundaries."""
-        q, k, v = proj.q, proj.k, proj.v
-        if not self.use_short_conv:
-            return (F.silu(q), F.silu(k), F.silu(v)), (None, None, None)
-        cached: ConvStates = (None, None, None)
-        if call.last_state is not None and call.last_state.get("conv_state") is not None:
-            cached = call.last_state["conv_state"]
-        # fla's rule: the step kernel when autograd is off and every sequence has one new token.
-        step = not torch.is_grad_enabled() and call.one_token_per_sequence()
-        outs, states = [], []
-        for conv, x, state in zip(self.convs(), (q, k, v), cached, strict=True):
-            y, final = conv(x, cache=state, output_final_state=use_cache, cu_seqlens=call.cu_seqlens, step=step)
-            outs.append(y)
-            states.append(final)
-        return (outs[0], outs[1], outs[2]), (states[0], states[1], states[2])
-
-    def _recurrence(self, q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, call: _Call) -> tuple[Tensor, Tensor]:
-        """Heads, gates and the gated delta rule; returns ``o [B, T, Hv, Dv]`` in the input dtype."""
-        q = q.unflatten(-1, (self.num_heads, self.head_k_dim))  # [B, T, Hk*Dk] -> [B, T, Hk, Dk]
-        k = k.unflatten(-1, (self.num_heads, self.head_k_dim))
-        v = v.unflatten(-1, (self.num_v_heads, self.head_v_dim))  # [B, T, Hv, Dv]
-        if self.num_v_heads > self.num_heads:
-            group = self.num_v_heads // self.num_heads
-            q, k = q.repeat_interleave(group, dim=-2), k.repeat_interleave(group, dim=-2)
-        cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        g = -torch.exp(self.A_log.to(cdt)) * F.softplus(a.to(cdt) + self.dt_bias.to(cdt))
-        beta = torch.sigmoid(b.to(cdt))
-        if self.allow_neg_eigval:
-            beta = beta * 2
-        initial = None if call.last_state is None else call.last_state.get("recurrent_state")
-        o, state = gated_delta_rule(
-            l2norm(q.to(cdt)),
-            l2norm(k.to(cdt)),
-            v,
-            g,
-            beta,
-            scale=self.head_k_dim**-0.5,
-            initial_state=initial,
-            cu_seqlens=call.cu_seqlens,
-            mode=self.mode,
+    ) -> tuple[tuple[Tensor, ...], ConvStates]:
+        """One conv per slot, each with its own cache and the call's sequence boundaries."""
+        return separate_short_convs(
+            self.convs() if self.use_short_conv else None,
+            proj.conv_inputs,
+            call,
+            use_cache,
+            no_conv_activation=self.NO_CONV_ACTIVATION,
         )
-        return o.to(q.dtype), state
 
-    def _epilogue(self, o: Tensor, g: Tensor | None, call: _Call) -> Tensor:
-        """Gated RMSNorm, output projection, re-pad to ``[B, T, H]``."""
-        if g is not None:
-            o = self.o_norm(o, g.unflatten(-1, (self.num_v_heads, self.head_v_dim)))
-        else:
-            o = self.o_norm(o)
-        o = self.o_proj(o.flatten(-2))  # [B, T, Hv, Dv] -> [B, T, value_dim] -> [B, T, H]
-        if call.indices is None:
-            return o
-        out = o.new_zeros(call.batch_size * call.q_len, o.shape[-1])
-        out = out.index_copy(0, call.indices, o[0])
-        return out.view(call.batch_size, call.q_len, -1)
+
+def separate_short_convs(
+    convs: Sequence[ShortConv] | None,
+    xs: Sequence[Tensor],
+    call: _Call,
+    use_cache: bool,
+    *,
+    no_conv_activation: str | None = "silu",
+) -> tuple[tuple[Tensor, ...], ConvStates]:
+    """The separate prologue: ``convs[i]`` on ``xs[i]`` with its cached state, the call's
+    ``cu_seqlens`` and dense mask; ``convs=None`` (short conv off) applies ``no_conv_activation``."""
+    if convs is None:
+        act = F.silu if no_conv_activation is not None else (lambda t: t)
+        return tuple(act(x) for x in xs), tuple(None for _ in xs)
+    cached: ConvStates = tuple(None for _ in xs)
+    if call.last_state is not None and call.last_state.get("conv_state") is not None:
+        cached = tuple(call.last_state["conv_state"])
+    # fla's rule: the step kernel when autograd is off and every sequence has one new token.
+    step = not torch.is_grad_enabled() and call.one_token_per_sequence()
+    outs, states = [], []
+    for conv, x, state in zip(convs, xs, cached, strict=True):
+        y, final = conv(
+            x, mask=call.conv_mask, cache=state, output_final_state=use_cache, cu_seqlens=call.cu_seqlens, step=step
+        )
+        outs.append(y)
+        states.append(final)
+    return tuple(outs), tuple(states)
+
+
+def repad(o: Tensor, call: _Call) -> Tensor:
+    """``o [1, N_tokens, *]`` back to ``[B, T, *]`` with zeros at padded positions (unpad path only)."""
+    if call.indices is None:
+        return o
+    out = o.new_zeros(call.batch_size * call.q_len, *o.shape[2:])
+    out = out.index_copy(0, call.indices, o[0])
+    return out.view(call.batch_size, call.q_len, *o.shape[2:])

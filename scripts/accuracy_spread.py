@@ -24,7 +24,8 @@ import test_accuracy as A
 
 from gdn_equiv.backends import Backend, register_backend
 from gdn_equiv.example import Example, accuracy_runs, build_layer, materialize, run_layer, unit_cotangent_backward
-from gdn_equiv.reference import GatedDeltaNet, ShortConv
+from gdn_equiv.families.gated_deltanet import GatedDeltaNet
+from gdn_equiv.reference import ShortConv
 
 KS = (0, 3, 8, 16)
 EXAMPLES = 40

@@ -134,7 +134,7 @@ def examples(
     max_seqs: int = 4,
     use_short_conv: bool | None = None,
     max_heads: int = 2,
-    family: str = DEFAULT_FAMILY,
+    family: str | Sequence[str] = DEFAULT_FAMILY,
 ) -> st.SearchStrategy[Example]:
     """Whole test cases: a small layer config (:func:`layer_configs`) and one call.
 
@@ -152,13 +152,17 @@ def examples(
     ``fusable=None`` draws freely, with per-conv variations rare (``vary_convs``), so most
     examples look fusable while every guard reason stays reachable.
 
+    ``family``: one family name, or several to draw from (shrinking towards the first).
+
     In the ``fuzz`` profile, ``target()`` pushes towards long, large-valued inputs.
 
     Shrinks towards ``B=1, T=1``, fp32, no varlen, no cache, no bias, seed 0, scale 1, the smallest
     config.
     """
-    if family not in known_families():
-        raise InvalidArgument(f"unknown family {family!r}; known families: {', '.join(known_families())}")
+    families = (family,) if isinstance(family, str) else tuple(_nonempty("family", family))
+    for name in families:
+        if name not in known_families():
+            raise InvalidArgument(f"unknown family {name!r}; known families: {', '.join(known_families())}")
     dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
     conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
     if not 1 <= min_batch <= max_batch:
@@ -187,6 +191,7 @@ def examples(
 
     return _examples(
         _ExampleParams(
+            families=families,  # type: ignore[arg-type]
             fusable=fusable,
             reasons=None if reasons is None else tuple(reasons),
             allowed=allowed,
@@ -244,6 +249,7 @@ def _allowed_reasons(
 
 @dataclass(frozen=True)
 class _ExampleParams:
+    families: tuple[str, ...]
     fusable: bool | None
     reasons: tuple[str, ...] | None
     allowed: tuple[str, ...]
@@ -281,7 +287,9 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     if "G9" in broken:  # the layer's dtype must leave another conv dtype to break G9 with
         layer_dtypes = [d for d in p.dtypes if any(c != d for c in p.conv_dtypes)]
     dtype = draw(st.sampled_from(layer_dtypes))
+    family = draw(st.sampled_from(p.families))
     common = {
+        "family": family,
         "backends": p.backends,
         "max_heads": p.max_heads,
         "vary_convs": p.vary_convs,
@@ -324,6 +332,7 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     prefix_len = draw(st.integers(1, p.max_prefix_len)) if cache_kind == "populated" else 0
     example = Example(
         config=config,
+        family=family,
         dtype=dtype,
         batch=batch,
         seq_len=seq_len,

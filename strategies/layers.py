@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.config import CONV_ACTIVATIONS, GATE_ACTIVATIONS, ConvSpec, GDNConfig
+from gdn_equiv.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig
+from gdn_equiv.families import DEFAULT_FAMILY, get_family
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 
@@ -104,11 +106,8 @@ def _breakable(backends: Sequence[str], dtypes: Sequence[str], dtype: str | None
 def layer_configs(
     *,
     backends: Sequence[str] = ("torch",),
-    min_heads: int = 1,
+    family: str = DEFAULT_FAMILY,
     max_heads: int = 2,
-    head_dims: Sequence[int] = tuple(range(2, 9)),
-    max_gva_ratio: int = 2,
-    expand_vs: Sequence[float] = (1, 2, 0.5),
     min_hidden_size: int = 8,
     max_hidden_size: int = 16,
     use_short_conv: bool | None = None,
@@ -121,13 +120,12 @@ def layer_configs(
     dtype: str | None = None,
     fusable_convs: bool | None = None,
     break_conditions: Collection[str] | None = None,
-) -> st.SearchStrategy[GDNConfig]:
-    """Small, valid :class:`GDNConfig` objects (fla's validation holds by construction).
+) -> st.SearchStrategy[LayerConfig]:
+    """Small, valid configs of ``family`` (fla's validation holds by construction).
 
-    Heads ``min_heads..max_heads``, ``head_dim`` from ``head_dims``, GVA ratio ``1..max_gva_ratio``,
-    ``expand_v`` from ``expand_vs`` (only where ``head_dim * expand_v`` is an integer), gate on/off with
-    its activation, negative eigenvalues, short conv (off rarely), ``conv_bias``, ``conv_size``, core
-    mode, and the layer's conv backend from ``backends``.
+    The family's own fields (heads, dims, gates: its ``dims`` strategy, up to ``max_heads`` heads and
+    a hidden size in ``min_hidden_size..max_hidden_size``), then what every family shares: short conv
+    (off rarely), ``conv_bias``, ``conv_size``, core mode, and the layer's conv backend from ``backends``.
 
     The three convs share one drawn activation. With probability ``vary_convs`` each conv also gets its
     own :class:`ConvSpec`: free (:func:`conv_specs`) when ``fusable_convs`` is ``None``; when ``True``,
@@ -136,21 +134,16 @@ def layer_configs(
     (``break_conditions`` picks which; G5 needs two backends, G9 a known ``dtype`` and another one in
     ``conv_dtypes``). ``dtype`` is the dtype the layer will be built in (``None``: unknown).
 
-    Shrinks towards one head of dim 2, ``expand_v=1``, hidden size ``min_hidden_size``, no gate, short
-    conv on, no bias, ``conv_size=min_conv_size``, ``chunk`` mode, silu, identical convs.
+    Shrinks towards the family's smallest dims, short conv on, no bias, ``conv_size=min_conv_size``,
+    ``chunk`` mode, silu, identical convs.
     """
-    if not 1 <= min_heads <= max_heads:
-        raise InvalidArgument(f"need 1 <= min_heads <= max_heads, got {min_heads}, {max_heads}")
-    if max_gva_ratio < 1:
-        raise InvalidArgument(f"max_gva_ratio must be >= 1, got {max_gva_ratio}")
+    if max_heads < 1:
+        raise InvalidArgument(f"max_heads must be >= 1, got {max_heads}")
     if not 1 <= min_hidden_size <= max_hidden_size:
         raise InvalidArgument(f"need 1 <= min_hidden_size <= max_hidden_size, got {min_hidden_size}, {max_hidden_size}")
     if not 1 <= min_conv_size <= max_conv_size:
         raise InvalidArgument(f"need 1 <= min_conv_size <= max_conv_size, got {min_conv_size}, {max_conv_size}")
-    _nonempty("expand_vs", expand_vs)
-    pairs = [(h, e) for h in head_dims for e in expand_vs if h >= 1 and float(h * e).is_integer() and h * e >= 1]
-    if not pairs:
-        raise InvalidArgument(f"no head_dim in {head_dims} gives an integer head_dim*expand_v for {expand_vs}")
+    fam = get_family(family)  # InvalidArgument for an unknown name
     backends = _nonempty("backends", backends)  # type: ignore[assignment]
     if fusable_convs is not None and use_short_conv is False:
         raise InvalidArgument("fusable_convs needs short convs; got use_short_conv=False")
@@ -173,11 +166,10 @@ def layer_configs(
 
     return _configs(
         _ConfigParams(
-            min_heads=min_heads,
-            max_heads=max_heads,
-            max_gva_ratio=max_gva_ratio,
-            min_hidden_size=min_hidden_size,
-            max_hidden_size=max_hidden_size,
+            family=family,
+            # the family's own conv activation first: shrinking goes there
+            activations=(own := fam.config_cls().q_conv.activation, *(a for a in CONV_ACTIVATIONS if a != own)),
+            dims=fam.dims(max_heads=max_heads, hidden_sizes=tuple(range(min_hidden_size, max_hidden_size + 1))),
             use_short_conv=use_short_conv,
             conv_bias=conv_bias,
             min_conv_size=min_conv_size,
@@ -190,7 +182,6 @@ def layer_configs(
             fusable_convs=fusable_convs,
             break_conditions=None if break_conditions is None else tuple(sorted(break_conditions)),
             backends=tuple(backends),
-            pairs=tuple(pairs),
             breakable=breakable,
         )
     )
@@ -198,11 +189,9 @@ def layer_configs(
 
 @dataclass(frozen=True)
 class _ConfigParams:
-    min_heads: int
-    max_heads: int
-    max_gva_ratio: int
-    min_hidden_size: int
-    max_hidden_size: int
+    family: str
+    activations: tuple[str | None, ...]
+    dims: st.SearchStrategy[dict[str, Any]]
     use_short_conv: bool | None
     conv_bias: bool | None
     min_conv_size: int
@@ -215,24 +204,19 @@ class _ConfigParams:
     fusable_convs: bool | None
     break_conditions: tuple[str, ...] | None
     backends: tuple[str, ...]
-    pairs: tuple[tuple[int, float], ...]
     breakable: tuple[str, ...]
 
 
 @st.composite
-def _configs(draw: st.DrawFn, p: _ConfigParams) -> GDNConfig:
-    num_heads = draw(st.integers(p.min_heads, p.max_heads))
-    ratio = draw(st.integers(1, p.max_gva_ratio))
-    head_dim = draw(st.sampled_from(sorted({h for h, _ in p.pairs})))
-    expand_v = draw(st.sampled_from([e for h, e in p.pairs if h == head_dim]))
-    use_gate = draw(st.booleans())
+def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
+    dims = draw(p.dims)
     short = p.use_short_conv
     if short is None:
         short = True if p.fusable_convs is not None else not draw(rare(0.05))
     conv_size = draw(st.integers(p.min_conv_size, p.max_conv_size))
     bias = draw(st.booleans()) if p.conv_bias is None else p.conv_bias
     backend = draw(st.sampled_from(p.backends))
-    activation = draw(st.sampled_from(CONV_ACTIVATIONS))
+    activation = draw(st.sampled_from(p.activations))
     specs = [ConvSpec(activation=activation)] * 3
     max_kernel_size = min(max(p.max_conv_size, p.min_conv_size + 1, 8), p.max_width)
     # The vary flag is drawn whether or not short convs exist: the shrinker prefers fewer choices,
@@ -273,18 +257,11 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> GDNConfig:
                     max_kernel_size=max_kernel_size,
                     **layer,
                 )
-    return GDNConfig(
-        hidden_size=draw(st.integers(p.min_hidden_size, p.max_hidden_size)),
-        expand_v=expand_v,
-        head_dim=head_dim,
-        num_heads=num_heads,
-        num_v_heads=None if ratio == 1 else num_heads * ratio,
-        use_gate=use_gate,
+    return get_family(p.family).config_cls(
+        **dims,
         use_short_conv=short,
-        allow_neg_eigval=draw(st.booleans()),
         conv_size=conv_size,
         conv_bias=bias,
-        output_gate_activation=draw(st.sampled_from(GATE_ACTIVATIONS)),
         mode=draw(st.sampled_from(p.modes)),
         conv_backend=backend,
         q_conv=specs[0],

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
 from gdn_equiv.cache import Cache
 from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.config import GDNConfig
+from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, build_layer, materialize
-from gdn_equiv.fused import FusedGatedDeltaNet
+from gdn_equiv.families.gated_deltanet import FusedGatedDeltaNet
 
 H = 8
 TINY = {"hidden_size": 8, "head_dim": 2, "num_heads": 2}

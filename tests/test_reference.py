@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.cache import Cache
 from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.config import GDNConfig
+from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.core import gated_delta_rule, l2norm
 
 F32, F64 = torch.float32, torch.float64

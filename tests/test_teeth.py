@@ -15,7 +15,7 @@ from gdn_equiv.backends import Backend, register_backend
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.example import Example
-from gdn_equiv.fused import FusedGatedDeltaNet
+from gdn_equiv.families.gated_deltanet import FusedGatedDeltaNet
 from gdn_equiv.guard import Decision, decide, decide_upstream
 from gdn_equiv.strategies import examples
 

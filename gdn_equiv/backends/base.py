@@ -211,12 +211,15 @@ def check_update_args(x: Tensor, state: Tensor, weight: Tensor, bias: Tensor | N
     N, D = x.shape
     if weight.dim() != 2 or weight.shape[0] != D:
         raise InvalidArgument(f"weight must have shape [D={D}, W], got {tuple(weight.shape)}")
+    _check_float("weight", weight)
     W = weight.shape[1]
     if state.shape != (N, D, W):
         raise InvalidArgument(f"state must have shape [N={N}, D={D}, W={W}], got {tuple(state.shape)}")
     _check_float("state", state)
-    if bias is not None and bias.shape != (D,):
-        raise InvalidArgument(f"bias must have shape [D={D}], got {tuple(bias.shape)}")
+    if bias is not None:
+        if bias.shape != (D,):
+            raise InvalidArgument(f"bias must have shape [D={D}], got {tuple(bias.shape)}")
+        _check_float("bias", bias)
     if activation not in CONV_ACTIVATIONS:
         raise InvalidArgument(f"activation must be one of {CONV_ACTIVATIONS}, got {activation!r}")
     for name, t in (("weight", weight), ("bias", bias), ("state", state)):

@@ -9,6 +9,7 @@ One small protocol, so a property is written once and runs on any target::
     inputs = handle.inputs()
     out, cache = handle.run(inputs, prologue="auto")
     handle.path_taken()   # "fused" | "separate" | "none" (no short conv), observed, not asked
+    handle.call_facts(inputs), handle.layer_facts(), handle.decide(facts)   # the target's own guard
     handle.launches()     # conv launches (gdn_equiv) or conv-module calls (fla) of that run
 
 The path is chosen by argument; a target that cannot force a path lists what it supports in
@@ -62,6 +63,10 @@ class Handle(Protocol):
 
     def layer_facts(self) -> LayerFacts: ...
 
+    def call_facts(self, inputs: Inputs) -> CallFacts:
+        """The guard's facts of one call of :meth:`run` (after unpadding)."""
+        ...
+
     def decide(self, call_facts: CallFacts) -> tuple[bool, str | None]:
         """The target's own guard on these facts: ``(fuse, reason or None when it gives none)``."""
         ...
@@ -94,7 +99,8 @@ def known_targets() -> list[str]:
 
 
 def get_target(name: str, **options: Any) -> Target:
-    """The target called ``name``; ``options`` configure it (``fla``: ``core="fla"|"reference"``)."""
+    """The target called ``name``; ``options`` configure it (``fla``: ``core="fla"|"reference"``;
+    ``gdn_equiv``: ``defect=<class mixed into the family's fused layer>``)."""
     if name not in _TARGETS:
         raise InvalidArgument(f"unknown target {name!r}; known targets: {', '.join(known_targets())}")
     module_name, _, attr = _TARGETS[name].partition(":")

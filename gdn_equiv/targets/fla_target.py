@@ -41,11 +41,12 @@ import torch
 import torch.nn.functional as F
 
 from gdn_equiv.cache import Cache
-from gdn_equiv.config import CONV_NAMES, CallFacts, ConvFacts, GDNConfig, LayerFacts
+from gdn_equiv.config import CONV_NAMES, CallFacts, ConvFacts, LayerFacts
+from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.reference import GatedDeltaNet as ReferenceGDN
+from gdn_equiv.families.gated_deltanet import GatedDeltaNet as ReferenceGDN
 
 Tensor = torch.Tensor
 CORES = ("fla", "reference")
@@ -335,6 +336,12 @@ class FlaHandle:
     def guard_said(self) -> bool | None:
         """What fla's own guard answered in the last run (also when the run pinned a path)."""
         return self.layer.last_guard
+
+    def call_facts(self, inputs: Inputs) -> CallFacts:
+        """The call's facts, read by our reference layer (the same unpadding rules as fla's)."""
+        return self.reference.call_facts(
+            inputs.x, inputs.attention_mask, inputs.cache, inputs.use_cache, inputs.cu_seqlens
+        )
 
     def layer_facts(self) -> LayerFacts:
         return fla_layer_facts(self.layer)

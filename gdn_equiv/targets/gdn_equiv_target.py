@@ -1,7 +1,14 @@
-"""The in-house target: :class:`gdn_equiv.fused.FusedGatedDeltaNet` on any registered conv backend."""
+"""The in-house target: each family's fused-prologue layer (:mod:`gdn_equiv.fused`) on any
+registered conv backend.
+
+Option ``defect``: a class mixed in front of the family's fused layer (a planted defect: another
+guard, a broken fused path, a fallback that forgets its cache). It is a target option, so a
+property never names a layer class and a defect written once runs on every family.
+"""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,8 +16,10 @@ import torch
 
 from gdn_equiv.backends import count_launches
 from gdn_equiv.config import CallFacts, LayerFacts
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.fused import FusedGatedDeltaNet
+from gdn_equiv.families import get_family
+from gdn_equiv.guard import Decision
 
 Tensor = torch.Tensor
 
@@ -18,7 +27,7 @@ Tensor = torch.Tensor
 @dataclass
 class GdnEquivHandle:
     example: Example
-    layer: FusedGatedDeltaNet
+    layer: Any
     device: str | torch.device
     _path: str | None = None
     _launches: int = 0
@@ -34,11 +43,14 @@ class GdnEquivHandle:
         cache = inputs.cache.clone() if inputs.cache is not None else None
         kwargs = inputs.kwargs() | {"past_key_values": cache}
         with count_launches() as launches:
-            out, _, cache = self.layer(inputs.x, prologue=prologue, **kwargs)
-        # fused = one launch over q|k|v; separate = one per conv (forward or step update)
-        n = launches.total()
-        self._launches = n
-        self._path = "none" if n == 0 else ("fused" if n == 1 else "separate")
+            try:
+                out, _, cache = self.layer(inputs.x, prologue=prologue, **kwargs)
+            finally:
+                # fused = one launch over every slot; separate = one per conv (forward or step update)
+                n = launches.total()
+                self._launches = n
+                slots = len(self.layer.slots)
+                self._path = {0: "none", 1: "fused", slots: "separate"}.get(n, f"{n} launches")
         return out, cache
 
     def path_taken(self) -> str | None:
@@ -49,6 +61,13 @@ class GdnEquivHandle:
 
     def layer_facts(self) -> LayerFacts:
         return self.layer.layer_facts()
+
+    def call_facts(self, inputs: Inputs) -> CallFacts:
+        return self.layer.call_facts(inputs.x, inputs.attention_mask, inputs.cache, inputs.use_cache, inputs.cu_seqlens)
+
+    def decision(self, inputs: Inputs) -> Decision:
+        """The layer's own guard on this call."""
+        return self.layer.decide(self.call_facts(inputs))
 
     def decide(self, call_facts: CallFacts) -> tuple[bool, str | None]:
         decision = self.layer.decide(call_facts)
@@ -62,21 +81,27 @@ class GdnEquivHandle:
 class GdnEquivTarget:
     name: str = "gdn_equiv"
     prologues: tuple[str, ...] = ("auto", "fused", "separate")
+    defect: type | None = None
 
     def unavailable(self) -> str | None:
         return None
 
-    def configured(self, **options: Any) -> GdnEquivTarget:
+    def configured(self, *, defect: type | None = None, **options: Any) -> GdnEquivTarget:
         if options:
-            from gdn_equiv.errors import InvalidArgument
+            raise InvalidArgument(f"target 'gdn_equiv' takes only the option 'defect', got {sorted(options)}")
+        return GdnEquivTarget(defect=defect)
 
-            raise InvalidArgument(f"target 'gdn_equiv' takes no options, got {sorted(options)}")
-        return self
+    def layer_cls(self, family: str) -> type:
+        fused = get_family(family).fused_cls
+        return fused if self.defect is None else _with_defect(self.defect, fused)
 
     def build(self, example: Example, device: str | torch.device = "cpu") -> GdnEquivHandle:
-        layer = build_layer(example, FusedGatedDeltaNet, device=device)
-        assert isinstance(layer, FusedGatedDeltaNet)
-        return GdnEquivHandle(example, layer, device)
+        return GdnEquivHandle(example, build_layer(example, self.layer_cls(example.family), device=device), device)
+
+
+@functools.cache
+def _with_defect(defect: type, fused: type) -> type:
+    return type(f"{defect.__name__}{fused.__name__}", (defect, fused), {"__module__": defect.__module__})
 
 
 TARGET = GdnEquivTarget()

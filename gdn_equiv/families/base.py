@@ -1,0 +1,61 @@
+"""The :class:`Family` record: everything the generic properties, strategies, command line and
+benchmarks need to know about one layer family, in the spirit of PyTorch's ``OpInfo``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from gdn_equiv.config import LayerConfig
+from gdn_equiv.reference import ShortConvLayer
+
+#: dims strategy: keyword-only ``max_heads`` and ``hidden_sizes``; returns the family's own config fields
+DimsFn = Callable[..., st.SearchStrategy[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One layer family.
+
+    ``layer_cls`` is the in-house reference layer (separate convs; its ``config_cls`` the config);
+    :attr:`fused_cls` adds the fused prologue. ``dims`` draws the family's own config fields (heads,
+    dims, gates) small and valid by construction; the generic config strategy adds the conv fields.
+    ``fla_class`` / ``fla_kwargs`` say how fla builds the same layer (same state_dict).
+    ``bench`` holds the config fields of the PR's benchmark shape. ``known_gaps`` maps an fla version
+    to the guard gaps that version is known to have for this family (strict xfails).
+    """
+
+    name: str
+    layer_cls: type[ShortConvLayer]
+    dims: DimsFn
+    description: str
+    fla_class: str | None = None
+    fla_kwargs: Callable[[Any], dict[str, Any]] | None = None
+    bench: Mapping[str, Any] = field(default_factory=dict)
+    known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def config_cls(self) -> type[LayerConfig]:
+        return self.layer_cls.config_cls
+
+    @property
+    def fused_cls(self) -> type[ShortConvLayer]:
+        from gdn_equiv.fused import fused_variant
+
+        return fused_variant(self.layer_cls)
+
+    @property
+    def mask(self) -> str:
+        """``"unpad"`` or ``"dense"``: how an ``attention_mask`` reaches the convs."""
+        return self.layer_cls.MASK
+
+    def describe(self, config: LayerConfig | None = None) -> str:
+        """One line: the family, its fla class, its mask handling and its conv slots with their
+        channel counts for ``config`` (default: the config's defaults) and activations."""
+        c = config if config is not None else self.config_cls()
+        slots = ", ".join(f"{n}={c.conv_channels(n)} ({c.conv_spec(n).activation})" for n in c.SLOTS)
+        fla = self.fla_class or "-"
+        return f"{self.name:<16} fla {fla:<34} mask {self.mask:<5}  convs {slots}  {self.description}"
