@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.example import Example
-from gdn_equiv.families import DEFAULT_FAMILY, known_families
+from gdn_equiv.families import DEFAULT_FAMILY, get_family, known_families
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 from .layers import layer_configs
@@ -315,7 +315,14 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
         cache_kind = draw(st.sampled_from(cache_kinds))
         writes = draw(_flag(p.use_cache, 0.3))
     else:
-        kind = draw(st.sampled_from(p.varlen_kinds[1:])) if "G4" in broken else "none"
+        # a dense-mask family keeps the batch dense under a mask: only cu_seqlens break G4 there,
+        # and a masked call is as fusable as an unmasked one
+        dense = get_family(family).mask == "dense"
+        if "G4" in broken:
+            kinds = ("cu_seqlens",) if dense else p.varlen_kinds[1:]
+        else:
+            kinds = ("none", "mask") if dense and p.varlen is not False else ("none",)
+        kind = draw(st.sampled_from(kinds))
         if "G2" in broken:
             cache_kind = "populated"
         else:

@@ -15,19 +15,23 @@ from gdn_equiv.backends import Backend, register_backend
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.example import Example
-from gdn_equiv.families.gated_deltanet import FusedGatedDeltaNet
+from gdn_equiv.families import known_families
 from gdn_equiv.guard import Decision, decide, decide_upstream
 from gdn_equiv.strategies import examples
+from gdn_equiv.targets import get_target
 
 pytestmark = pytest.mark.teeth
 
 SEARCH = settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+FAMILIES = known_families()
 
 
-def _fails(prop, layer_cls=None):
+def _fails(prop, defect=None):
+    target = get_target("gdn_equiv", defect=defect) if defect is not None else None
+
     def predicate(example: Example) -> bool:
         try:
-            prop(example, device="cpu", layer_cls=layer_cls)
+            prop(example, device="cpu", target=target)
         except P.NotApplicable:
             return False
         except Mismatch:
@@ -37,20 +41,20 @@ def _fails(prop, layer_cls=None):
     return predicate
 
 
-def _caught(prop, strategy, layer_cls=None) -> Example:
-    example = find(strategy, _fails(prop, layer_cls), settings=SEARCH)
+def _caught(prop, strategy, defect=None) -> Example:
+    example = find(strategy, _fails(prop, defect), settings=SEARCH)
     print(f"caught by {prop.__name__}: {example.short()}")
     return example
 
 
-# --- planted defects in the guard -----------------------------------------------------------
+# --- planted defects in the guard (mixed in front of a family's fused layer) ---------------
 
 
-class GuardIgnoresVarlen(FusedGatedDeltaNet):
+class GuardIgnoresVarlen:
     guard = staticmethod(lambda layer, call: decide(layer, replace(call, varlen=False)))
 
 
-class UpstreamGuard(FusedGatedDeltaNet):
+class UpstreamGuard:
     """fla 0.6.0's rule (no G8/G9); the suite must find its gap by itself."""
 
     @staticmethod
@@ -58,88 +62,146 @@ class UpstreamGuard(FusedGatedDeltaNet):
         return Decision(True) if decide_upstream(layer, call) else decide(layer, call)
 
 
-def test_forward_property_catches_guard_ignoring_cu_seqlens():
-    example = _caught(P.check_forward_exact, examples(fusable=False, reasons=["G4"]), GuardIgnoresVarlen)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_forward_property_catches_guard_ignoring_cu_seqlens(family):
+    example = _caught(P.check_forward_exact, examples(fusable=False, reasons=["G4"], family=family), GuardIgnoresVarlen)
     assert example.varlen != "none"
 
 
-def test_forward_property_catches_upstream_guard_bias_gap():
-    example = _caught(P.check_forward_exact, examples(fusable=False, reasons=["G8"]), UpstreamGuard)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_forward_property_catches_upstream_guard_bias_gap(family):
+    example = _caught(P.check_forward_exact, examples(fusable=False, reasons=["G8"], family=family), UpstreamGuard)
     c = example.config
     assert any(
-        (c.conv_spec(n).bias if c.conv_spec(n).bias is not None else c.conv_bias) != c.conv_bias for n in "qkv"
-    ) or any(c.conv_spec(n).dtype for n in "qkv")
+        (c.conv_spec(n).bias if c.conv_spec(n).bias is not None else c.conv_bias) != c.conv_bias for n in c.SLOTS
+    ) or any(c.conv_spec(n).dtype for n in c.SLOTS)
 
 
 # --- planted defects in the fused path ------------------------------------------------------
 
 
-def _fused_conv(layer, proj, weight, bias):
+def _fused_conv(layer, proj, call, weight, bias, *, activation="own", sizes=None):
     from gdn_equiv.backends import causal_conv1d
 
-    qc = layer.q_conv1d
-    y, _ = causal_conv1d(proj.qkv, weight, bias, qc.activation, backend=qc.backend)
-    q, k, v = torch.split(y, [layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
-    return q.contiguous(), k.contiguous(), v.contiguous()
+    first = layer.convs()[0]
+    x = proj.conv_in if call.conv_mask is None else proj.conv_in * call.conv_mask.unsqueeze(-1)
+    act = first.activation if activation == "own" else activation
+    y, _ = causal_conv1d(x, weight, bias, act, backend=first.backend)
+    return tuple(t.contiguous() for t in torch.split(y, sizes or [c.channels for c in layer.convs()], dim=-1))
 
 
 def _weights(layer):
     return torch.cat([c.weight[:, 0] for c in layer.convs()], dim=0)
 
 
-class FusedDropsVBias(FusedGatedDeltaNet):
-    def _fused_prologue(self, proj):
-        qc, kc, vc = self.convs()
-        bias = torch.cat([qc.bias, kc.bias, torch.zeros_like(vc.bias)]) if self.conv_bias else None
-        return _fused_conv(self, proj, _weights(self), bias)
+def _biases(layer):
+    return torch.cat([c.bias for c in layer.convs()]) if layer.conv_bias else None
 
 
-class FusedSplitsOffByOne(FusedGatedDeltaNet):
+class FusedDropsVBias:
+    def _fused_prologue(self, proj, call):
+        *rest, last = self.convs()
+        bias = torch.cat([*(c.bias for c in rest), torch.zeros_like(last.bias)]) if self.conv_bias else None
+        return _fused_conv(self, proj, call, _weights(self), bias)
+
+
+class FusedSplitsOffByOne:
     """k is read one channel too far right (its last channel is v's first)."""
 
-    def _fused_prologue(self, proj):
-        q, k, v = super()._fused_prologue(proj)
-        qkv = torch.cat([q, k, v], dim=-1)
-        Dk = self.key_dim
-        return q, qkv[..., Dk + 1 : 2 * Dk + 1].contiguous(), v
+    def _fused_prologue(self, proj, call):
+        q, k, *rest = super()._fused_prologue(proj, call)
+        qkv = torch.cat([q, k, *rest], dim=-1)
+        Dq, Dk = q.shape[-1], k.shape[-1]
+        return (q, qkv[..., Dq + 1 : Dq + Dk + 1].contiguous(), *rest)
 
 
-class FusedDetachesConvWeights(FusedGatedDeltaNet):
-    def _fused_prologue(self, proj):
-        bias = torch.cat([c.bias for c in self.convs()]) if self.conv_bias else None
-        return _fused_conv(self, proj, _weights(self).detach(), bias)
+class FusedDetachesConvWeights:
+    def _fused_prologue(self, proj, call):
+        return _fused_conv(self, proj, call, _weights(self).detach(), _biases(self))
 
 
-class AutoIgnoresDecision(FusedGatedDeltaNet):
+class AutoIgnoresDecision:
     def _prologue(self, proj, call, use_cache, prologue="auto", **kwargs):
         return super()._prologue(proj, call, use_cache, "separate" if prologue == "auto" else prologue, **kwargs)
 
 
-class FallbackForgetsConvCache(FusedGatedDeltaNet):
+class FallbackForgetsConvCache:
     def _separate_prologue(self, proj, call, use_cache):
-        outs, _ = super()._separate_prologue(proj, call, use_cache)
-        return outs, (None, None, None)
+        outs, states = super()._separate_prologue(proj, call, use_cache)
+        return outs, tuple(None for _ in states)
 
 
-def test_forward_property_catches_dropped_v_bias():
-    _caught(P.check_forward_exact, examples(fusable=True), FusedDropsVBias)
+# family shapes: a grouped k/v split, a dense mask, a conv without activation
 
 
-def test_forward_property_catches_split_at_wrong_offset():
-    _caught(P.check_forward_exact, examples(fusable=True), FusedSplitsOffByOne)
+class FusedSplitsAsIfUngrouped:
+    """Splits the fused output as q | k | v with k as wide as q (right only without grouped k/v)."""
+
+    def _fused_prologue(self, proj, call):
+        Dq = self.convs()[0].channels
+        total = sum(c.channels for c in self.convs())
+        return _fused_conv(self, proj, call, _weights(self), _biases(self), sizes=[Dq, Dq, total - 2 * Dq])
 
 
-def test_gradient_property_catches_detached_conv_weights():
-    _caught(P.check_gradients, examples(fusable=True, grad=True), FusedDetachesConvWeights)
+class FusedMasksAfterConv:
+    """Multiplies a dense mask into the conv output instead of its input."""
+
+    def _fused_prologue(self, proj, call):
+        from gdn_equiv.backends import causal_conv1d
+
+        first = self.convs()[0]
+        y, _ = causal_conv1d(proj.conv_in, _weights(self), _biases(self), first.activation, backend=first.backend)
+        if call.conv_mask is not None:
+            y = y * call.conv_mask.unsqueeze(-1)
+        return tuple(t.contiguous() for t in torch.split(y, [c.channels for c in self.convs()], dim=-1))
 
 
-def test_path_property_catches_auto_ignoring_the_guard():
-    _caught(P.check_path_taken, examples(fusable=True), AutoIgnoresDecision)
+class FusedAlwaysSilu:
+    """Applies silu in the fused conv whatever the convs' activation (LightNet's convs have none)."""
+
+    def _fused_prologue(self, proj, call):
+        return _fused_conv(self, proj, call, _weights(self), _biases(self), activation="silu")
 
 
-def test_fallback_property_catches_lost_conv_cache():
-    example = _caught(P.check_fallback_exact, examples(fusable=False), FallbackForgetsConvCache)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_forward_property_catches_dropped_v_bias(family):
+    _caught(P.check_forward_exact, examples(fusable=True, family=family), FusedDropsVBias)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_forward_property_catches_split_at_wrong_offset(family):
+    _caught(P.check_forward_exact, examples(fusable=True, family=family), FusedSplitsOffByOne)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gradient_property_catches_detached_conv_weights(family):
+    _caught(P.check_gradients, examples(fusable=True, grad=True, family=family), FusedDetachesConvWeights)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_path_property_catches_auto_ignoring_the_guard(family):
+    _caught(P.check_path_taken, examples(fusable=True, family=family), AutoIgnoresDecision)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fallback_property_catches_lost_conv_cache(family):
+    example = _caught(P.check_fallback_exact, examples(fusable=False, family=family), FallbackForgetsConvCache)
     assert example.use_cache
+
+
+def test_forward_property_catches_gqa_split_at_the_wrong_size():
+    example = _caught(P.check_forward_exact, examples(fusable=True, family="gla"), FusedSplitsAsIfUngrouped)
+    assert example.config.groups > 1
+
+
+def test_forward_property_catches_mask_applied_after_the_conv():
+    example = _caught(P.check_forward_exact, examples(fusable=True, family="lightnet"), FusedMasksAfterConv)
+    assert example.varlen == "mask"
+
+
+def test_forward_property_catches_activation_on_a_conv_that_has_none():
+    example = _caught(P.check_forward_exact, examples(fusable=True, family="lightnet"), FusedAlwaysSilu)
+    assert example.config.conv_spec("q").activation is None
 
 
 # --- planted defects in a backend -----------------------------------------------------------
