@@ -71,6 +71,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="comma list of targets whose layers the gdn-equiv properties check (default: gdn_equiv)",
     )
     group.addoption(
+        "--gdn-family",
+        default=None,
+        help="comma list of layer families the properties draw from (or 'all', the default): built-ins and "
+        "entry points of the gdn_equiv.families group; `gdn-equiv families` lists them",
+    )
+    group.addoption(
         "--fla-core",
         default=None,
         choices=("fla", "reference"),
@@ -136,6 +142,17 @@ def _load_backends(config: pytest.Config) -> None:
             get_backend(name)
         except InvalidArgument as exc:
             raise pytest.UsageError(f"--gdn-backend: {exc}") from exc
+    try:
+        families(config)
+    except InvalidArgument as exc:
+        raise pytest.UsageError(f"--gdn-family: {exc}") from exc
+
+
+def families(config: pytest.Config) -> list[str]:
+    """The families of ``--gdn-family`` (default: all), checked."""
+    from gdn_equiv.families import parse_families
+
+    return parse_families(config.getoption("gdn_family") or "all")
 
 
 # ---- fixtures ------------------------------------------------------------------------------
@@ -151,6 +168,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if fixture in metafunc.fixturenames:
             names = _names(metafunc.config, fixture, default)
             metafunc.parametrize(fixture, names, ids=names, indirect=True, scope="session")
+    if "gdn_family" in metafunc.fixturenames:
+        names = families(metafunc.config)
+        metafunc.parametrize("gdn_family", names, ids=names, scope="session")
+
+
+@pytest.fixture(scope="session")
+def gdn_families(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """Every family of ``--gdn-family``: properties draw their examples across them (shrinking towards
+    the first), so one test covers all without multiplying its examples."""
+    return tuple(families(request.config))
 
 
 @pytest.fixture(scope="session")

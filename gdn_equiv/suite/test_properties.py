@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv import properties as P
 from gdn_equiv.example import Example
+from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import examples
 from gdn_equiv.testing import count_example
 
@@ -30,45 +31,42 @@ def _run(prop, example: Example, device: str, *, may_not_apply: bool = False):
         raise AssertionError(f"strategy produced an example outside the property's premise: {exc}") from exc
 
 
-def either_side(backend: str, **kwargs):
+def either_side(backend: str, families: tuple[str, ...], **kwargs):
     """Mostly states the spec fuses, some it refuses: a guard that fuses too often must meet them."""
-    one_reason = st.sampled_from(["G1", "G2", "G3", "G4", "G6", "G7", "G8", "G9"]).flatmap(
-        lambda r: examples(backends=(backend,), fusable=False, reasons=[r], **kwargs)
+    one_reason = st.sampled_from([c.id for c in Condition if c is not Condition.G5]).flatmap(
+        lambda r: examples(backends=(backend,), fusable=False, reasons=[r], family=families, **kwargs)
     )
-    return st.one_of(
-        examples(backends=(backend,), fusable=True, **kwargs),
-        examples(backends=(backend,), fusable=True, **kwargs),
-        one_reason,
-    )
+    fusable = examples(backends=(backend,), fusable=True, family=families, **kwargs)
+    return st.one_of(fusable, fusable, one_reason)
 
 
 @settings(deadline=None)
 @given(data=st.data())
-def test_auto_launches_one_conv_iff_guard_fuses(data, gdn_backend, device):
+def test_auto_launches_one_conv_iff_guard_fuses(data, gdn_backend, gdn_families, device):
     """P2: counted through the backend registry, never by patching the guard."""
-    example = data.draw(examples(backends=(gdn_backend,), fusable=None))
+    example = data.draw(examples(backends=(gdn_backend,), fusable=None, family=gdn_families))
     _run(P.check_path_taken, example, device)
 
 
 @settings(deadline=None)
 @given(data=st.data())
-def test_fused_forward_is_bitwise_equal(data, gdn_backend, device):
+def test_fused_forward_is_bitwise_equal(data, gdn_backend, gdn_families, device):
     """P3: guard true => fused output == separate output, bitwise, NaNs by position."""
-    example = data.draw(either_side(gdn_backend))
+    example = data.draw(either_side(gdn_backend, gdn_families))
     _run(P.check_forward_exact, example, device, may_not_apply=True)
 
 
 @settings(deadline=None)
 @given(data=st.data())
-def test_fused_gradients_match(data, gdn_backend, device):
+def test_fused_gradients_match(data, gdn_backend, gdn_families, device):
     """P4: dx and non-conv gradients bitwise; conv weight/bias gradients within the §6 table."""
-    example = data.draw(either_side(gdn_backend, grad=True))
+    example = data.draw(either_side(gdn_backend, gdn_families, grad=True))
     _run(P.check_gradients, example, device, may_not_apply=True)
 
 
 @settings(deadline=None)
 @given(data=st.data())
-def test_fallback_is_the_reference(data, gdn_backend, device):
+def test_fallback_is_the_reference(data, gdn_backend, gdn_families, device):
     """P5: guard false => output, gradients and written cache are bitwise the reference layer's."""
-    example = data.draw(examples(backends=(gdn_backend,), fusable=False))
+    example = data.draw(examples(backends=(gdn_backend,), fusable=False, family=gdn_families))
     _run(P.check_fallback_exact, example, device)
