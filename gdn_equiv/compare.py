@@ -135,8 +135,10 @@ def compare(
     different = _attribute_mismatch(actual, expected)
     if different:
         return Report(name, paths, False, actual.numel(), rtol=rtol, atol=atol, problem=different)
-    a = actual.detach().to("cpu", torch.float64)
-    e = expected.detach().to("cpu", torch.float64)
+    # complex tensors widen to complex128: casting them to float64 would drop the imaginary part
+    wide = torch.complex128 if actual.is_complex() else torch.float64
+    a = actual.detach().to("cpu", wide)
+    e = expected.detach().to("cpu", wide)
     a_nan, e_nan = torch.isnan(a), torch.isnan(e)
     nan_bad = a_nan ^ e_nan
     both_nan = a_nan & e_nan
@@ -148,16 +150,19 @@ def compare(
     bad = ~close | nan_bad
     mismatched = int(bad.sum())
     finite = ~(a_nan | e_nan)
-    diff = torch.where(finite, (a - e).abs(), torch.zeros_like(a))
-    diff = torch.nan_to_num(diff, nan=0.0, posinf=float("inf"))
-    rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
-    rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
+    diff = (a - e).abs()
+    # NaN positions are counted apart; inf - inf (equal infinities) is no difference
+    diff = torch.nan_to_num(torch.where(finite, diff, torch.zeros_like(diff)), nan=0.0, posinf=float("inf"))
+    # like torch.testing: any difference from an expected 0 (or from an infinity) is infinitely relative
+    rel = torch.where(diff == 0, torch.zeros_like(diff), diff / e.abs())
+    rel = torch.nan_to_num(rel, nan=float("inf"), posinf=float("inf"))
     max_abs = float(diff.max()) if diff.numel() else 0.0
     max_rel = float(rel.max()) if rel.numel() else 0.0
     allowed = atol + rtol * e.abs()
     used = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed.clamp_min(torch.finfo(torch.float64).tiny))
     tol_used = float(used.max()) if used.numel() else 0.0
-    if atol == rtol == 0 and max_abs > 0:
+    if (atol == rtol == 0 and max_abs > 0) or bool(nan_bad.any()):
+        # a NaN where the other path has a number is past any tolerance, so it ranks as such in worst()
         tol_used = float("inf")
     abs_idx = _unravel(int(diff.flatten().argmax()), a.shape) if diff.numel() else ()
     rel_idx = _unravel(int(rel.flatten().argmax()), a.shape) if rel.numel() else ()
@@ -260,10 +265,17 @@ def least_accurate(candidates: Sequence[Tensor | None], truth: Tensor | None) ->
 
     def error(c: Tensor | None) -> float:
         assert c is not None
-        d = torch.nan_to_num((c.detach().to("cpu", torch.float64) - t).abs(), nan=0.0)
+        d = _error(c.detach().to("cpu", torch.float64), t)
         return float(d.max()) if d.numel() else 0.0
 
     return max(candidates, key=error)
+
+
+def _error(v: Tensor, truth: Tensor) -> Tensor:
+    """``|v - truth|``, 0 where they are equal (infinities included) or either is NaN (NaNs are counted
+    by position), ``inf`` where one is infinite and the other is not."""
+    d = torch.where(v == truth, torch.zeros_like(v), (v - truth).abs())
+    return torch.nan_to_num(d, nan=0.0, posinf=float("inf"))
 
 
 def _accuracy(
@@ -277,11 +289,19 @@ def _accuracy(
     t, a, e = (v.detach().to("cpu", torch.float64) for v in (truth, actual, expected))
     t_nan = torch.isnan(t)
     nan_bad = int(((torch.isnan(a) ^ t_nan) | (torch.isnan(e) ^ t_nan)).sum())
-    err_a, err_e = (torch.nan_to_num((v - t).abs(), nan=0.0) for v in (a, e))
+    err_a, err_e = _error(a, t), _error(e, t)
+    # Where the reference run is infinitely wrong (it overflowed), any error is as accurate; elsewhere
+    # its finite errors set the bar. Taking the greatest error over all positions instead would make
+    # one overflow in the reference an infinite bar that passes anything, and so would an infinite truth
+    # in the unit below.
+    barred = torch.isfinite(err_e)
+    err_a = torch.where(barred, err_a, torch.zeros_like(err_a))
     n = t.numel()
-    scale = float(torch.nan_to_num(t.abs(), nan=0.0).max()) if n else 0.0
+    finite_t = t[torch.isfinite(t)].abs()
+    scale = float(finite_t.max()) if finite_t.numel() else 0.0
     unit = torch.finfo(expected.dtype).eps * scale
-    worst_e, worst_a = (float(err.max()) if n else 0.0 for err in (err_e, err_a))
+    worst_e = float(err_e[barred].max()) if bool(barred.any()) else 0.0
+    worst_a = float(err_a.max()) if n else 0.0
     bound = factor * worst_e + unit
     past = int((err_a > bound).sum())
     idx = _unravel(int(err_a.flatten().argmax()), a.shape) if n else ()
@@ -297,6 +317,8 @@ def _accuracy(
         if nan_bad:
             problem += f"; NaN positions differ from the fp64 run's at {nan_bad} elements"
     used = worst_a / bound if bound > 0 else (0.0 if worst_a == 0 else float("inf"))
+    if nan_bad:
+        used = float("inf")
     return Report(name, paths, ok, n, past, nan_bad, worst_a, idx, atol=bound, problem=problem, tol_used=used)
 
 
@@ -305,8 +327,8 @@ _OBSERVERS: list[list[Report]] = []
 
 @contextlib.contextmanager
 def observe() -> Iterator[list[Report]]:
-    """Collect every :class:`Report` that :func:`assert_equivalent` makes inside the block, passing or not
-    (``gdn-equiv check`` shows the worst difference each property saw)."""
+    """Collect every :class:`Report` that :func:`assert_equivalent` and :func:`assert_as_accurate` make
+    inside the block, passing or not (``gdn-equiv check`` shows the worst difference each property saw)."""
     reports: list[Report] = []
     _OBSERVERS.append(reports)
     try:
