@@ -3,15 +3,17 @@
 Exact means ``rtol = atol = 0`` with NaNs compared by position. Tolerances apply only to conv
 weight/bias gradients (their time reduction may be tiled by channel count) and to cross-backend
 checks. A change to :data:`TOLERANCES` needs its reason written next to it: which reduction, what
-measured error. Never loosen one to make a test pass.
+measured error. Never loosen one to make a test pass. :func:`assert_tree_equivalent` applies the same
+comparison to nested outputs (caches, gradient dicts), leaf by leaf.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -225,6 +227,104 @@ def assert_equivalent(
     return report
 
 
+#: Whether a leaf must be bitwise equal: one answer for all, or one per leaf path (``"grad.q_conv1d.weight"``).
+ExactRule = bool | Callable[[str], bool]
+
+
+def assert_tree_equivalent(
+    actual: Any,
+    expected: Any,
+    *,
+    name: str,
+    paths: tuple[str, str],
+    exact: bool | Callable[[str], bool] = True,
+    context: Any = None,
+) -> list[Report]:
+    """Compare two nested outputs leaf by leaf, the way ``torch.testing.assert_close`` recurses.
+
+    Tensors go through :func:`assert_equivalent` (exact where ``exact`` says so for the leaf's path,
+    else the table's tolerance; non-floating tensors always exactly, the table has no tolerance for
+    them). ``None`` must meet ``None``. ``int``/``float``/``bool``/``str`` leaves must be of one type
+    and equal (``float`` NaNs equal each other, like NaNs by position). Lists and tuples (either may
+    meet either, as in ``torch.testing``) must have one length; mappings one set of keys; an object
+    whose ``states`` is a list (a per-layer :class:`~gdn_equiv.cache.Cache`) one number of layers, and a
+    layer state that is ``None`` on one side only is a mismatch. Leaf paths read ``name.key`` and
+    ``name[i]``. The first difference raises :class:`Mismatch`, whose message starts with the leaf path
+    and the two path names; a leaf of any other type raises ``TypeError``.
+
+    Returns the reports of the tensor leaves compared, in walk order.
+    """
+    reports: list[Report] = []
+    _walk(actual, expected, name, paths, exact, context, reports)
+    return reports
+
+
+_SCALARS = (bool, int, float, str)
+
+
+def _walk(a: Any, e: Any, path: str, paths: tuple[str, str], exact: ExactRule, context: Any, out: list[Report]) -> None:
+    def fail(problem: str, where: str = path) -> NoReturn:
+        _structure_mismatch(where, paths, problem, context)
+
+    def same_kind(is_kind: Callable[[Any], bool]) -> None:
+        if not (is_kind(a) and is_kind(e)):
+            fail(f"types differ ({paths[0]}: {_kind(a)}, {paths[1]}: {_kind(e)})")
+
+    if isinstance(a, Tensor) or isinstance(e, Tensor):
+        same_kind(lambda x: x is None or isinstance(x, Tensor))
+        tensor = a if a is not None else e
+        bitwise = (exact(path) if callable(exact) else exact) or not tensor.is_floating_point()
+        out.append(assert_equivalent(a, e, name=path, paths=paths, exact=bitwise, context=context))
+    elif a is None or e is None:
+        if a is not e:
+            fail(f"one side is None ({paths[0]}: {_kind(a)}, {paths[1]}: {_kind(e)})")
+    elif _is_cache(a) or _is_cache(e):
+        same_kind(_is_cache)
+        if len(a.states) != len(e.states):
+            fail(f"{len(a.states)} vs {len(e.states)} layer states ({paths[0]} vs {paths[1]})")
+        for i, (sa, se) in enumerate(zip(a.states, e.states, strict=True)):
+            if (sa is None) != (se is None):
+                written = f"{paths[0]}: {_kind(sa)}, {paths[1]}: {_kind(se)}"
+                fail(f"state written by one path only ({written})", f"{path}[{i}]")
+            _walk(sa, se, f"{path}[{i}]", paths, exact, context, out)
+    elif isinstance(a, Mapping) or isinstance(e, Mapping):
+        same_kind(lambda x: isinstance(x, Mapping))
+        only_a = [k for k in a if k not in e]
+        only_e = [k for k in e if k not in a]
+        if only_a or only_e:
+            fail(f"keys differ: only in {paths[0]}: {only_a}; only in {paths[1]}: {only_e}")
+        for key in e:
+            _walk(a[key], e[key], f"{path}.{key}", paths, exact, context, out)
+    elif isinstance(a, (list, tuple)) or isinstance(e, (list, tuple)):
+        same_kind(lambda x: isinstance(x, (list, tuple)))
+        if len(a) != len(e):
+            fail(f"lengths differ: {len(a)} vs {len(e)} ({paths[0]} vs {paths[1]})")
+        for i, (va, ve) in enumerate(zip(a, e, strict=True)):
+            _walk(va, ve, f"{path}[{i}]", paths, exact, context, out)
+    elif isinstance(a, _SCALARS) and isinstance(e, _SCALARS):
+        same_kind(lambda x: type(x) is type(a))  # True is not 1, 1 is not 1.0
+        both_nan = isinstance(a, float) and isinstance(e, float) and math.isnan(a) and math.isnan(e)
+        if a != e and not both_nan:
+            fail(f"values differ: {a!r} != {e!r}")
+    else:
+        raise TypeError(f"{path}: cannot compare {_kind(a)} with {_kind(e)} (only tensors, None, scalars, containers)")
+
+
+def _is_cache(x: Any) -> bool:
+    return isinstance(getattr(x, "states", None), list)
+
+
+def _kind(x: Any) -> str:
+    return _desc(x) if x is None or isinstance(x, Tensor) else type(x).__name__
+
+
+def _structure_mismatch(path: str, paths: tuple[str, str], problem: str, context: Any) -> NoReturn:
+    report = Report(path, paths, False, 0, problem=problem)
+    for reports in _OBSERVERS:
+        reports.append(report)
+    raise Mismatch(report.message(context), report)
+
+
 def assert_as_accurate(
     actual: Tensor | None,
     expected: Tensor | None,
@@ -327,8 +427,9 @@ _OBSERVERS: list[list[Report]] = []
 
 @contextlib.contextmanager
 def observe() -> Iterator[list[Report]]:
-    """Collect every :class:`Report` that :func:`assert_equivalent` and :func:`assert_as_accurate` make
-    inside the block, passing or not (``gdn-equiv check`` shows the worst difference each property saw)."""
+    """Collect every :class:`Report` that :func:`assert_equivalent`, :func:`assert_as_accurate` and
+    :func:`assert_tree_equivalent` make inside the block, passing or not (``gdn-equiv check`` shows the
+    worst difference each property saw)."""
     reports: list[Report] = []
     _OBSERVERS.append(reports)
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from gdn_equiv.compare import (
     Report,
     assert_as_accurate,
     assert_equivalent,
+    assert_tree_equivalent,
     compare,
     least_accurate,
     observe,
@@ -616,3 +618,243 @@ def test_worst_of_real_reports_prefers_a_nan_mismatch_to_a_near_miss() -> None:
     assert near.ok and 0 < near.tol_used < 1
     assert worst([near, nan]) is nan
     assert worst([nan, near]) is nan
+
+
+# ---- assert_tree_equivalent ------------------------------------------------------------------------
+
+PATHS = ("fused", "separate")
+
+
+@dataclass
+class FakeCache:
+    """Only what the tree walk looks at: a ``states`` list, one entry per layer."""
+
+    states: list[dict[str, Any] | None] = field(default_factory=list)
+
+
+def layer_state(seed: int, offset: int = 3) -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(seed)
+    conv = tuple(torch.randn(1, 4, 3, generator=gen) for _ in range(3))
+    return {"recurrent_state": torch.randn(1, 2, 4, 4, generator=gen), "conv_state": conv, "offset": offset}
+
+
+def outputs(bump: float = 0.0) -> dict[str, Any]:
+    return {
+        "y": torch.ones(2, 3),
+        "grads": {"x": torch.zeros(4), "q_conv1d.weight": torch.full((4,), 1.0 + bump), "unused": None},
+        "conv": (torch.ones(2), torch.arange(3), None),
+        "steps": [1, 2.5, True, "silu"],
+    }
+
+
+def tree_mismatch(actual: Any, expected: Any, **kwargs: Any) -> Mismatch:
+    with pytest.raises(Mismatch) as info:
+        assert_tree_equivalent(actual, expected, name=kwargs.pop("name", "out"), paths=PATHS, **kwargs)
+    assert isinstance(info.value, AssertionError)
+    return info.value
+
+
+def test_tree_equal_nested_outputs_return_one_report_per_tensor() -> None:
+    reports = assert_tree_equivalent(outputs(), outputs(), name="out", paths=PATHS)
+    names = ["out.y", "out.grads.x", "out.grads.q_conv1d.weight", "out.conv[0]", "out.conv[1]"]
+    assert [r.name for r in reports] == names
+    assert all(r.ok and r.paths == PATHS for r in reports)
+
+
+def test_tree_a_tensor_difference_names_its_leaf() -> None:
+    exc = tree_mismatch(outputs(1e-6), outputs(), context="B1 T3")
+    assert str(exc).startswith("out.grads.q_conv1d.weight: fused vs separate are not equal!")
+    assert exc.report.name == "out.grads.q_conv1d.weight"
+    assert exc.report.mismatched == 4
+    assert str(exc).endswith("Example: B1 T3")
+
+
+def test_tree_a_callable_rule_exempts_the_leaves_it_names() -> None:
+    seen: list[str] = []
+
+    def conv_grads_use_the_table(path: str) -> bool:
+        seen.append(path)
+        return not path.endswith(("_conv1d.weight", "_conv1d.bias"))
+
+    reports = assert_tree_equivalent(outputs(1e-6), outputs(), name="out", paths=PATHS, exact=conv_grads_use_the_table)
+    assert seen == ["out.y", "out.grads.x", "out.grads.q_conv1d.weight", "out.conv[0]", "out.conv[1]"]
+    exempt = reports[2]
+    assert (exempt.name, exempt.rtol, exempt.atol) == ("out.grads.q_conv1d.weight", 1e-5, 1e-5)
+    assert all(r.rtol == r.atol == 0 for r in reports if r is not exempt)
+    # the rule exempts that one leaf only: the same difference anywhere else still fails
+    bumped = outputs()
+    bumped["grads"]["x"] = bumped["grads"]["x"] + 1e-6
+    exc = tree_mismatch(bumped, outputs(), exact=conv_grads_use_the_table)
+    assert exc.report.name == "out.grads.x"
+    # and past the table it fails too
+    exc = tree_mismatch(outputs(1e-3), outputs(), exact=conv_grads_use_the_table)
+    assert str(exc).startswith("out.grads.q_conv1d.weight: fused vs separate are not close!")
+
+
+def test_tree_exact_false_uses_the_table_everywhere_but_integer_tensors() -> None:
+    reports = assert_tree_equivalent(outputs(1e-6), outputs(), name="out", paths=PATHS, exact=False)
+    assert {r.name: r.rtol for r in reports}["out.conv[1]"] == 0.0  # an int64 tensor: no tolerance exists
+    bumped = outputs()
+    bumped["conv"] = (torch.ones(2), torch.arange(3) + 1, None)
+    assert tree_mismatch(bumped, outputs(), exact=False).report.name == "out.conv[1]"
+
+
+def test_tree_missing_and_extra_keys_are_named() -> None:
+    a, e = outputs(), outputs()
+    del a["grads"]["x"]
+    a["grads"]["extra"] = torch.ones(1)
+    exc = tree_mismatch(a, e)
+    assert str(exc).startswith("out.grads: fused vs separate")
+    assert "only in fused: ['extra']; only in separate: ['x']" in str(exc)
+    assert exc.report.name == "out.grads"
+
+
+def test_tree_length_mismatch() -> None:
+    a = outputs()
+    a["conv"] = a["conv"][:2]
+    exc = tree_mismatch(a, outputs())
+    assert exc.report.name == "out.conv" and "lengths differ: 2 vs 3" in str(exc)
+
+
+def test_tree_lists_and_tuples_meet_like_in_torch_testing() -> None:
+    assert_tree_equivalent([torch.ones(1), 2], (torch.ones(1), 2), name="out", paths=PATHS)
+
+
+@pytest.mark.parametrize(
+    ("a", "e", "problem"),
+    [
+        (torch.ones(2), None, "one side is None"),
+        (None, torch.ones(2), "one side is None"),
+        (torch.ones(2), 1.0, "types differ"),
+        ({"a": 1}, [1], "types differ"),
+        ([1], {"a": 1}, "types differ"),
+        (1, None, "one side is None"),
+        (1, True, "types differ"),
+        (1, 1.0, "types differ"),
+        (FakeCache([]), {}, "types differ"),
+        ("silu", "swish", "values differ: 'silu' != 'swish'"),
+        (3, 4, "values differ: 3 != 4"),
+        (-0.0, 1e-300, "values differ"),
+    ],
+)
+def test_tree_leaf_mismatches(a: Any, e: Any, problem: str) -> None:
+    exc = tree_mismatch({"k": [a]}, {"k": [e]})
+    assert str(exc).startswith("out.k[0]: fused vs separate")
+    assert problem in str(exc)
+    assert exc.report.name == "out.k[0]" and not exc.report.ok
+
+
+def test_tree_float_leaves_nan_equal_nan_and_signed_zeros_equal() -> None:
+    assert_tree_equivalent([NAN, -0.0], [NAN, 0.0], name="out", paths=PATHS)
+
+
+def test_tree_unknown_leaf_types_are_refused() -> None:
+    with pytest.raises(TypeError, match=r"out\[0\]: cannot compare object"):
+        assert_tree_equivalent([object()], [object()], name="out", paths=PATHS)
+
+
+def test_tree_cache_layers_compare_leaf_by_leaf() -> None:
+    a = FakeCache([layer_state(0), None, layer_state(1)])
+    e = FakeCache([layer_state(0), None, layer_state(1)])
+    reports = assert_tree_equivalent(a, e, name="cache", paths=PATHS)
+    assert [r.name for r in reports][:4] == [
+        "cache[0].recurrent_state",
+        "cache[0].conv_state[0]",
+        "cache[0].conv_state[1]",
+        "cache[0].conv_state[2]",
+    ]
+    assert len(reports) == 8
+
+    state = a.states[2]
+    assert state is not None
+    state["conv_state"][2][0, 1, 2] += 1.0
+    exc = tree_mismatch(a, e, name="cache")
+    assert exc.report.name == "cache[2].conv_state[2]"
+    assert exc.report.max_abs_index == (0, 1, 2)
+
+
+def test_tree_cache_offsets_layers_and_presence() -> None:
+    exc = tree_mismatch(FakeCache([layer_state(0, offset=3)]), FakeCache([layer_state(0, offset=4)]), name="cache")
+    assert exc.report.name == "cache[0].offset" and "values differ: 3 != 4" in str(exc)
+
+    exc = tree_mismatch(FakeCache([layer_state(0), None]), FakeCache([layer_state(0)]), name="cache")
+    assert exc.report.name == "cache" and "2 vs 1 layer states" in str(exc)
+
+    exc = tree_mismatch(FakeCache([None, layer_state(0)]), FakeCache([None, None]), name="cache")
+    assert str(exc).startswith("cache[1]: fused vs separate are not equal!")
+    assert "state written by one path only" in str(exc)
+
+    extra = layer_state(0)
+    extra["ffn_state"] = torch.ones(2)  # a family's extra state is compared too, not skipped
+    exc = tree_mismatch(FakeCache([extra]), FakeCache([layer_state(0)]), name="cache")
+    assert "only in fused: ['ffn_state']" in str(exc)
+
+    one_conv_missing = layer_state(0)
+    one_conv_missing["conv_state"] = (*one_conv_missing["conv_state"][:2], None)
+    exc = tree_mismatch(one_conv_missing, layer_state(0), name="cache[0]")
+    assert exc.report.name == "cache[0].conv_state[2]" and "one side is None" in str(exc)
+
+
+def test_tree_a_real_cache() -> None:
+    from gdn_equiv.cache import Cache
+
+    def cache(bump: float) -> Cache:
+        c = Cache()
+        state = layer_state(0)
+        c.update(1, recurrent_state=state["recurrent_state"] + bump, conv_state=state["conv_state"], offset=5)
+        return c
+
+    reports = assert_tree_equivalent(cache(0.0), cache(0.0), name="cache", paths=PATHS)
+    assert reports[0].name == "cache[1].recurrent_state"
+    assert tree_mismatch(cache(1.0), cache(0.0), name="cache").report.name == "cache[1].recurrent_state"
+    assert_tree_equivalent(None, None, name="cache", paths=PATHS)
+    assert "one side is None" in str(tree_mismatch(cache(0.0), None, name="cache"))
+
+
+def test_tree_mismatches_are_observed() -> None:
+    with observe() as reports, pytest.raises(Mismatch):
+        assert_tree_equivalent({"a": torch.ones(1), "b": 1}, {"a": torch.ones(1), "b": 2}, name="out", paths=PATHS)
+    assert [(r.name, r.ok) for r in reports] == [("out.a", True), ("out.b", False)]
+
+
+leaves = st.one_of(
+    st.none(),
+    st.integers(-3, 3),
+    st.sampled_from(["silu", "swish"]),
+    st.lists(st.floats(-10, 10, width=32), min_size=1, max_size=3).map(torch.tensor),
+)
+trees = st.recursive(
+    leaves,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from("abc"), kids, max_size=3),
+    max_leaves=8,
+)
+
+
+def tensor_paths(tree: Any, path: str) -> list[str]:
+    if isinstance(tree, torch.Tensor):
+        return [path]
+    if isinstance(tree, dict):
+        return [p for k, v in tree.items() for p in tensor_paths(v, f"{path}.{k}")]
+    if isinstance(tree, list):
+        return [p for i, v in enumerate(tree) for p in tensor_paths(v, f"{path}[{i}]")]
+    return []
+
+
+def clone_tree(tree: Any, bump_path: str | None = None, path: str = "out") -> Any:
+    if isinstance(tree, torch.Tensor):
+        return tree + 1.0 if path == bump_path else tree.clone()
+    if isinstance(tree, dict):
+        return {k: clone_tree(v, bump_path, f"{path}.{k}") for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [clone_tree(v, bump_path, f"{path}[{i}]") for i, v in enumerate(tree)]
+    return tree
+
+
+@given(trees, st.data())
+def test_tree_a_copy_is_equivalent_and_a_bumped_leaf_is_named(tree: Any, data: st.DataObject) -> None:
+    reports = assert_tree_equivalent(clone_tree(tree), tree, name="out", paths=PATHS)
+    paths = tensor_paths(tree, "out")
+    assert [r.name for r in reports] == paths
+    if paths:
+        leaf = data.draw(st.sampled_from(paths))
+        assert tree_mismatch(clone_tree(tree, leaf), tree).report.name == leaf
