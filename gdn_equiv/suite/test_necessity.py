@@ -46,12 +46,14 @@ def test_every_guard_condition_is_necessary(condition, gdn_family, gdn_backend, 
 
 def test_backend_condition_is_necessary(gdn_family, gdn_backend, device):
     """G5 needs two backends that differ numerically; triton (interpreter on CPU) is the second."""
-    others = [b for b in available_backends() if b != gdn_backend]
+    # the built-in kernels, which differ numerically; a plug-in registered by another test (a bitwise
+    # twin of torch, say) would make the search look for a difference that cannot exist
+    others = [b for b in available_backends() if b != gdn_backend and b in ("torch", "triton", "cuda")]
     if not others:
         pytest.skip(f"G5 needs a second available conv backend besides {gdn_backend!r}")
     found = find(
         violating(Condition.G5, backends=(gdn_backend, *others), family=gdn_family),
         _forced_fusion_is_wrong(device),
-        settings=settings(SEARCH, max_examples=60),
+        settings=settings(SEARCH, max_examples=300),
     )
     assert P.forced_fusion_error(found, device=device) is not None
