@@ -19,6 +19,7 @@ _BUILTIN = {
     "kda": "gdn_equiv.families.kda:FAMILY",
     "gla": "gdn_equiv.families.gla:FAMILY",
     "lightnet": "gdn_equiv.families.lightnet:FAMILY",
+    "simple_gla": "gdn_equiv.families.simple_gla:FAMILY",
 }
 _LOADED: dict[str, Any] = {}
 
