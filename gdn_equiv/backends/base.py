@@ -79,14 +79,14 @@ def check_signature(fn: Callable[..., object], params: tuple[str, ...], what: st
         sig.bind(*params)
     except TypeError as exc:
         raise InvalidArgument(
-            f"{what} has signature {sig}, but SPEC §3 calls it with {len(params)} positional arguments "
+            f"{what} has signature {sig}, but the backend protocol calls it with {len(params)} positional arguments "
             f"{expected}: {exc}"
         ) from None
     positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for i, p in enumerate(positional):
         if p.name in params and params.index(p.name) != i:
             raise InvalidArgument(
-                f"{what} has signature {sig}: parameter {p.name!r} is at position {i}, but SPEC §3 passes "
+                f"{what} has signature {sig}: parameter {p.name!r} is at position {i}, but the backend protocol passes "
                 f"{p.name} at position {params.index(p.name)} {expected}"
             )
 
