@@ -179,6 +179,22 @@ def _cache_cases() -> list[tuple[str, Callable[[], Any], str]]:
     ]
 
 
+def _without(cache: Cache, key: str) -> Cache:
+    cache.states[0] = {k: v for k, v in cache[0].items() if k != key}
+    return cache
+
+
+def _replaced(cache: Cache, state: Any) -> Cache:
+    cache.states[0] = state
+    return cache
+
+
+def _two_channel_weight() -> Any:
+    layer = _layer()
+    with torch.no_grad():
+        layer.q_conv1d.weight = torch.nn.Parameter(torch.zeros(8, 2, 3))
+    return layer(_x(), prologue="separate")
+
 NO_CONV = SMALL.replace(use_short_conv=False)
 CONFIG_CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("unknown conv backend", _set_conv_attr("backend", "no-such-backend"), "'no-such-backend'"),
@@ -198,7 +214,21 @@ CONFIG_CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("unknown prologue", lambda: _layer()(_x(), prologue="both"), "'both'"),
     ("fused prologue without short conv", lambda: _layer(NO_CONV)(_x(), prologue="fused"), "use_short_conv"),
     ("unexpected keyword", lambda: _layer()(_x(), prologue="auto", window=3), "window"),
+    # issue #16's probes: each was silently accepted or raised a bare KeyError/TypeError/OverflowError
+    ("negative layer_idx", lambda: GDNConfig(**TINY, layer_idx=-1), "-1"),
+    ("string layer_idx", lambda: GDNConfig(**TINY, layer_idx="0"), "'0'"),
+    ("negative layer_idx in a cache", lambda: Cache().update(-1, recurrent_state=None, conv_state=None, offset=1), "-1"),
+    ("cache state without offset", lambda: _call(past_key_values=_without(_populated_cache(_layer(), 1), "offset"))(), "offset"),
+    ("cache state of the wrong type", lambda: _call(past_key_values=_replaced(_populated_cache(_layer(), 1), [1, 2]))(), "list"),
+    ("cache offset not an integer", lambda: _call(past_key_values=_with_state(_populated_cache(_layer(), 1), offset="3"))(), "'3'"),
+    ("conv weight [D, 2, W]", _two_channel_weight, "(8, 2, 3)"),
+    ("norm_eps inf", lambda: GDNConfig(**TINY, norm_eps=float("inf")), "inf"),
+    ("string boolean use_gate", lambda: GDNConfig(**TINY, use_gate="false"), "'false'"),
+    ("string boolean conv_bias", lambda: GDNConfig(**TINY, conv_bias="False"), "'False'"),
+    ("expand_v inf", lambda: GDNConfig(**TINY, expand_v=float("inf")), "inf"),
+    ("string use_cache", lambda: _call(use_cache="yes")(), "'yes'"),
 ]  # fmt: skip
+
 
 
 def _fused_with_activation(activation: str) -> Any:
@@ -226,6 +256,7 @@ KERNEL_CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("update state wrong N", _update(state=randn(1, 3, 5, 3)), "(3, 5, 3)"),
     ("update weight wrong channels", _update(weight=randn(2, 6, 3)), "(6, 3)"),
     ("update bias wrong shape", _update(bias=randn(2, 4)), "(4,)"),
+    ("update weight integer (forward refuses it too)", _update(weight=torch.ones(5, 3, dtype=torch.int64)), "torch.int64"),
 ]  # fmt: skip
 
 ALL_CASES = BAD_INPUTS + _cache_cases() + CONFIG_CASES + KERNEL_CASES
