@@ -1,181 +1,544 @@
-"""``gdn-equiv``: check, fuzz, repro, bench.
+"""``gdn-equiv``: check, fuzz, repro, bench, families.
 
-``check`` runs the properties (P2-P7) against a backend with a Hypothesis profile and prints a
-summary table, one row per property x backend x dtype (examples run, result, the worst difference
-seen against its tolerance), exiting 1 on any failure; ``fuzz`` repeats them with fresh seeds for
-a time budget; both keep Hypothesis' example database and write a report directory (summary.json,
-each failure's shrunk example and a standalone reproducer), and on request ``--junit-xml`` and
-``--json`` files for CI systems. ``repro FILE`` replays a failure. ``bench prologue`` times the prologue.
+``check`` runs the properties (P2-P7, and the P6 necessity searches) against a backend with a
+Hypothesis profile and prints a summary table, one row per property x family x backend x dtype
+(examples run, result, the worst difference seen against its tolerance); ``fuzz`` repeats them with
+fresh randomness until a time budget is spent; both keep Hypothesis' example database (one key per
+row: saved failures replay first) and write a report directory as they go (``rows.jsonl``,
+``summary.json``, each failure's shrunk example and a standalone reproducer), and on request
+``--junit-xml`` and ``--json`` files for CI systems. ``repro FILE`` replays a failure.
+``bench prologue`` times the prologue. ``families`` lists the layer families.
+
+Every argument is checked before the first example runs (SPEC §10); the exit status says how the run
+ended (:data:`EXIT_STATUS`).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import signal
 import sys
 import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from gdn_equiv.families import DEFAULT_FAMILY
 
 if TYPE_CHECKING:
-    from gdn_equiv.runner import Check
+    from gdn_equiv.guard import Condition
+    from gdn_equiv.report import Check, ReportWriter
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
+
+EXIT_STATUS = """\
+exit status:
+  0    everything asked for ran, and nothing failed
+  1    a property failed (a finding; the report has its shrunk example), or a property
+       was not exercised (none of its examples was applicable)
+  2    usage error: an argument, option, profile name (also HYPOTHESIS_PROFILE) or input
+       file refused before any example ran; one line on stderr names the value and the rule
+  3    the environment cannot run what was asked: an extra that is not installed (fla,
+       causal-conv1d, triton), an absent device, a backend that cannot run here, an upstream
+       version the adapter does not know
+  4    internal error of gdn-equiv itself; the traceback is saved in the report directory
+       (internal-error.txt)
+  130  interrupted (Ctrl-C or SIGTERM); the report is complete up to the last finished check
+"""
+REPRO_EXIT_STATUS = """\
+exit status:
+  0    the example no longer fails
+  1    it still fails
+  2    the file is missing, unreadable, of an unknown format version or does not validate
+  3    the environment cannot run it (backend, device or target missing here)
+  4    internal error of gdn-equiv itself; the traceback is saved in gdn-equiv-report/
+  130  interrupted
+"""
 
 # examples per property x dtype row for each profile (the pytest profiles live in gdn_equiv/testing.py)
 PROFILE_EXAMPLES = {"dev": 10, "ci": 40, "gpu": 30, "fuzz": 200}
 # one summary row per dtype the examples are drawn in (conv weights may still carry another, G9)
 DTYPES = ("float32", "float16", "bfloat16")
+DEFAULT_REPORT = "gdn-equiv-report"
+NECESSITY = "P6-necessity"
 
 
-def _checks(args: argparse.Namespace, max_examples: int, seed: int | None, database: object) -> list:
+class UsageError(Exception):
+    """An argument refused before any example runs (exit status 2)."""
+
+
+class EnvironmentProblem(Exception):
+    """What was asked cannot run on this machine (exit status 3)."""
+
+
+@dataclass
+class Plan:
+    """A ``check`` / ``fuzz`` run with every argument checked and resolved."""
+
+    command: str
+    target: str
+    target_options: dict[str, str]
+    backends: list[str]
+    properties: list[str]
+    conditions: list[Condition]
+    dtypes: list[str]
+    families: list[str]
+    device: str
+    profile: str
+    examples: int
+    necessity_examples: int
+    max_seq_len: int
+    seconds: float | None
+    report: Path
+    database: Path
+    junit_xml: Path | None
+    json: Path | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- checking arguments (before anything runs) ------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _at_least(flag: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        raise UsageError(f"{flag} must be >= {low}, got {value}")
+
+
+def _explicit(args: argparse.Namespace, *names: str) -> list[str]:
+    """The options among ``names`` that were given (their defaults are ``None`` / ``False``)."""
+    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) not in (None, False)]
+
+
+def _profile(args: argparse.Namespace, default: str) -> str:
+    env = os.environ.get("HYPOTHESIS_PROFILE")
+    if env is not None and env != "" and env not in PROFILE_EXAMPLES:
+        raise UsageError(
+            f"HYPOTHESIS_PROFILE={env!r} is not a profile; known profiles: {', '.join(sorted(PROFILE_EXAMPLES))}"
+        )
+    return args.profile or env or default
+
+
+def _device(name: str, flag: str = "--device") -> str:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise UsageError(f"{flag} {name!r} is not a device; use cpu or cuda[:N]") from None
+    if device.type == "cpu":
+        return name
+    if device.type != "cuda":
+        raise UsageError(f"{flag} {name!r}: gdn-equiv runs on cpu or cuda[:N]")
+    if not torch.cuda.is_available():
+        raise EnvironmentProblem(f"{flag} {name!r}: no CUDA device here (torch {torch.__version__})")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise EnvironmentProblem(f"{flag} {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return name
+
+
+def _backends(option: str, *, flag: str = "--backend", baselines: tuple[str, ...] = ()) -> list[str]:
+    """Each comma-separated name (or ``module:attr`` spec) loaded and asked whether it can run here,
+    so that a typo costs a second, not a run of failing rows."""
+    from gdn_equiv.backends import get_backend, known_backends
+
+    names = [n.strip() for n in option.split(",")]
+    if not option.strip() or not all(names):
+        raise UsageError(
+            f"{flag} {option!r}: needs backend names or module:attr specs separated by commas; "
+            f"known backends: {', '.join([*known_backends(), *baselines])}"
+        )
+    for name in dict.fromkeys(names):
+        if name in baselines:
+            continue
+        try:
+            backend = get_backend(name)
+        except Exception as exc:  # unknown name, or a plug-in whose import or protocol check failed
+            raise UsageError(f"{flag} {name!r}: {_one_line(str(exc)) or type(exc).__name__}") from None
+        reason = backend.unavailable()
+        if reason is not None:
+            raise EnvironmentProblem(f"{flag} {name!r} cannot run here: {_one_line(reason)}")
+    return list(dict.fromkeys(names))
+
+
+def _families(option: str) -> list[str]:
+    from gdn_equiv.errors import InvalidArgument
+    from gdn_equiv.families import parse_families
+
+    try:
+        return parse_families(option)
+    except InvalidArgument as exc:
+        raise UsageError(f"--family {option!r}: {_one_line(str(exc))}") from None
+
+
+def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
+    """``--property`` names: the properties of :data:`gdn_equiv.runner.SPECS`, ``P6-necessity`` (every
+    condition's search) or ``P6-necessity-G<n>`` (one); all of them when none is given."""
     from gdn_equiv import runner
     from gdn_equiv.guard import Condition
 
-    checks = []
-    if args.target != "gdn_equiv":
+    searches = {f"{NECESSITY}-{c.id}": c for c in Condition}
+    if not args.property:
+        return list(runner.SPECS), [] if args.skip_necessity else list(Condition)
+    properties: list[str] = []
+    conditions: list[Condition] = []
+    for name in dict.fromkeys(args.property):
+        if name in runner.SPECS:
+            properties.append(name)
+        elif name == NECESSITY:
+            conditions += [c for c in Condition if c not in conditions]
+        elif name in searches:
+            conditions += [searches[name]] if searches[name] not in conditions else []
+        else:
+            known = [*runner.SPECS, NECESSITY, *searches]
+            raise UsageError(f"--property {name!r} is not a property; known: {', '.join(known)}")
+    if conditions and args.skip_necessity:
+        raise UsageError(f"--skip-necessity contradicts --property {NECESSITY}...: drop one of them")
+    return properties, conditions
+
+
+def _not_a_directory(flag: str, value: str) -> Path:
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {value!r} is a file; it must be a directory")
+    return path
+
+
+def _release(version: str | None) -> tuple[int, ...] | None:
+    """``"0.6.0.dev1+g12"`` -> ``(0, 6, 0)``; ``None`` when it does not start with a number."""
+    parts = []
+    for piece in (version or "").split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts) or None
+
+
+def _target_problem(target: str) -> str | None:
+    """Why ``target`` cannot be run here, or ``None``."""
+    from gdn_equiv.targets import get_target
+
+    reason = get_target(target).unavailable()
+    if reason is not None or target != "fla":
+        return reason
+    # The adapter drives fla >= 0.6.0 through the guard method of the fused prologue (PR #972).
+    from gdn_equiv.targets.fla_target import fla_version
+
+    version = fla_version()
+    release = _release(version)
+    unknown = (
+        f"fla {version} is not a version the fla adapter knows; it knows fla >= 0.6.0, whose "
+        "GatedDeltaNet has the fused prologue's guard _use_fused_qkv_conv"
+    )
+    if release is None or release < (0, 6, 0):
+        return unknown
+    from fla.layers.gated_deltanet import GatedDeltaNet
+
+    return None if hasattr(GatedDeltaNet, "_use_fused_qkv_conv") else unknown
+
+
+def plan_run(args: argparse.Namespace) -> Plan:
+    """``check`` / ``fuzz`` arguments, every one checked: the run starts only when all are fine."""
+    fuzz = args.command == "fuzz"
+    if fuzz and not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise UsageError(f"--seconds must be a finite number > 0, got {args.seconds}")
+    _at_least("--examples", args.examples, 1)
+    _at_least("--necessity-examples", args.necessity_examples, 1)
+    _at_least("--max-seq-len", args.max_seq_len, 1)
+    profile = _profile(args, "fuzz" if fuzz else "ci")
+    device = _device(args.device)
+    report = _not_a_directory("--report", args.report)
+    database = _not_a_directory("--database", args.database)
+    if args.target == "gdn_equiv":
+        if args.fla_core is not None:
+            raise UsageError(f"--fla-core {args.fla_core!r} applies to --target fla only")
+        target_options: dict[str, str] = {}
+        backends = _backends(args.backend if args.backend is not None else "torch")
+        families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        properties, conditions = _properties(args)
+    else:
         # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
-        # properties need our layer's prologue argument
-        budget = getattr(args, "seconds", None)
-        options = {"core": args.fla_core} if args.target == "fla" else {}
-        for check in runner.search_gaps(
-            args.target, max_examples=max_examples, device=args.device, seconds=budget, database=database, **options
-        ):
-            checks.append(check)
-            _progress(check)
-        return checks
-    for backend in args.backend.split(","):
-        for name in args.property or list(runner.SPECS):
-            for dtype in args.dtype or DTYPES:
-                checks.append(
-                    runner.run_property(
+        # properties' options do not apply and are refused rather than ignored
+        unused = _explicit(
+            args, "backend", "family", "property", "dtype", "max_seq_len", "skip_necessity", "necessity_examples"
+        )
+        if unused:
+            raise UsageError(f"--target {args.target} searches its guard's gaps; {', '.join(unused)} do not apply")
+        target_options = {"core": args.fla_core or "fla"} if args.target == "fla" else {}
+        backends, families, properties, conditions = ["-"], [DEFAULT_FAMILY], [], []
+    # the properties' own argument checks need the device settled (triton's interpreter on CPU)
+    reason = _target_problem(args.target)
+    if reason is not None:
+        raise EnvironmentProblem(f"--target {args.target}: {_one_line(reason)}")
+    if args.examples is not None:
+        examples = args.examples
+    elif fuzz:
+        examples = max(1, PROFILE_EXAMPLES[profile] // 4)  # a round: short, so every row gets its turn
+    else:
+        examples = PROFILE_EXAMPLES[profile]
+    # a search stops at its first counterexample, so a generous cap costs little; the profile's
+    # per-property count (10 for dev) is too small to find the rarer ones
+    necessity = args.necessity_examples or max(200, 5 * examples)
+    return Plan(
+        command=args.command,
+        target=args.target,
+        target_options=target_options,
+        backends=backends,
+        properties=properties,
+        conditions=conditions,
+        dtypes=list(dict.fromkeys(args.dtype or DTYPES)),
+        families=families,
+        device=device,
+        profile=profile,
+        examples=examples,
+        necessity_examples=necessity,
+        max_seq_len=args.max_seq_len or 20,
+        seconds=args.seconds if fuzz else None,
+        report=report,
+        database=database,
+        junit_xml=Path(args.junit_xml) if args.junit_xml else None,
+        json=Path(args.json) if args.json else None,
+    )
+
+
+# ---- check / fuzz --------------------------------------------------------------------------------
+
+
+def _checks(plan: Plan, *, conditions: list[Condition], database: object, deadline: float | None) -> Iterator[Check]:
+    """Each check of one pass over the plan, as it finishes; nothing starts once ``deadline`` passed,
+    and a check the budget cut before any applicable example is not reported (it did not run)."""
+    from gdn_equiv import runner
+
+    def spent() -> bool:
+        return deadline is not None and time.perf_counter() >= deadline
+
+    if plan.target != "gdn_equiv":
+        seconds = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        yield from runner.search_gaps(
+            plan.target,
+            max_examples=plan.examples,
+            device=plan.device,
+            seconds=seconds,
+            database=database,
+            **plan.target_options,
+        )
+        return
+    for family in plan.families:
+        for backend in plan.backends:
+            for name in plan.properties:
+                for dtype in plan.dtypes:
+                    if spent():
+                        return
+                    check = runner.run_property(
                         name,
                         backend,
-                        max_examples=max_examples,
-                        device=args.device,
-                        max_seq_len=args.max_seq_len,
-                        seed=seed,
+                        max_examples=plan.examples,
+                        device=plan.device,
+                        max_seq_len=plan.max_seq_len,
                         database=database,
                         dtype=dtype,
+                        family=family,
+                        deadline=deadline,
                     )
+                    if check.budget_spent and check.examples <= check.not_applicable:
+                        return
+                    yield check
+            for condition in conditions:
+                if spent():
+                    return
+                check = runner.find_counterexample(
+                    condition,
+                    backend,
+                    max_examples=plan.necessity_examples,
+                    device=plan.device,
+                    max_seq_len=plan.max_seq_len,
+                    family=family,
+                    deadline=deadline,
                 )
-                _progress(checks[-1])
-        if not args.skip_necessity:
-            # a search stops at its first counterexample, so a generous cap costs little; the
-            # profile's per-property count (10 for dev) is too small to find the rarer ones
-            necessity_budget = max(200, 5 * max_examples)
-            for condition in Condition:
-                checks.append(
-                    runner.find_counterexample(condition, backend, max_examples=necessity_budget, device=args.device)
-                )
-                _progress(checks[-1])
-    return checks
+                if check.budget_spent and check.examples <= check.not_applicable:
+                    return
+                yield check
 
 
 def _progress(check: Check) -> None:
     print(
-        f"  {check.name:<24} {check.backend:<8} {check.dtype:<8} {check.result:<15} {check.examples:>5} examples "
-        f"{check.seconds:6.1f}s",
+        f"  {check.name:<24} {check.family:<15} {check.backend:<8} {check.dtype:<8} {check.result:<15} "
+        f"{check.examples:>5} examples {check.seconds:6.1f}s",
         flush=True,
     )
 
 
-def _finish(args: argparse.Namespace, checks: list, started: float, mode: str) -> int:
-    from gdn_equiv import runner
+def _writer(plan: Plan) -> ReportWriter:
+    from gdn_equiv.report import ReportWriter
 
-    failed = [c for c in checks if c.result == "FAIL"]
-    meta = {
-        "mode": mode,
-        "target": args.target,
-        "backend": args.backend,
-        "profile": args.profile,
-        "device": args.device,
-        "seconds": round(time.perf_counter() - started, 1),
+    plan.meta = {
+        "mode": plan.command,
+        "target": plan.target,
+        **({"target_options": plan.target_options} if plan.target_options else {}),
+        "backend": ",".join(plan.backends),
+        "family": ",".join(plan.families),
+        "profile": plan.profile,
+        "device": plan.device,
+        "examples": plan.examples,
     }
-    if args.target == "fla":
-        meta["fla_core"] = args.fla_core
-    summary = runner.write_report(checks, Path(args.report), device=args.device, meta=meta)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(summary.read_text())
-    if args.junit_xml:
-        runner.write_junit(checks, Path(args.junit_xml), meta=meta)
+    return ReportWriter(plan.report, device=plan.device, meta=plan.meta, json_copy=plan.json, junit_xml=plan.junit_xml)
+
+
+def _database(plan: Plan) -> object:
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    return DirectoryBasedExampleDatabase(str(plan.database))
+
+
+def _run(plan: Plan, header: str, passes: Callable[[ReportWriter, float], None]) -> int:
+    started = time.perf_counter()
+    print(header, flush=True)
+    with _writer(plan) as writer:
+        passes(writer, started)
+        writer.meta["seconds"] = round(time.perf_counter() - started, 1)
+        summary = writer.finish("complete")
+    rows = writer.rows
+    from gdn_equiv.report import format_table
+
     print()
-    print(runner.format_table(checks))
-    total = sum(c.examples for c in checks)
-    print(f"\n{total} examples in {meta['seconds']} s on {args.device}; {len(failed)} failing; report: {summary}")
-    for c in checks:
-        if c.result == "NONE FOUND":
-            print(f"note: {c.name}: no counterexample found, the condition may be unnecessary on {c.backend}")
+    print(format_table(rows))
+    total = sum(c.examples for c in rows)
+    failed = writer.failed
+    print(
+        f"\n{total} examples in {writer.meta['seconds']} s on {plan.device}; {len(failed)} failing; report: {summary}"
+    )
+    for c in rows:
+        if c.result == "none found":
+            print(
+                f"note: {c.row_id}: no counterexample found in {c.examples - c.not_applicable} applicable examples; "
+                f"the condition may be unnecessary on {c.backend}"
+            )
     for c in failed:
+        if c.result == "not exercised":
+            print(f"\nNOT EXERCISED {c.row_id}: {c.failure}")
+            continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
         print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
-        print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
-    return 1 if failed else 0
+        if c.repro:
+            print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
-def _core(args: argparse.Namespace) -> str:
-    return f" (fla core: {args.fla_core})" if args.target == "fla" else ""
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    started = time.perf_counter()
-    examples = args.examples or PROFILE_EXAMPLES[args.profile]
-    print(
-        f"gdn-equiv check: target={args.target}{_core(args)} backend={args.backend} device={args.device} "
-        f"profile={args.profile} ({examples} examples per property)"
+def _what(plan: Plan) -> str:
+    core = f" (fla core: {plan.target_options['core']})" if "core" in plan.target_options else ""
+    return (
+        f"target={plan.target}{core} family={','.join(plan.families)} backend={','.join(plan.backends)} "
+        f"device={plan.device} profile={plan.profile}"
     )
-    db = DirectoryBasedExampleDatabase(args.database)
-    return _finish(args, _checks(args, examples, None, db), started, "check")
 
 
-def cmd_fuzz(args: argparse.Namespace) -> int:
-    import random
+def cmd_check(plan: Plan) -> int:
+    database = _database(plan)
 
-    from hypothesis.database import DirectoryBasedExampleDatabase
+    def passes(writer: ReportWriter, started: float) -> None:
+        for check in _checks(plan, conditions=plan.conditions, database=database, deadline=None):
+            writer.add(check)
+            _progress(check)
 
-    started = time.perf_counter()
-    deadline = started + args.seconds
-    db = DirectoryBasedExampleDatabase(args.database)
-    print(
-        f"gdn-equiv fuzz: target={args.target}{_core(args)} backend={args.backend} device={args.device} "
-        f"for {args.seconds}s"
-    )
-    checks: list = []
-    rounds = 0
-    while time.perf_counter() < deadline:
-        rounds += 1
-        batch = _checks(args, args.examples or PROFILE_EXAMPLES["fuzz"] // 4, random.getrandbits(32), db)
-        checks = _merge(checks, batch)
-        if any(c.result == "FAIL" for c in batch):
-            break
-        args.skip_necessity = True  # necessity needs one search, not one per round
-    print(f"{rounds} fuzz round{'s' if rounds != 1 else ''} (a round ends early at its first failure)")
-    return _finish(args, checks, started, "fuzz")
+    return _run(plan, f"gdn-equiv check: {_what(plan)} ({plan.examples} examples per property)", passes)
 
 
-def _merge(total: list, batch: list) -> list:
-    from gdn_equiv.compare import worst
+def cmd_fuzz(plan: Plan) -> int:
+    assert plan.seconds is not None
+    database = _database(plan)
 
-    by_key = {(c.name, c.backend, c.dtype): c for c in total}
-    for c in batch:
-        old = by_key.get((c.name, c.backend, c.dtype))
-        if old is None:
-            by_key[(c.name, c.backend, c.dtype)] = c
-            continue
-        old.worst = c.worst if c.result == "FAIL" else worst([c.worst] if c.worst else [], old.worst)
-        old.examples += c.examples
-        old.not_applicable += c.not_applicable
-        old.seconds += c.seconds
-        old.reasons.update(c.reasons)
-        if c.result == "FAIL":
-            old.result, old.failure, old.example = c.result, c.failure, c.example
-    return list(by_key.values())
+    def passes(writer: ReportWriter, started: float) -> None:
+        deadline = started + plan.seconds  # type: ignore[operator]
+        conditions = plan.conditions
+        rounds = 0
+        while time.perf_counter() < deadline:
+            rounds += 1
+            writer.meta["rounds"] = rounds
+            failed = False
+            for check in _checks(plan, conditions=conditions, database=database, deadline=deadline):
+                writer.add(check)
+                _progress(check)
+                failed = failed or check.result == "FAIL"
+            if failed or plan.target != "gdn_equiv":
+                break  # a finding ends the run; a gap search spends the budget by itself
+            conditions = []  # necessity needs one search, not one per round
+        print(f"{rounds} fuzz round{'s' if rounds != 1 else ''} (the run ends after a round with a failure)")
+
+    return _run(plan, f"gdn-equiv fuzz: {_what(plan)} for {plan.seconds:g}s", passes)
 
 
-def cmd_repro(args: argparse.Namespace) -> int:
+# ---- repro / bench / families ----------------------------------------------------------------------
+
+
+@dataclass
+class ReproPlan:
+    failure: Any  # gdn_equiv.report.Failure
+
+
+def plan_repro(args: argparse.Namespace) -> ReproPlan:
+    from gdn_equiv import runner
+    from gdn_equiv.report import InvalidFailureFile, read_failure
+
+    try:
+        failure = read_failure(Path(args.file), functions=runner.replayable_functions())
+    except InvalidFailureFile as exc:
+        raise UsageError(_one_line(str(exc))) from None
+    where = f"{args.file}:"
+    _device(failure.device, f"{where} device")
+    config = failure.example.config
+    backends = {failure.backend, config.conv_backend}
+    for slot in getattr(config, "SLOTS", ("q", "k", "v")):
+        backends.add(getattr(getattr(config, f"{slot}_conv", None), "backend", None))
+    for name in sorted(b for b in backends if b and b != "-"):
+        _backends(name, flag=f"{where} backend")
+    if failure.target != "gdn_equiv":
+        reason = _target_problem(failure.target)
+        if reason is not None:
+            raise EnvironmentProblem(f"target {failure.target}: {_one_line(reason)}")
+    return ReproPlan(failure)
+
+
+def cmd_repro(plan: ReproPlan) -> int:
     from gdn_equiv import runner
 
-    return runner.replay(Path(args.file))
+    return runner.replay(plan.failure)
+
+
+def plan_bench(args: argparse.Namespace) -> argparse.Namespace:
+    _at_least("--iters", args.iters, 1)
+    _at_least("--warmup", args.warmup, 0)
+    families = _families(args.family)
+    if families != [DEFAULT_FAMILY]:
+        raise UsageError(f"--family {args.family!r}: bench prologue has shapes for {DEFAULT_FAMILY} only")
+    if args.backend is not None:
+        args.backend = _backends(args.backend, baselines=("fla",))
+        if "fla" in args.backend:
+            import importlib.util
+
+            if importlib.util.find_spec("fla") is None:
+                raise EnvironmentProblem("--backend 'fla': flash-linear-attention is not installed")
+    return args
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -184,80 +547,217 @@ def cmd_bench(args: argparse.Namespace) -> int:
     results: list[dict] = []
     for shape in bench.QUICK_SHAPES if args.quick else bench.SHAPES:
         # one shape at a time, printed as it completes: a cold run compiles kernels for minutes
-        results += bench.bench_prologue(
-            shapes=[shape],
-            backends=args.backend.split(",") if args.backend else None,
-            iters=args.iters,
-            warmup=args.warmup,
-        )
+        results += bench.bench_prologue(shapes=[shape], backends=args.backend, iters=args.iters, warmup=args.warmup)
         print(bench.format_table(results), flush=True)
-    return 0
+    return EXIT_OK
+
+
+def cmd_families(args: argparse.Namespace) -> int:
+    from gdn_equiv.families import get_family, known_families
+
+    for name in known_families():
+        try:
+            family = get_family(name)
+        except ImportError as exc:  # a family whose module (or its extra) is not installed
+            print(f"{name}  (cannot be loaded here: {_one_line(str(exc))})")
+            continue
+        describe = getattr(family, "describe", None)
+        print(describe() if callable(describe) else name)
+    return EXIT_OK
+
+
+# ---- the parser and main ---------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gdn_equiv.runner import default_device
-
-    parser = argparse.ArgumentParser(prog="gdn-equiv", description=__doc__.split("\n")[0])
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="gdn-equiv", description=__doc__.split("\n")[0], epilog=EXIT_STATUS, formatter_class=formatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def command(name: str, help: str, epilog: str = EXIT_STATUS) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, epilog=epilog, formatter_class=formatter)
+
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--backend", default="torch", help="conv backend(s), comma separated, or module:callable")
+        # options whose default is None are refused where they do not apply, so they must be told apart
+        # from their defaults
+        p.add_argument(
+            "--backend", default=None, help="conv backend(s), comma separated, or module:attr (default: torch)"
+        )
+        p.add_argument(
+            "--family",
+            default=None,
+            metavar="NAME[,NAME]|all",
+            help=f"layer famil(y/ies) to draw examples for (default: {DEFAULT_FAMILY}; see: gdn-equiv families)",
+        )
         p.add_argument("--target", default="gdn_equiv", choices=["gdn_equiv", "fla"], help="layer under test")
         p.add_argument(
             "--fla-core",
-            default="fla",
+            default=None,
             choices=["fla", "reference"],
-            help="target fla: the core inside fla's layer (reference: ours; fla's prologue, guard and convs untouched)",
+            help="target fla only: the core inside fla's layer (default fla; reference: ours, with fla's "
+            "prologue, guard and convs untouched)",
         )
-        p.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda when present)")
-        p.add_argument("--profile", default="ci", choices=sorted(PROFILE_EXAMPLES))
-        p.add_argument("--examples", type=int, default=None, help="examples per property (overrides the profile)")
+        p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
         p.add_argument(
-            "--property", action="append", help="run only this property (repeatable; P6: see --skip-necessity)"
+            "--profile",
+            default=None,
+            choices=sorted(PROFILE_EXAMPLES),
+            help="Hypothesis profile and example budget (default: $HYPOTHESIS_PROFILE, else "
+            f"{'fuzz' if p.prog.endswith('fuzz') else 'ci'})",
+        )
+        p.add_argument(
+            "--examples",
+            type=int,
+            default=None,
+            help="examples per property row, >= 1 (fuzz: per round; default from --profile)",
+        )
+        p.add_argument(
+            "--necessity-examples",
+            type=int,
+            default=None,
+            help="example cap of each P6 necessity search, >= 1 (default: max(200, 5 x --examples))",
+        )
+        p.add_argument(
+            "--property",
+            action="append",
+            help=f"run only this property (repeatable): P2...P7 names, {NECESSITY} (every P6 search) or "
+            f"{NECESSITY}-G<n>",
         )
         p.add_argument(
             "--dtype", action="append", choices=DTYPES, help="run only examples of this dtype (repeatable; default all)"
         )
-        p.add_argument("--max-seq-len", type=int, default=20, help="longest generated sequence")
+        p.add_argument("--max-seq-len", type=int, default=None, help="longest generated sequence, >= 1 (default 20)")
         p.add_argument("--skip-necessity", action="store_true", help="skip the P6 counterexample searches")
-        p.add_argument("--report", default="gdn-equiv-report", help="report directory")
-        p.add_argument("--database", default=".hypothesis/examples", help="Hypothesis example database")
+        p.add_argument("--report", default=DEFAULT_REPORT, help="report directory, written as the run goes")
+        p.add_argument("--database", default=".hypothesis/examples", help="Hypothesis example database directory")
         p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML (one testcase per row)")
         p.add_argument("--json", default=None, metavar="FILE", help="also write the summary JSON here")
 
-    p = sub.add_parser("check", help="run the properties once with a profile's budget")
+    p = command("check", "run the properties once with a profile's budget; saved failures replay first")
     common(p)
-    p.set_defaults(func=cmd_check)
-    p = sub.add_parser("fuzz", help="run the properties with fresh seeds until the time budget is spent")
+    p.set_defaults(prepare=plan_run, run=cmd_check)
+    p = command("fuzz", "run the properties with fresh randomness until the time budget is spent")
     common(p)
-    p.add_argument("--seconds", type=float, default=60.0, help="time budget")
-    p.set_defaults(func=cmd_fuzz)
-    p = sub.add_parser("repro", help="replay a failure JSON from a report")
+    p.add_argument("--seconds", type=float, default=60.0, help="time budget, checked before each example (> 0)")
+    p.set_defaults(prepare=plan_run, run=cmd_fuzz)
+    p = command("repro", "replay a failure JSON from a report", REPRO_EXIT_STATUS)
     p.add_argument("file")
-    p.set_defaults(func=cmd_repro)
-    p = sub.add_parser("bench", help="benchmarks (a command, never a test)")
+    p.set_defaults(prepare=plan_repro, run=cmd_repro)
+    p = command("bench", "benchmarks (a command, never a test)")
     p.add_argument("what", choices=["prologue"])
-    p.add_argument("--backend", default=None, help="backends to time (default: all available)")
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--backend", default=None, help="backends to time, comma separated (default: all available)")
+    p.add_argument("--family", default=DEFAULT_FAMILY, help=f"layer family (bench has shapes for {DEFAULT_FAMILY})")
+    p.add_argument("--iters", type=int, default=50, help="timed calls per measurement, >= 1")
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls first, >= 0")
     p.add_argument("--quick", action="store_true", help="tiny shapes (smoke test on CPU)")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(prepare=plan_bench, run=cmd_bench)
+    p = command("families", "list the layer families --family accepts")
+    p.set_defaults(prepare=lambda args: args, run=cmd_families)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "device", "cpu") == "cpu":
-        import os
+def _prepare_process(args: argparse.Namespace) -> None:
+    if hasattr(args, "device") and args.device is None:
+        from gdn_equiv.runner import default_device
 
+        args.device = default_device()
+    if getattr(args, "device", "cpu") == "cpu":
         import torch
 
-        # without a GPU our triton kernels run in the interpreter (set before triton is imported),
-        # which also gives the G5 necessity search its second backend
+        # without a GPU our triton kernels run in the interpreter (set before triton is imported, and
+        # before a backend is asked whether it can run), which also gives the G5 necessity search its
+        # second backend
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")
         torch.set_num_threads(1)  # examples are tiny; threads cost more than they give
-    return int(args.func(args))
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, a pod stopped) ends the run like Ctrl-C: the report is closed."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: the caller owns the signals
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _hypothesis_profile(name: str | None) -> Iterator[None]:
+    """The profile's Hypothesis settings for the run (strategies read it, e.g. fuzz's ``target()``)."""
+    if name is None:
+        yield
+        return
+    from hypothesis import settings
+
+    from gdn_equiv import testing
+
+    testing.register_profiles()
+    previous = settings.get_current_profile_name()
+    settings.load_profile(name)
+    try:
+        yield
+    finally:
+        settings.load_profile(previous)
+
+
+def _save_traceback(report: Path) -> Path | None:
+    from gdn_equiv.report import INTERNAL_ERROR_FILE
+
+    try:
+        report.mkdir(parents=True, exist_ok=True)
+        path = report / INTERNAL_ERROR_FILE
+        path.write_text(traceback.format_exc())
+        return path
+    except OSError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gdn_equiv.report import caused_by_interrupt
+
+    parser = build_parser()
+    args = parser.parse_args(argv)  # a malformed option exits with argparse's own status 2
+    prog = f"gdn-equiv {args.command}"
+    report = Path(getattr(args, "report", DEFAULT_REPORT))
+    try:
+        with _sigterm_as_interrupt():
+            try:
+                _prepare_process(args)
+                plan = args.prepare(args)
+            except UsageError as exc:
+                print(f"{prog}: error: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            except EnvironmentProblem as exc:
+                print(f"{prog}: cannot run here: {exc}", file=sys.stderr)
+                return EXIT_ENVIRONMENT
+            with _hypothesis_profile(getattr(plan, "profile", None)):
+                try:
+                    return int(args.run(plan))
+                except Exception as exc:
+                    if caused_by_interrupt(exc):
+                        raise KeyboardInterrupt from exc
+                    raise
+    except KeyboardInterrupt:
+        summary = report / "summary.json"
+        where = f"; report so far: {summary}" if args.command in ("check", "fuzz") and summary.exists() else ""
+        print(f"{prog}: interrupted{where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        saved = _save_traceback(report)
+        where = f"; traceback saved to {saved}" if saved else ""
+        print(f"{prog}: internal error: {type(exc).__name__}: {_one_line(str(exc))}{where}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":
