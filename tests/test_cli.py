@@ -1,0 +1,541 @@
+"""``gdn-equiv`` on the command line keeps SPEC §10's promises: its exit statuses, arguments checked
+before any example runs, findings never lost (a report written as the run goes, the example database,
+a time budget checked per example, Ctrl-C / SIGTERM), nothing passing by mistake, and ``repro``.
+
+Most runs call :func:`gdn_equiv.cli.main` in this process (no interpreter start: a fraction of a second
+each); the signal tests run ``python -m gdn_equiv`` in a subprocess. Planted kernels come from a module
+written to a temporary directory and named as ``module:attr`` backends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import gdn_equiv
+from gdn_equiv import cli, runner
+from gdn_equiv.report import Check, ReportWriter
+
+PLANTED = textwrap.dedent(
+    '''
+    """Planted kernels for tests/test_cli.py."""
+    from gdn_equiv.backends import get_backend
+
+    _torch = get_backend("torch").forward
+
+
+    def no_bias(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        """A correct depthwise causal conv that drops the bias."""
+        return _torch(x, weight, None, activation, initial_state, output_final_state, cu_seqlens)
+
+
+    def always_raises(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        raise RuntimeError("planted: this kernel never runs")
+
+
+    class _NeedsAnExtra:
+        def forward(self, x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+            return _torch(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+        def unavailable(self):
+            return "needs the frobnicator extra"
+
+
+    needs_an_extra = _NeedsAnExtra()
+    '''
+)
+NO_BIAS = "planted_kernels:no_bias"
+# the smallest runs: one dtype, short sequences, the dev profile
+TINY = ["--profile", "dev", "--examples", "1", "--max-seq-len", "4", "--dtype", "float32", "--skip-necessity"]
+REPORT = "gdn-equiv-report"
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A directory holding ``planted_kernels.py``, importable here and in subprocesses."""
+    where = tmp_path_factory.mktemp("plugins")
+    (where / "planted_kernels.py").write_text(PLANTED)
+    sys.path.insert(0, str(where))
+    try:
+        yield where
+    finally:
+        sys.path.remove(str(where))
+        sys.modules.pop("planted_kernels", None)
+
+
+@pytest.fixture
+def gdn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[Callable]:
+    """``gdn(*argv) -> (status, stdout, stderr)``: :func:`cli.main` in ``tmp_path``, with the process-wide
+    state it touches (environment, torch threads, signal handlers) restored afterwards, and an alarm
+    that ends a run which would otherwise go on for minutes."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    saved_env = os.environ.get("TRITON_INTERPRET")
+    threads = torch.get_num_threads()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def too_long(signum: int, frame: object) -> None:
+        raise TimeoutError("gdn-equiv ran for more than 90 s")
+
+    previous_alarm = signal.signal(signal.SIGALRM, too_long)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        signal.alarm(90)
+        try:
+            status = cli.main(list(argv))
+        finally:
+            signal.alarm(0)
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    try:
+        yield run
+    finally:
+        signal.signal(signal.SIGALRM, previous_alarm)
+        torch.set_num_threads(threads)
+        if saved_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved_env
+        for s, handler in handlers.items():
+            assert signal.getsignal(s) is handler, f"gdn-equiv left its handler for {s!r} installed"
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
+    return lines[0]
+
+
+def _summary(where: Path) -> dict:
+    return json.loads((where / REPORT / "summary.json").read_text())
+
+
+# ---- exit status 2: refused before any example runs -------------------------------------------------
+
+USAGE_ERRORS = {
+    "examples-0": (["check", *TINY, "--examples", "0"], "--examples must be >= 1, got 0"),
+    "seconds-negative": (["fuzz", *TINY, "--seconds", "-1"], "--seconds must be a finite number > 0, got -1"),
+    "seconds-0": (["fuzz", *TINY, "--seconds", "0"], "--seconds must be a finite number > 0, got 0"),
+    "seconds-nan": (["fuzz", *TINY, "--seconds", "nan"], "--seconds must be a finite number > 0, got nan"),
+    "seconds-inf": (["fuzz", *TINY, "--seconds", "inf"], "--seconds must be a finite number > 0, got inf"),
+    "max-seq-len-0": (["check", *TINY, "--max-seq-len", "0"], "--max-seq-len must be >= 1, got 0"),
+    "necessity-examples-0": (["check", "--necessity-examples", "0"], "--necessity-examples must be >= 1, got 0"),
+    "backend-typo": (["check", *TINY, "--backend", "troch"], "--backend 'troch': unknown conv backend 'troch'"),
+    "backend-empty": (["check", *TINY, "--backend", ""], "--backend '': needs backend names"),
+    "backend-empty-name": (["check", *TINY, "--backend", "torch,"], "--backend 'torch,': needs backend names"),
+    "backend-not-a-kernel": (["check", *TINY, "--backend", "os:sep"], "--backend 'os:sep'"),
+    "backend-no-module": (["check", *TINY, "--backend", "no_such_module:conv"], "No module named 'no_such_module'"),
+    "property-unknown": (["check", *TINY, "--property", "P99"], "--property 'P99' is not a property; known: P2-"),
+    "family-unknown": (["check", *TINY, "--family", "nosuch"], "--family 'nosuch': unknown family 'nosuch'"),
+    "fla-core-without-fla": (["check", *TINY, "--fla-core", "reference"], "--fla-core 'reference' applies to"),
+    "fla-ignores-dtype": (["check", "--target", "fla", "--dtype", "float32"], "--dtype do not apply"),
+    "skip-necessity-vs-P6": (["check", *TINY, "--property", "P6-necessity"], "--skip-necessity contradicts"),
+    "device-unknown": (["check", *TINY, "--device", "tpu"], "--device 'tpu'"),
+    "bench-iters-0": (["bench", "prologue", "--quick", "--iters", "0"], "--iters must be >= 1, got 0"),
+    "bench-warmup-negative": (["bench", "prologue", "--quick", "--warmup", "-1"], "--warmup must be >= 0, got -1"),
+    "bench-backend-typo": (["bench", "prologue", "--quick", "--backend", "troch"], "--backend 'troch'"),
+    "bench-family": (["bench", "prologue", "--quick", "--family", "kda"], "bench prologue has shapes for"),
+}
+
+
+@pytest.mark.parametrize("argv, message", list(USAGE_ERRORS.values()), ids=list(USAGE_ERRORS))
+def test_bad_argument_is_refused_before_any_example(gdn, tmp_path, argv, message) -> None:
+    status, out, err = gdn(*argv)
+    assert status == cli.EXIT_USAGE, (out, err)
+    assert message in _one_line(err)
+    assert not (tmp_path / REPORT).exists() and "examples" not in out, out
+
+
+def test_unknown_hypothesis_profile_in_the_environment_is_refused(gdn, monkeypatch) -> None:
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "nosuch")
+    status, _, err = gdn("check", "--examples", "1", "--max-seq-len", "4", "--dtype", "float32", "--skip-necessity")
+    assert status == cli.EXIT_USAGE
+    assert "HYPOTHESIS_PROFILE='nosuch' is not a profile; known profiles: ci, dev, fuzz, gpu" in _one_line(err)
+
+
+# ---- exit status 3: the environment cannot run it -------------------------------------------------
+
+
+def test_backend_that_cannot_run_here_is_an_environment_problem(gdn, planted) -> None:
+    status, _, err = gdn("check", *TINY, "--backend", "planted_kernels:needs_an_extra")
+    assert status == cli.EXIT_ENVIRONMENT
+    assert "'planted_kernels:needs_an_extra' cannot run here: needs the frobnicator extra" in _one_line(err)
+
+
+def test_missing_extra_is_an_environment_problem(gdn) -> None:
+    try:
+        import causal_conv1d  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("causal-conv1d is installed here")
+    status, _, err = gdn("check", *TINY, "--backend", "cuda")
+    assert status == cli.EXIT_ENVIRONMENT
+    assert "--backend 'cuda' cannot run here: the causal-conv1d package is not installed" in _one_line(err)
+
+
+def test_absent_device_is_an_environment_problem(gdn) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    status, _, err = gdn("check", *TINY, "--device", "cuda")
+    assert status == cli.EXIT_ENVIRONMENT
+    assert "--device 'cuda': no CUDA device here" in _one_line(err)
+
+
+def test_fla_target_without_fla_is_an_environment_problem(gdn, monkeypatch) -> None:
+    from gdn_equiv.targets import fla_target
+
+    monkeypatch.setattr(fla_target, "fla_version", lambda: None)
+    status, _, err = gdn("check", "--target", "fla", "--examples", "1")
+    assert status == cli.EXIT_ENVIRONMENT
+    assert "--target fla: flash-linear-attention is not installed" in _one_line(err)
+
+
+def test_fla_version_the_adapter_does_not_know_is_an_environment_problem(gdn, monkeypatch) -> None:
+    from gdn_equiv.targets import fla_target
+
+    monkeypatch.setattr(fla_target, "fla_version", lambda: "0.5.2")
+    monkeypatch.setattr(fla_target.FlaTarget, "unavailable", lambda self: None)
+    status, _, err = gdn("check", "--target", "fla", "--examples", "1")
+    assert status == cli.EXIT_ENVIRONMENT
+    assert "fla 0.5.2 is not a version the fla adapter knows; it knows fla >= 0.6.0" in _one_line(err)
+
+
+# ---- exit status 4: an internal error, its traceback kept -----------------------------------------------
+
+
+def test_internal_error_saves_its_traceback_in_the_report(gdn, tmp_path, monkeypatch) -> None:
+    def broken(*args: object, **kwargs: object) -> Check:
+        raise RuntimeError("planted internal error")
+
+    monkeypatch.setattr(runner, "run_property", broken)
+    status, _, err = gdn("check", *TINY)
+    assert status == cli.EXIT_INTERNAL
+    line = _one_line(err)
+    assert "internal error: RuntimeError: planted internal error" in line and "internal-error.txt" in line
+    saved = (tmp_path / REPORT / "internal-error.txt").read_text()
+    assert saved.startswith("Traceback") and "planted internal error" in saved
+    assert _summary(tmp_path)["status"] == "internal-error"
+
+
+# ---- --help documents the statuses; families ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [[], ["check"], ["fuzz"], ["repro"], ["bench"], ["families"]])
+def test_help_documents_the_exit_statuses(argv, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*argv, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "exit status:" in out
+    for status in ("0 ", "1 ", "2 ", "3 ", "4 ", "130 ") if argv != ["repro"] else ("0 ", "1 ", "2 "):
+        assert f"\n  {status}" in out, (status, out)
+
+
+def test_families_lists_every_known_family(gdn) -> None:
+    from gdn_equiv.families import known_families
+
+    status, out, _ = gdn("families")
+    assert status == cli.EXIT_OK
+    for name in known_families():
+        assert name in out
+
+
+def test_family_option_reaches_every_row(gdn, tmp_path, monkeypatch) -> None:
+    """``--family all``: every family gets its rows, each carrying its family (row id, JSON, JUnit, table)."""
+    from gdn_equiv.families import known_families
+
+    seen: list[tuple[str, str]] = []
+
+    def fake_property(name: str, backend: str, *, family: str, dtype: str, **_: object) -> Check:
+        seen.append((name, family))
+        return Check(name, backend, dtype, family=family, examples=1)
+
+    def fake_search(condition: object, backend: str, *, family: str, **_: object) -> Check:
+        seen.append((f"P6-{condition.id}", family))  # type: ignore[attr-defined]
+        return Check(f"P6-necessity-{condition.id}", backend, family=family, examples=1, result="counterexample")  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(runner, "run_property", fake_property)
+    monkeypatch.setattr(runner, "find_counterexample", fake_search)
+    status, out, _ = gdn(
+        "check", "--family", "all", "--examples", "1", "--dtype", "float32", "--property", "P3-forward-exact",
+        "--property", "P6-necessity-G8", "--junit-xml", "junit.xml",
+    )  # fmt: skip
+    assert status == cli.EXIT_OK, out
+    families = known_families()
+    assert seen == [(n, f) for f in families for n in ("P3-forward-exact", "P6-G8")]
+    rows = _summary(tmp_path)["checks"]
+    assert [r["family"] for r in rows] == [f for f in families for _ in range(2)]
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'name="P3-forward-exact[torch-float32]"' in junit  # the default family keeps its old ids
+    for family in families[1:]:
+        assert f'name="P3-forward-exact[torch-float32-{family}]"' in junit and family in out
+
+
+def test_run_property_draws_examples_of_the_family(monkeypatch) -> None:
+    import gdn_equiv.strategies as strategies
+
+    asked: list[object] = []
+    real = strategies.examples
+
+    def spy(**kwargs: object) -> object:
+        asked.append(kwargs.get("family"))
+        return real(**{**kwargs, "family": "gated_deltanet"})
+
+    monkeypatch.setattr(strategies, "examples", spy)
+    check = runner.run_property("P3-forward-exact", "torch", max_examples=1, max_seq_len=4, family="kda")
+    assert asked == ["kda"] and check.family == "kda" and check.row_id == "P3-forward-exact[torch-any-kda]"
+
+
+# ---- nothing passes by mistake ----------------------------------------------------------------------
+
+
+def test_property_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp_path, monkeypatch) -> None:
+    from gdn_equiv import properties as P
+
+    def never_applies(example: object, **_: object) -> None:
+        raise P.NotApplicable("planted: never applies")
+
+    monkeypatch.setitem(runner.SPECS, "P3-forward-exact", (never_applies, "fusable"))
+    status, out, _ = gdn("check", *TINY, "--examples", "2", "--property", "P3-forward-exact")
+    assert status == cli.EXIT_FAILED
+    assert "NOT EXERCISED P3-forward-exact[torch-float32]" in out and "planted: never applies" in out
+    assert [r["result"] for r in _summary(tmp_path)["checks"]] == ["not exercised"]
+
+
+def test_necessity_search_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp_path, planted) -> None:
+    """A backend that never runs makes the separate path raise too: no example can show anything."""
+    status, out, _ = gdn(
+        "check", "--profile", "dev", "--max-seq-len", "4", "--backend", "planted_kernels:always_raises",
+        "--property", "P6-necessity-G8", "--necessity-examples", "3",
+    )  # fmt: skip
+    assert status == cli.EXIT_FAILED, out
+    assert "NOT EXERCISED P6-necessity-G8" in out and "NONE FOUND" not in out
+    (row,) = _summary(tmp_path)["checks"]
+    assert row["result"] == "not exercised" and row["examples"] == row["not_applicable"] > 0
+
+
+def test_necessity_search_that_finds_nothing_says_so(gdn, tmp_path, monkeypatch) -> None:
+    from gdn_equiv import properties as P
+
+    monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
+    status, out, _ = gdn("check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3")
+    assert status == cli.EXIT_OK, out
+    assert re.search(r"note: P6-necessity-G8\[torch-any\]: no counterexample found in [1-9]\d* applicable", out), out
+    (row,) = _summary(tmp_path)["checks"]
+    assert row["result"] == "none found"
+
+
+# ---- findings never lost: the example database, the time budget, the report as it goes -----------------
+
+
+def test_fuzz_saves_its_finding_and_the_next_check_replays_it_first(gdn, tmp_path, planted) -> None:
+    """A bias-dropping kernel: the first example Hypothesis draws (the simplest: no bias) passes, so a
+    one-example check fails only by replaying what fuzz saved; a check of another property in between
+    must not delete it (each row has its own database key)."""
+    p7 = ["--property", "P7-backend-vs-torch", "--backend", NO_BIAS, *TINY]
+    status, out, _ = gdn("check", *p7, "--database", "fresh-db")
+    assert status == cli.EXIT_OK, out  # the control: one fresh example does not find the defect
+
+    status, out, _ = gdn("fuzz", *p7, "--examples", "10", "--seconds", "30")
+    assert status == cli.EXIT_FAILED, out
+    assert any((tmp_path / ".hypothesis" / "examples").iterdir())
+
+    status, out, _ = gdn("check", *TINY, "--property", "P3-forward-exact", "--backend", NO_BIAS)
+    assert status == cli.EXIT_OK, out  # both prologues drop the bias: P3 cannot see it
+
+    status, out, _ = gdn("check", *p7)
+    assert status == cli.EXIT_FAILED, out
+    assert "FAIL P7-backend-vs-torch[planted_kernels:no_bias-float32]" in out
+    assert "conv_bias" in out
+
+
+def test_fuzz_time_budget_is_checked_per_example(gdn, tmp_path) -> None:
+    """A round of 1000 examples takes far longer than the budget; the run still ends on time."""
+    started = time.perf_counter()
+    status, out, _ = gdn("fuzz", *TINY, "--property", "P3-forward-exact", "--examples", "1000", "--seconds", "2")
+    elapsed = time.perf_counter() - started
+    assert status == cli.EXIT_OK, out
+    assert elapsed < 2 + 4, f"fuzz --seconds 2 took {elapsed:.1f} s"
+    summary = _summary(tmp_path)
+    assert summary["status"] == "complete" and summary["checks"][0]["budget_spent"] is True
+
+
+def test_report_is_written_check_by_check(gdn, tmp_path, monkeypatch) -> None:
+    """When the third check starts, the first two are already in rows.jsonl and summary.json."""
+    real = runner.run_property
+    calls: list[str] = []
+
+    def watched(name: str, *args: object, **kwargs: object) -> Check:
+        if len(calls) == 2:
+            report = tmp_path / REPORT
+            lines = (report / "rows.jsonl").read_text().splitlines()
+            summary = json.loads((report / "summary.json").read_text())
+            assert [json.loads(line)["property"] for line in lines] == calls
+            assert [r["property"] for r in summary["checks"]] == calls and summary["status"] == "running"
+        calls.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_property", watched)
+    status, out, _ = gdn(
+        "check",
+        *TINY,
+        "--property",
+        "P2-path-taken",
+        "--property",
+        "P3-forward-exact",
+        "--property",
+        "P5-fallback-exact",
+    )
+    assert status == cli.EXIT_OK, out
+    assert len(calls) == 3 and _summary(tmp_path)["status"] == "complete"
+
+
+def _subprocess_env(planted: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    here = str(Path(gdn_equiv.__file__).resolve().parent.parent)  # this checkout, not another install
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(planted), here, env.get("PYTHONPATH")) if p)
+    env.pop("HYPOTHESIS_PROFILE", None)
+    return env
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) -> None:
+    argv = [sys.executable, "-m", "gdn_equiv", "fuzz", *TINY, "--property", "P3-forward-exact", "--seconds", "60"]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=_subprocess_env(planted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    rows = tmp_path / REPORT / "rows.jsonl"
+    try:
+        deadline = time.monotonic() + 45
+        while not (rows.exists() and rows.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no finished check was reported within 45 s"
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == cli.EXIT_INTERRUPTED, (out, err)
+    assert "interrupted; report so far:" in _one_line(err)
+    summary = _summary(tmp_path)
+    logged = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert summary["status"] == "interrupted" and summary["checks"]
+    # complete up to the last finished check: the summary holds exactly what the log holds
+    assert sum(r["examples"] for r in summary["checks"]) == sum(r["examples"] for r in logged) > 0
+
+
+# ---- repro: the failure file is validated, then replayed -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def biased_example(planted: Path) -> object:
+    """The smallest example whose layer has conv biases: the bias-dropping kernel fails P7 on it."""
+    from hypothesis import find, settings
+
+    from gdn_equiv.strategies import examples
+
+    return find(
+        examples(backends=(NO_BIAS,), dtypes=("float32",), max_seq_len=4),
+        lambda e: e.config.conv_bias and e.config.use_short_conv,
+        settings=settings(database=None, max_examples=500),
+    )
+
+
+@pytest.fixture
+def failure_json(tmp_path: Path, biased_example: object) -> Path:
+    """A failure file as a run writes it: P7 on the bias-dropping kernel."""
+    example = biased_example
+    check = Check("P7-backend-vs-torch", NO_BIAS, "float32", function="check_backend_matches_torch")
+    check.result, check.failure, check.example = "FAIL", "Mismatch: planted", example
+    ReportWriter(tmp_path / "found", device="cpu", meta={}).add(check)
+    return Path(check.repro_json)
+
+
+def test_repro_exits_1_while_the_example_still_fails_and_0_once_fixed(gdn, failure_json, tmp_path) -> None:
+    status, out, _ = gdn("repro", str(failure_json))
+    assert status == cli.EXIT_FAILED and "are not close" in out, out
+    fixed = tmp_path / "fixed.json"
+    fixed.write_text(failure_json.read_text().replace(NO_BIAS, "torch"))
+    status, out, _ = gdn("repro", str(fixed))
+    assert status == cli.EXIT_OK and "passes now" in out, out
+
+
+def _edit(path: Path, change: Callable[[dict], object]) -> str:
+    data = json.loads(path.read_text())
+    change(data)
+    return json.dumps(data)
+
+
+BAD_FILES: dict[str, tuple[Callable[[Path], str | bytes | None], str]] = {
+    "missing": (lambda f: None, "no such file"),
+    "empty": (lambda f: "", "is empty"),
+    "empty-object": (lambda f: "{}", "has no format_version"),
+    "a-list": (lambda f: "[]", "must hold a JSON object, got list"),
+    "not-json": (lambda f: "{not json", "not JSON"),
+    "not-text": (lambda f: b"\xff\xfe\x00{", "not a UTF-8 text file"),
+    "future-version": (lambda f: _edit(f, lambda d: d.update(format_version=2)), "format_version 2 is unknown"),
+    "version-as-string": (lambda f: _edit(f, lambda d: d.update(format_version="1")), 'format_version "1"'),
+    "missing-field": (lambda f: _edit(f, lambda d: d.pop("dtype")), "missing field(s) 'dtype'"),
+    "unknown-field": (lambda f: _edit(f, lambda d: d.update(extra=1)), "unknown field(s) 'extra'"),
+    "device-as-number": (lambda f: _edit(f, lambda d: d.update(device=0)), "'device' must be a string, got 0"),
+    "bool-as-string": (
+        lambda f: _edit(f, lambda d: d["example"].update(use_cache="false")),
+        'example.use_cache must be a boolean, got "false"',
+    ),
+    "config-bool-as-string": (
+        lambda f: _edit(f, lambda d: d["example"]["config"].update(conv_bias="false")),
+        'example.config.conv_bias must be a boolean, got "false"',
+    ),
+    "int-as-bool": (lambda f: _edit(f, lambda d: d["example"].update(batch=True)), "example.batch must be"),
+    "example-missing-field": (
+        lambda f: _edit(f, lambda d: d["example"].pop("seq_len")),
+        "example is missing field(s) 'seq_len'",
+    ),
+    "not-a-property": (
+        lambda f: _edit(f, lambda d: d.update(function="system")),
+        "function 'system' is not a gdn-equiv property",
+    ),
+    "invalid-example": (lambda f: _edit(f, lambda d: d["example"].update(dtype="int8")), "does not validate"),
+}
+
+
+@pytest.mark.parametrize("make, message", list(BAD_FILES.values()), ids=list(BAD_FILES))
+def test_repro_refuses_a_file_that_does_not_validate(gdn, failure_json, tmp_path, make, message) -> None:
+    path = tmp_path / "bad.json"
+    content = make(failure_json)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    status, out, err = gdn("repro", str(path))
+    assert status == cli.EXIT_USAGE, (out, err)
+    line = _one_line(err)
+    assert message in line and str(path) in line, line
+    assert "replaying" not in out
+
+
+def test_repro_of_a_backend_that_is_gone_is_an_environment_problem(gdn, failure_json, tmp_path) -> None:
+    path = tmp_path / "moved.json"
+    path.write_text(failure_json.read_text().replace(NO_BIAS, "planted_kernels:needs_an_extra"))
+    status, _, err = gdn("repro", str(path))
+    assert status == cli.EXIT_ENVIRONMENT
+    assert "needs the frobnicator extra" in _one_line(err)
