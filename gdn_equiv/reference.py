@@ -221,7 +221,9 @@ class ShortConvLayer(nn.Module):
         elif kwargs:
             raise InvalidArgument(f"pass either a config or constructor arguments, got both (and {sorted(kwargs)})")
         if not isinstance(config, self.config_cls):
-            raise InvalidArgument(f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}")
+            raise InvalidArgument(
+                f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}"
+            )
         self.config = config
         self.hidden_size = config.hidden_size
         self.use_short_conv, self.conv_size, self.conv_bias = config.use_short_conv, config.conv_size, config.conv_bias
@@ -333,7 +335,9 @@ class ShortConvLayer(nn.Module):
             )
         weight = self._input_linears()[0][1].weight
         if x.dtype != weight.dtype:
-            raise InvalidArgument(f"hidden_states dtype {x.dtype} does not match the layer's parameters ({weight.dtype})")
+            raise InvalidArgument(
+                f"hidden_states dtype {x.dtype} does not match the layer's parameters ({weight.dtype})"
+            )
         if x.device != weight.device:
             raise InvalidArgument(f"hidden_states are on {x.device} but the layer is on {weight.device}")
         if not isinstance(use_cache, bool):
@@ -399,7 +403,9 @@ class ShortConvLayer(nn.Module):
         """All input projections as one matmul; the parts are channel views ``[B, T, *]`` of its output."""
         linears = self._input_linears()
         out = F.linear(x, torch.cat([lin.weight for _, lin in linears], dim=0))
-        parts = dict(zip([n for n, _ in linears], torch.split(out, [lin.out_features for _, lin in linears], -1), strict=True))
+        parts = dict(
+            zip([n for n, _ in linears], torch.split(out, [lin.out_features for _, lin in linears], -1), strict=True)
+        )
         n_conv = sum(lin.out_features for name, lin in linears if name in self.slots)
         return Projections(out[..., :n_conv], tuple(parts[name] for name in self.slots), parts)
 

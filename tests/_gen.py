@@ -13,9 +13,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.example import Example, build_layer
-from gdn_equiv.families.gated_deltanet import GatedDeltaNet
+from gdn_equiv.families.gated_deltanet import GatedDeltaNet, GDNConfig
 
 try:  # the colleague's per-example counter; a no-op until it lands
     from gdn_equiv.testing import count_example as _count_example

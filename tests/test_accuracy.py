@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from gdn_equiv.backends import Backend, register_backend
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
-from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.example import (
     Example,
     accuracy_runs,
@@ -33,7 +32,7 @@ from gdn_equiv.example import (
     ulp_jitter,
     unit_cotangent_backward,
 )
-from gdn_equiv.families.gated_deltanet import GatedDeltaNet
+from gdn_equiv.families.gated_deltanet import GatedDeltaNet, GDNConfig
 from gdn_equiv.reference import ShortConv
 
 

@@ -35,7 +35,9 @@ def family_layers(draw: st.DrawFn, *, use_short_conv: bool | None = True, modes:
     """``(family, config, seed)``: a small config of a drawn family; fp64 convs (no dtype mix)."""
     family = draw(st.sampled_from(FAMILIES))
     config = draw(
-        layer_configs(family=family, use_short_conv=use_short_conv, conv_dtypes=("float64",), dtype="float64", modes=modes)
+        layer_configs(
+            family=family, use_short_conv=use_short_conv, conv_dtypes=("float64",), dtype="float64", modes=modes
+        )
     )
     return family, config, draw(st.integers(0, 2**16))
 
@@ -60,7 +62,9 @@ def test_chunked_core_equals_recurrent_core_for_every_family(case, batch, T):
 
 
 @settings(deadline=None)
-@given(case=family_layers(), batch=st.integers(1, 2), T=st.integers(2, 10), prefix=st.integers(0, 9), grad=st.booleans())
+@given(
+    case=family_layers(), batch=st.integers(1, 2), T=st.integers(2, 10), prefix=st.integers(0, 9), grad=st.booleans()
+)
 def test_decode_after_prefill_equals_one_prefill_for_every_family(case, batch, T, prefix, grad):
     """A prefill of ``prefix`` tokens, then one token at a time with the cache = one call over all ``T``
     (outputs and the final cache, states and offsets), with and without autograd (the step kernel)."""
@@ -98,7 +102,9 @@ def test_varlen_packed_equals_each_sequence_alone_for_every_family(case, lens):
         if n:
             alone, _, c_alone = layer(x[:, start : start + n], use_cache=True)
             ctx = f"{family}: sequence {i} of {lens}"
-            assert_equivalent(packed[:, start : start + n], alone, name="output", paths=("packed", "alone"), exact=False, context=ctx)
+            assert_equivalent(
+                packed[:, start : start + n], alone, name="output", paths=("packed", "alone"), exact=False, context=ctx
+            )
             rec = cache[0]["recurrent_state"][i : i + 1]
             assert_equivalent(rec, c_alone[0]["recurrent_state"], name="recurrent_state", exact=False, context=ctx)
             for slot, s_p, s_a in zip(config.SLOTS, cache[0]["conv_state"], c_alone[0]["conv_state"], strict=True):
@@ -133,7 +139,9 @@ def test_attention_mask_equals_each_row_alone_for_every_family(case, T, valid, l
         rows = slice(T - n, T) if left else slice(0, n)
         alone, _, _ = layer(x[b : b + 1, rows])
         ctx = f"{family} ({get_family(family).mask} mask): row {b}, {n} valid of {T}, {'left' if left else 'right'}"
-        assert_equivalent(out[b : b + 1, rows], alone, name="output", paths=("masked", "alone"), exact=False, context=ctx)
+        assert_equivalent(
+            out[b : b + 1, rows], alone, name="output", paths=("masked", "alone"), exact=False, context=ctx
+        )
 
 
 def _fla_layers():

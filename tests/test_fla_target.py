@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.config import CallFacts, ConvSpec
-from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
+from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import build_fla_layer, fla_guard, fla_layer_facts, fla_version
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from gdn_equiv.cache import Cache
 from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.core import gated_delta_rule, l2norm
+from gdn_equiv.families.gated_deltanet import GDNConfig
 
 F32, F64 = torch.float32, torch.float64
 # Layer-level comparisons run in fp64. Measured in fp32 (torch 2.13 CPU) they exceed the table's

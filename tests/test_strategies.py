@@ -16,8 +16,8 @@ from gdn_equiv.backends import register_backend
 from gdn_equiv.backends.base import Backend
 from gdn_equiv.backends.torch_backend import BACKEND as TORCH
 from gdn_equiv.config import CallFacts, LayerFacts
-from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.example import Example, build_layer, materialize
+from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.guard import Decision, decide
 from gdn_equiv.strategies import (
     CONV_REASONS,

@@ -24,7 +24,6 @@ from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families.base import Family
 from gdn_equiv.families.gated_deltanet import compute_dtype
-from gdn_equiv.fused import fused_variant
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
 Tensor = torch.Tensor
@@ -88,7 +87,9 @@ class GLAConfig(LayerConfig):
             _check_positive_finite(owner, name, getattr(self, name))
             exact = self.hidden_size * getattr(self, name)
             if not math.isclose(exact, int(exact), rel_tol=1e-9) or int(exact) < 1:
-                raise InvalidArgument(f"hidden_size*{name} = {exact} must be a positive integer ({name}={getattr(self, name)})")
+                raise InvalidArgument(
+                    f"hidden_size*{name} = {exact} must be a positive integer ({name}={getattr(self, name)})"
+                )
         if self.num_kv_heads is not None:
             _check_positive_int(owner, "num_kv_heads", self.num_kv_heads)
         if self.num_heads % self.n_kv_heads:
@@ -149,7 +150,15 @@ class GatedLinearAttention(ShortConvLayer):
         gk = F.logsigmoid(gk.to(cdt)) / self.gate_logit_normalizer
         initial = None if call.last_state is None else call.last_state.get("recurrent_state")
         o, state = gated_delta_rule(
-            q, k, v, gk, None, scale=self.head_k_dim**-0.5, initial_state=initial, cu_seqlens=call.cu_seqlens, mode=self.mode
+            q,
+            k,
+            v,
+            gk,
+            None,
+            scale=self.head_k_dim**-0.5,
+            initial_state=initial,
+            cu_seqlens=call.cu_seqlens,
+            mode=self.mode,
         )
         return o.to(q.dtype), {"recurrent_state": state}
 

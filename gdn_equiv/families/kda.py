@@ -19,7 +19,6 @@ from torch import nn
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.families.base import Family
 from gdn_equiv.families.gated_deltanet import ValueHeadsConfig, compute_dtype, decay_parameters, heads
-from gdn_equiv.fused import fused_variant
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
 Tensor = torch.Tensor

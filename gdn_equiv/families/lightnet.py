@@ -25,7 +25,6 @@ from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families.base import Family
 from gdn_equiv.families.gated_deltanet import compute_dtype
-from gdn_equiv.fused import fused_variant
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
 Tensor = torch.Tensor
@@ -36,7 +35,13 @@ class LightNetConfig(LayerConfig):
     """Constructor arguments of fla's ``LightNetAttention`` (``num_heads`` and ``expand_ratio`` both
     given; short conv on by default here)."""
 
-    POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("hidden_size", "conv_size", "num_heads", "expand_ratio", "gate_low_rank_dim")
+    POSITIVE_INTS: ClassVar[tuple[str, ...]] = (
+        "hidden_size",
+        "conv_size",
+        "num_heads",
+        "expand_ratio",
+        "gate_low_rank_dim",
+    )
 
     hidden_size: int = 1024
     num_heads: int = 8
@@ -96,7 +101,9 @@ class LightNetAttention(ShortConvLayer):
         z = state.get("ffn_state")
         shape = (num_seqs, 1, self.num_heads, self.head_f_dim)
         if z is not None and (not isinstance(z, torch.Tensor) or tuple(z.shape) != shape or z.device != x.device):
-            raise InvalidArgument(f"cached ffn_state must have shape {shape} on {x.device}, got {tuple(getattr(z, 'shape', ()))}")
+            raise InvalidArgument(
+                f"cached ffn_state must have shape {shape} on {x.device}, got {tuple(getattr(z, 'shape', ()))}"
+            )
 
     def _normalise_keys(self, k: Tensor, mask: Tensor | None, last_z: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """One sequence batch ``k [B, T, H, Df]`` (fp32): ``(k / exp(z), log decay, z of the last token)``."""
@@ -154,7 +161,9 @@ class LightNetAttention(ShortConvLayer):
 
 
 @st.composite
-def lightnet_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16)) -> dict[str, Any]:
+def lightnet_dims(
+    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16)
+) -> dict[str, Any]:
     """Heads 1..``max_heads`` dividing the hidden size, ``expand_ratio`` (key dim per head) 2..6, a
     low-rank gate of 1..4. Shrinks towards one head, ``expand_ratio=2``."""
     num_heads = draw(st.integers(1, max_heads))

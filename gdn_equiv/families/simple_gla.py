@@ -78,7 +78,15 @@ class SimpleGatedLinearAttention(ShortConvLayer):
         gk = F.logsigmoid((proj["gk"] + self.gk_proj.bias).to(cdt)) / self.gate_logit_normalizer  # [B, T, H]
         initial = None if call.last_state is None else call.last_state.get("recurrent_state")
         o, state = gated_delta_rule(
-            q, k, v, gk, None, scale=self.head_k_dim**-0.5, initial_state=initial, cu_seqlens=call.cu_seqlens, mode=self.mode
+            q,
+            k,
+            v,
+            gk,
+            None,
+            scale=self.head_k_dim**-0.5,
+            initial_state=initial,
+            cu_seqlens=call.cu_seqlens,
+            mode=self.mode,
         )
         return o.to(q.dtype), {"recurrent_state": state}
 

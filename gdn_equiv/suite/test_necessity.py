@@ -13,7 +13,6 @@ from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import violating
 from gdn_equiv.testing import count_example
 
-
 # No shrink phase: the first state where forced fusion is wrong proves the condition necessary;
 # `gdn-equiv check` shrinks the counterexamples it reports.
 SEARCH = settings(

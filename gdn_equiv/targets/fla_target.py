@@ -42,11 +42,11 @@ import torch.nn.functional as F
 
 from gdn_equiv.cache import Cache
 from gdn_equiv.config import CONV_NAMES, CallFacts, ConvFacts, LayerFacts
-from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer, materialize
 from gdn_equiv.families.gated_deltanet import GatedDeltaNet as ReferenceGDN
+from gdn_equiv.families.gated_deltanet import GDNConfig
 
 Tensor = torch.Tensor
 CORES = ("fla", "reference")
