@@ -68,6 +68,48 @@ class Mismatch(AssertionError):
         self.report = report
 
 
+class KindedMismatch(Mismatch):
+    """A :class:`Mismatch` of one named kind; :func:`mismatch_kind` makes (and caches) one subclass per kind."""
+
+    kind: str = ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the subclasses are made at run time, so pickle by kind (a worker process may send one back)
+        return (_kinded_mismatch, (self.kind, str(self), self.report))
+
+
+_MISMATCH_KINDS: dict[str, type[KindedMismatch]] = {}
+
+
+def mismatch_kind(kind: str) -> type[KindedMismatch]:
+    """The :class:`Mismatch` subclass for ``kind`` (``"P3 output: fused path"``, ``"P4 grad.x: ..."``): one
+    class per kind, made once and cached, so the same kind is always the same type.
+
+    Why a type: Hypothesis tells failures apart by exception type and raising location
+    (``InterestingOrigin``) and shrinks each one separately. Raising every comparison's mismatch from one
+    line as one type would make them one failure, and the smallest example, often a harmless one-ulp
+    difference, would hide a real defect in another tensor or region (SPEC §10). Keep kinds coarse (no
+    example-specific numbers in them), or every example becomes a failure of its own.
+    """
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"a mismatch kind is a non-empty string, got {kind!r}")
+    cls = _MISMATCH_KINDS.get(kind)
+    if cls is None:
+        name = f"Mismatch[{kind}]"
+        namespace = {
+            "kind": kind,
+            "__module__": __name__,
+            "__qualname__": name,
+            "__doc__": f"Mismatch of kind {kind!r}.",
+        }
+        cls = _MISMATCH_KINDS[kind] = type(name, (KindedMismatch,), namespace)
+    return cls
+
+
+def _kinded_mismatch(kind: str, message: str, report: Report) -> KindedMismatch:
+    return mismatch_kind(kind)(message, report)
+
+
 @dataclass(frozen=True)
 class Report:
     """What one comparison found; ``ok`` is the verdict."""
