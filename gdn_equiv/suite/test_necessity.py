@@ -1,10 +1,24 @@
 """P6: every guard condition is necessary: Hypothesis finds, by itself, a state breaking only that
-condition where forcing the fused path is wrong (different output, gradients or cache, or a crash)."""
+condition where forcing the fused path is wrong (different output, gradients or cache, or a crash).
+
+For the built-in backends (torch, triton, cuda) necessity is known, so a search that finds nothing is a
+failure. For a plug-in kernel it is a finding about the kernel, not a defect: a condition may be stricter
+than that kernel needs (a kernel that computes in fp32 whatever its parameters' dtype has no use for G9).
+Such a search is reported, "G9 is not needed for this kernel: no counterexample in N states", and the
+test is skipped with that reason, never passed (SPEC P6, §10). Skipped rather than xfailed: an xfail
+says "a known defect, expected to fail", and there is no defect here; a skip says the test's premise
+(this kernel has a counterexample) does not hold, which is the finding. The gating run stays green,
+and ``pytest -rs`` lists each such condition with its reason.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 
 from gdn_equiv import properties as P
 from gdn_equiv.backends import available_backends
@@ -18,41 +32,74 @@ from gdn_equiv.testing import count_example
 SEARCH = settings(
     deadline=None, database=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate]
 )
+MAX_STATES = 300
+
+#: The kernels this project ships: every condition is known to be necessary on them.
+BUILTIN_BACKENDS = ("torch", "triton", "cuda")
 
 
-def _forced_fusion_is_wrong(device: str):
-    def wrong(example: Example) -> bool:
+class _Wrong:
+    """The search predicate: forcing fusion on this state is wrong; counts the states it saw."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.states = 0
+
+    def __call__(self, example: Example) -> bool:
         count_example()
+        self.states += 1
         try:
-            return P.forced_fusion_error(example, device=device) is not None
+            return P.forced_fusion_error(example, device=self.device) is not None
         except P.NotApplicable:
             return False
 
-    return wrong
+
+def search_counterexample(
+    condition: Condition, strategy: st.SearchStrategy[Example], backend: str, device: str
+) -> tuple[Example, str]:
+    """A state breaking ``condition`` where forced fusion is wrong, and what goes wrong there.
+
+    None found: a failure for a built-in ``backend``, a report and a skip for a plug-in one
+    (:func:`no_counterexample`)."""
+    wrong = _Wrong(device)
+    try:
+        found = find(strategy, wrong, settings=settings(SEARCH, max_examples=MAX_STATES))
+    except NoSuchExample:
+        no_counterexample(condition, backend, wrong.states)
+    problem = P.forced_fusion_error(found, device=device)
+    assert problem is not None, f"{condition}: the state found no longer shows a problem: {found.short()}"
+    return found, problem
+
+
+def no_counterexample(
+    condition: Condition, backend: str, states: int, *, report: Callable[[str], None] = print
+) -> None:
+    """What a search without a counterexample means: raises ``AssertionError`` for a built-in backend,
+    else reports the condition as not needed for the kernel and skips (see the module docstring)."""
+    message = f"{condition.id} is not needed for this kernel: no counterexample in {states} states"
+    if backend in BUILTIN_BACKENDS:
+        raise AssertionError(
+            f"{condition}: no state where forcing fusion is wrong in {states} states on the built-in backend "
+            f"{backend!r}, where the condition is known to be necessary (a strategy or fused-path regression)"
+        )
+    report(f"{message} (backend {backend!r}; {condition}: {condition.rule})")
+    pytest.skip(f"{message} (backend {backend!r})")
 
 
 @pytest.mark.parametrize("condition", [c for c in Condition if c is not Condition.G5], ids=lambda c: c.id)
 def test_every_guard_condition_is_necessary(condition, gdn_family, gdn_backend, device):
-    found = find(
-        violating(condition, backends=(gdn_backend,), family=gdn_family),
-        _forced_fusion_is_wrong(device),
-        settings=settings(SEARCH, max_examples=300),
+    found, problem = search_counterexample(
+        condition, violating(condition, backends=(gdn_backend,), family=gdn_family), gdn_backend, device
     )
-    problem = P.forced_fusion_error(found, device=device)
     print(f"{condition}: {problem}\n  shrunk: {found.short()}")
-    assert problem is not None
 
 
 def test_backend_condition_is_necessary(gdn_family, gdn_backend, device):
     """G5 needs two backends that differ numerically; triton (interpreter on CPU) is the second."""
     # the built-in kernels, which differ numerically; a plug-in registered by another test (a bitwise
     # twin of torch, say) would make the search look for a difference that cannot exist
-    others = [b for b in available_backends() if b != gdn_backend and b in ("torch", "triton", "cuda")]
+    others = [b for b in available_backends() if b != gdn_backend and b in BUILTIN_BACKENDS]
     if not others:
         pytest.skip(f"G5 needs a second available conv backend besides {gdn_backend!r}")
-    found = find(
-        violating(Condition.G5, backends=(gdn_backend, *others), family=gdn_family),
-        _forced_fusion_is_wrong(device),
-        settings=settings(SEARCH, max_examples=300),
-    )
-    assert P.forced_fusion_error(found, device=device) is not None
+    strategy = violating(Condition.G5, backends=(gdn_backend, *others), family=gdn_family)
+    search_counterexample(Condition.G5, strategy, gdn_backend, device)
