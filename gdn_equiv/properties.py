@@ -153,19 +153,59 @@ def _fused_and_separate(example: Example, device: str, target: TargetLike) -> tu
 
 
 def check_forward_exact(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
-    """P3: where the guard fuses, fused and separate outputs are bitwise equal (NaNs by position)."""
+    """P3: where the guard fuses, fused and separate outputs are bitwise equal (NaNs by position).
+
+    A mismatch is raised as its kind (:func:`_diagnosed`), its message ending in the diagnosis."""
     fused, separate, decision = _fused_and_separate(example, device, target)
-    assert_equivalent(fused.y, separate.y, name="output", paths=("fused", "separate"), context=example.short())
+    try:
+        assert_equivalent(fused.y, separate.y, name="output", paths=("fused", "separate"), context=example.short())
+    except Mismatch as exc:
+        raise _diagnosed(exc, "P3", example, device, target) from None
     return decision
 
 
 def check_gradients(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
-    """P4: same tensors get gradients; ``dx`` and non-conv gradients bitwise; conv ones within §6."""
+    """P4: same tensors get gradients; ``dx`` and non-conv gradients bitwise; conv ones within §6.
+
+    A mismatch is raised as its kind (:func:`_diagnosed`), its message ending in the diagnosis."""
     if not example.grad:
         raise NotApplicable("gradients need grad=True")
     fused, separate, decision = _fused_and_separate(example, device, target)
-    _compare_grads(fused, separate, ("fused", "separate"), example.short(), conv_exact=False)
+    try:
+        _compare_grads(fused, separate, ("fused", "separate"), example.short(), conv_exact=False)
+    except Mismatch as exc:
+        raise _diagnosed(exc, "P4", example, device, target) from None
     return decision
+
+
+def _diagnosed(mismatch: Mismatch, prop: str, example: Example, device: str, target: TargetLike) -> Mismatch:
+    """``mismatch`` as a :func:`~gdn_equiv.compare.mismatch_kind` of its own, so that Hypothesis keeps and
+    shrinks each kind apart (SPEC §10): the property, the tensor (``output``, ``grad.x``, a parameter's
+    gradient) and, on the in-house target, the diagnosis of the conv backend re-run on this example's
+    conv inputs (:mod:`gdn_equiv.diagnose`: channel offset or count, within tolerance or past it, or the
+    layer's fused path), whose verdict ends the message. The report is kept; ``.diagnosis`` holds the
+    details. A diagnosis that fails says so and never hides the finding."""
+    from gdn_equiv.compare import mismatch_kind
+    from gdn_equiv.diagnose import UNDIAGNOSED, diagnose_layer
+
+    kind, line, diagnosis = f"{prop} {mismatch.report.name}", "", None
+    try:
+        handle = _target(target).build(example, device)
+        diagnosis = diagnose_layer(
+            getattr(handle, "layer", None),
+            handle.inputs(),
+            grad=example.grad,
+            probe_grad=prop == "P4",
+            seed=example.seed,
+        )
+    except Exception as exc:  # the finding stands whatever the diagnosis does
+        kind, line = f"{kind}: {UNDIAGNOSED}", f"\nDiagnosis failed: {type(exc).__name__}: {exc}"
+    if diagnosis is not None:
+        kind += f": {diagnosis.kind_name}"
+        line = f"\nDiagnosis ({diagnosis.backend!r} kernel re-run on the conv inputs): {diagnosis.verdict}"
+    raised = mismatch_kind(kind)(f"{mismatch}{line}", mismatch.report)
+    raised.diagnosis = diagnosis  # type: ignore[attr-defined]
+    return raised
 
 
 def reference_handle(example: Example, state: dict[str, Tensor], device: str) -> Any:
