@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from gdn_equiv.cache import Cache
-from gdn_equiv.config import ConvSpec, LayerConfig
+from gdn_equiv.config import CallFacts, ConvSpec, LayerConfig
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families import DEFAULT_FAMILY, get_family
 
@@ -63,6 +63,14 @@ class Example:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    def call_facts(self) -> CallFacts:
+        """The guard's facts of this example's call, read off its description (no layer is run): a
+        populated cache is a cached state; ``cu_seqlens``, or a mask in a family that unpads, is
+        varlen. ``tests/test_families.py`` checks it against what the layer itself reads."""
+        unpads = get_family(self.family).mask == "unpad"
+        varlen = self.varlen == "cu_seqlens" or (self.varlen == "mask" and unpads)
+        return CallFacts(self.cache == "populated", self.use_cache, varlen)
 
     @property
     def num_seqs(self) -> int:

@@ -359,6 +359,10 @@ class GapNeedlessFallback(UpstreamGap):
     """The guard falls back where fusion is exact (incomplete; costs speed, not correctness)."""
 
 
+class GapNoFusedPrologue(UpstreamGap):
+    """The target version has no fused prologue for this family at all (it never fuses; speed only)."""
+
+
 def check_target_guard(
     example: Example,
     *,
@@ -379,8 +383,9 @@ def check_target_guard(
     from gdn_equiv.targets import get_target
 
     handle: Any = get_target(target, **options).build(example, device)
-    inputs = handle.inputs()
-    call = handle.call_facts(inputs)
+    # deciding from the guards alone needs no inputs (a populated cache would run our layer to fill)
+    inputs = handle.inputs() if demonstrate else None
+    call = handle.call_facts(inputs) if inputs is not None else example.call_facts()
     facts = handle.layer_facts()
     spec = decide(facts, call)
     fuses, _ = handle.decide(call)
@@ -388,40 +393,59 @@ def check_target_guard(
     if fuses == spec.fuse:
         return spec
     report = Report("guard", (target, "spec"), False, 1, problem=f"{target} fuses={fuses}, spec fuses={spec.fuse}")
+    if not fuses and "fused" not in getattr(handle, "prologues", ("fused",)):
+        raise GapNoFusedPrologue(
+            f"{target} has no fused prologue for {example.family!r} in this version: it runs the separate "
+            f"convs where fusion is exact\nExample: {context}",
+            report,
+        )
     if not fuses:
         raise GapNeedlessFallback(f"{target}'s guard falls back where fusion is exact\nExample: {context}", report)
     if Condition.G8 in spec.failed and facts.convs is not None:
-        has = [c.has_bias for c in facts.convs]
-        if facts.conv_bias and not all(has):
+        pairs = zip(facts.names, facts.convs, strict=True)
+        biases = ", ".join(f"{n}={'bias' if c.has_bias else 'none'}" for n, c in pairs)
+        who = f"conv_bias={facts.conv_bias}, convs {biases}"
+        gap = _bias_gap(handle, facts)
+        if gap == "crash":
             try:
                 if demonstrate:
                     handle.run(inputs, "auto")
             except TypeError as exc:
                 raise GapMissingBiasCrash(
-                    f"{target} fuses with conv_bias=True and a conv without bias; its fused path raises "
+                    f"{target} fuses with {who}; its fused path concatenates the biases and raises "
                     f"TypeError: {exc}\nExample: {context}",
                     report,
                 ) from exc
             except Exception:  # the kernel itself cannot run here; the facts already show the gap
                 pass
             raise GapMissingBiasCrash(
-                f"{target} fuses with conv_bias=True and a conv without bias\nExample: {context}", report
+                f"{target} fuses with {who}: its fused path concatenates a missing bias\nExample: {context}", report
             )
-        if not facts.conv_bias and any(has):
-            how = "inferred from the facts (the fused path concatenates no bias when the flag is off)"
+        if gap == "dropped":
+            how = "inferred from the facts (the fused path concatenates no bias here)"
             if not demonstrate:
                 how = "decided from the guards; not run"
             elif str(device).startswith("cuda"):
                 how = _fused_vs_separate(handle, inputs, device)
             raise GapBiasDropped(
-                f"{target} fuses with conv_bias=False and a conv with a bias: the bias is dropped ({how})"
-                f"\nExample: {context}",
+                f"{target} fuses with {who}: a bias is dropped ({how})\nExample: {context}",
                 report,
             )
     how = "decided from the guards; not run"
     if demonstrate and str(device).startswith("cuda"):
         how = _fused_vs_separate(handle, inputs, device)
     raise GapOtherRefusal(f"{target} fuses where the spec refuses ({how})\nExample: {context}", report)
+
+
+def _bias_gap(handle: Any, facts: Any) -> str | None:
+    """What the target's fused path does with these biases (``"crash"``, ``"dropped"`` or ``None``):
+    the target's own rule where it has one (fla: by version), else PR #972's (the layer flag decides)."""
+    if hasattr(handle, "bias_gap"):
+        return handle.bias_gap()
+    has = [c.has_bias for c in facts.convs]
+    if facts.conv_bias and not all(has):
+        return "crash"
+    return "dropped" if not facts.conv_bias and any(has) else None
 
 
 def _fused_vs_separate(handle: Any, inputs: Any, device: str) -> str:

@@ -249,6 +249,7 @@ def search_gaps(
     database: Any = None,
     clock: Callable[[], float] = time.perf_counter,
     check: Callable[..., Any] = P.check_target_guard,
+    family: str = DEFAULT_FAMILY,
     **options: Any,
 ) -> Iterator[Check]:
     """P1 against an upstream target: search its guard's gaps one kind at a time (``options`` configure
@@ -264,13 +265,14 @@ def search_gaps(
     """
     from gdn_equiv.strategies import examples
 
-    strategy = st.one_of(examples(fusable=True), examples(fusable=False))
+    strategy = st.one_of(examples(fusable=True, family=family), examples(fusable=False, family=family))
     started = clock()
     known: set[type] = set()
     row: dict[str, Any] = {
         "target": target,
         "target_options": {k: str(v) for k, v in options.items()},
         "function": check.__name__,
+        "family": family,
     }
     clean = Check(f"P1-{target}-guard-vs-spec", "-", **row)
     found: list[tuple[type, Example]] = []

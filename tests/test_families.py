@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from gdn_equiv.cache import Cache
 from gdn_equiv.compare import assert_equivalent, assert_tree_equivalent
-from gdn_equiv.example import Example, build_layer
+from gdn_equiv.example import Example, build_layer, materialize
 from gdn_equiv.families import get_family, known_families
-from gdn_equiv.strategies import layer_configs
+from gdn_equiv.strategies import examples, layer_configs
 
 F64 = torch.float64
 FAMILIES = tuple(known_families())
@@ -174,12 +174,18 @@ def test_state_dict_loads_strict_into_the_fla_class(family):
 
 
 def _small(family: str) -> dict:
-    return {
-        "gated_deltanet": {"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 2},
-        "kda": {"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 0.5},
-        "gla": {"hidden_size": 16, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4, "num_kv_heads": 2},
-        "lightnet": {"hidden_size": 16, "num_heads": 2, "expand_ratio": 4, "gate_low_rank_dim": 3},
-    }.get(family, {})
+    return dict(get_family(family).small)
+
+
+@settings(deadline=None)
+@given(example=st.sampled_from(FAMILIES).flatmap(lambda f: examples(family=f)))
+def test_example_call_facts_are_what_the_layer_reads(example):
+    """The facts a guard-only search decides from (``Example.call_facts``) are the layer's own."""
+    count_example()
+    layer = build_layer(example)
+    inputs = materialize(example, layer)
+    facts = layer.call_facts(inputs.x, inputs.attention_mask, inputs.cache, inputs.use_cache, inputs.cu_seqlens)
+    assert example.call_facts() == facts
 
 
 def test_every_family_describes_its_slots():

@@ -30,26 +30,32 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.config import CallFacts, ConvSpec
+from gdn_equiv.config import CallFacts, ConvSpec, LayerConfig
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
+from gdn_equiv.families import get_family, known_families
 from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import get_target
-from gdn_equiv.targets.fla_target import build_fla_layer, fla_guard, fla_layer_facts, fla_version
+from gdn_equiv.targets.fla_target import build_fla_layer, fla_guard, fla_layer_facts, fla_version, version_row
 
 Tensor = torch.Tensor
 FLA = get_target("fla")
 _REASON = FLA.unavailable()
 FLA_VERSION = fla_version()
+ROW = None if _REASON is not None else version_row()
+FUSING = () if ROW is None else ROW.fusing
 pytestmark = [
     pytest.mark.fla,
     pytest.mark.skipif(_REASON is not None, reason=f"fla target unavailable: {_REASON}"),
     pytest.mark.filterwarnings("ignore::UserWarning"),
 ]
 ON_060 = FLA_VERSION == "0.6.0"
+FAMILIES = tuple(known_families())
 
 
 # ---- the spec oracle: SPEC §1 / P1 as a decision table ------------------------------------------
-def spec_fuses(config: GDNConfig, call: CallFacts) -> tuple[bool, list[str]]:
+def spec_fuses(config: LayerConfig, call: CallFacts) -> tuple[bool, list[str]]:
     """Whether the spec allows the fused prologue, and every condition that forbids it."""
     why = []
     if not config.use_short_conv:
@@ -60,7 +66,7 @@ def spec_fuses(config: GDNConfig, call: CallFacts) -> tuple[bool, list[str]]:
         why.append("use_cache")
     if call.varlen:
         why.append("varlen")
-    convs = [config.conv_spec(n) for n in "qkv"]
+    convs = [config.conv_spec(n) for n in config.SLOTS]
     backends = {("cuda" if c.backend == "cuda" else "triton") if c.backend else _fla_name(config) for c in convs}
     activations = {"silu" if c.activation == "swish" else c.activation for c in convs}
     sizes = {c.kernel_size or config.conv_size for c in convs}
@@ -78,46 +84,42 @@ def spec_fuses(config: GDNConfig, call: CallFacts) -> tuple[bool, list[str]]:
     return not why, why
 
 
-def _fla_name(config: GDNConfig) -> str:
+def _fla_name(config: LayerConfig) -> str:
     return "cuda" if config.conv_backend == "cuda" else "triton"
 
 
 # ---- generated layer and call states ------------------------------------------------------------
 _FIELDS = {
     "backend": ["triton", "cuda"],
-    "activation": ["swish", None],
+    "activation": ["swish", "silu", None],
     "kernel_size": [2, 3, 4],
     "bias": [False, True],
 }
 
 
 @st.composite
-def conv_spec_overrides(draw: st.DrawFn) -> ConvSpec:
+def conv_spec_overrides(draw: st.DrawFn, activation: str | None) -> ConvSpec:
     """A conv's own facts: at most one field deviates from the layer's (its value drawn freely, so it
     may still repeat the layer's). Single-field deviations are where a guard gap hides (one bias too
-    many or too few); several at once would mostly be refused for other reasons. Shrinks to ``ConvSpec()``.
-    """
-    field = draw(st.sampled_from([None, *_FIELDS]))
+    many or too few); several at once would mostly be refused for other reasons. Shrinks to the
+    family's own conv (``activation``)."""
+    field = draw(st.sampled_from([None] * 4 + list(_FIELDS)))  # half the convs keep the layer's facts
     if field is None:
-        return ConvSpec()
-    return ConvSpec(**{field: draw(st.sampled_from(_FIELDS[field]))})
+        return ConvSpec(activation=activation)
+    return ConvSpec(**{"activation": activation, field: draw(st.sampled_from(_FIELDS[field]))})
 
 
-def configs(*, conv_bias: bool | None = None) -> st.SearchStrategy[GDNConfig]:
-    """Small fla-valid layer configs, each conv possibly with its own facts; shrinks to identical convs."""
-    return st.builds(
-        GDNConfig,
-        hidden_size=st.just(8),
-        head_dim=st.just(4),
-        num_heads=st.integers(1, 2),
-        expand_v=st.sampled_from([1, 2]),
-        use_short_conv=st.sampled_from([True] * 7 + [False]),
-        conv_size=st.integers(2, 4),
-        conv_bias=st.booleans() if conv_bias is None else st.just(conv_bias),
-        conv_backend=st.sampled_from(["triton", "cuda"]),
-        q_conv=conv_spec_overrides(),
-        k_conv=conv_spec_overrides(),
-        v_conv=conv_spec_overrides(),
+@st.composite
+def configs(draw: st.DrawFn, family: str, *, conv_bias: bool | None = None) -> LayerConfig:
+    """Small fla-valid configs of ``family``, each conv possibly with its own facts; shrinks to identical convs."""
+    base = draw(layer_configs(family=family, vary_convs=0.0, use_short_conv=None, conv_bias=conv_bias))
+    # the layer's shared activation (the family's own first), or silu half the time: the silu/swish alias
+    # is a gap only among convs that have an activation (LightNet's have none)
+    own = draw(st.sampled_from([base.q_conv.activation, "silu"]))
+    return base.replace(
+        conv_backend=draw(st.sampled_from(["triton", "cuda"])),
+        conv_size=draw(st.integers(2, 4)),
+        **{f"{n}_conv": draw(conv_spec_overrides(own)) for n in base.SLOTS},
     )
 
 
@@ -127,98 +129,184 @@ def call_states() -> st.SearchStrategy[CallFacts]:
     return st.builds(CallFacts, flag, flag, flag)
 
 
-def _fla_layer(config: GDNConfig):
+def _fla_layer(config: LayerConfig, family: str = "gated_deltanet"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return build_fla_layer(config, "cpu", pinnable=False)
+        return build_fla_layer(config, "cpu", family=family, pinnable=False)
 
 
-# ---- P1 on fla's guard (CPU) --------------------------------------------------------------------
+def _guard(config: LayerConfig, call: CallFacts, family: str) -> bool:
+    return fla_guard(_fla_layer(config, family), call, ROW, family)
+
+
+# ---- P1 on fla's guard (CPU), every family, the installed version -------------------------------
+_BIAS_RULE = {
+    "flag": "the layer's conv_bias flag decides whether the fused conv concatenates biases",
+    "first": "q_conv.bias decides whether the fused conv concatenates biases (PR #977)",
+}
 _GAP_REASON = {
-    False: "fla 0.6.0 fuses with conv_bias=False while a conv has a bias: the fused path drops it (SPEC §1); "
-    "shrunk: conv_bias=False, v_conv=ConvSpec(bias=True), CallFacts(False, False, False)",
-    True: "fla 0.6.0 fuses with conv_bias=True while a conv has no bias: the fused path raises TypeError "
-    "(SPEC §1); shrunk: conv_bias=True, v_conv=ConvSpec(bias=False), CallFacts(False, False, False)",
+    False: "fla {v} fuses with conv_bias=False while a conv has a bias ({rule}): a bias is dropped or, with a bias "
+    "on q under PR #977, the fused path raises TypeError; shrunk: conv_bias=False, one conv ConvSpec(bias=True)",
+    True: "fla {v} fuses with conv_bias=True while a conv has no bias ({rule}): the fused path raises TypeError or, "
+    "with q's bias removed under PR #977, drops k's and v's; shrunk: conv_bias=True, one conv ConvSpec(bias=False)",
 }
 
 
+def _known_gap(family: str, reason: str) -> list:
+    """A strict xfail where the installed version fuses this family (every fusing family has the gap)."""
+    fuses = family in FUSING
+    v = FLA_VERSION
+    rule = _BIAS_RULE[ROW.fused_bias] if ROW is not None else ""
+    return [pytest.mark.xfail(fuses, reason=reason.format(v=v, rule=rule), raises=AssertionError, strict=True)]
+
+
 @pytest.mark.parametrize(
-    "conv_bias",
+    ("family", "conv_bias"),
     [
-        pytest.param(
-            flag, marks=pytest.mark.xfail(ON_060, reason=_GAP_REASON[flag], raises=AssertionError, strict=True)
-        )
+        pytest.param(family, flag, marks=_known_gap(family, _GAP_REASON[flag]), id=f"{family}-conv_bias={flag}")
+        for family in FAMILIES
         for flag in (False, True)
     ],
-    ids=["conv_bias=False", "conv_bias=True"],
 )
-@settings(deadline=None, max_examples=100, derandomize=True)
-@given(data=st.data())
-def test_fla_guard_fuses_only_where_spec_allows(conv_bias: bool, data: st.DataObject) -> None:
-    config = data.draw(configs(conv_bias=conv_bias), label="config")
-    call = data.draw(call_states(), label="call")
-    layer = _fla_layer(config)
-    fla_fuses = fla_guard(layer, call)
+def test_fla_guard_fuses_only_where_spec_allows(family: str, conv_bias: bool) -> None:
+    """Never fuses where the spec refuses: first the known gap's minimal state (one conv's bias against
+    the flag: what the strict xfail documents, checked deterministically), then a search."""
+    small = _small(family, conv_bias=conv_bias, k_conv=ConvSpec(activation=_own(family), bias=not conv_bias))
+    _assert_never_fuses_where_spec_refuses(family, small, CallFacts(False, False, False))
+    _search_fuses_only_where_spec_allows(family, conv_bias)
+
+
+def _own(family: str) -> str | None:
+    return get_family(family).config_cls().q_conv.activation
+
+
+def _small(family: str, **changes: object) -> LayerConfig:
+    fam = get_family(family)
+    return fam.config_cls(**{**fam.small, **changes})
+
+
+def _assert_never_fuses_where_spec_refuses(family: str, config: LayerConfig, call: CallFacts) -> None:
+    layer = _fla_layer(config, family)
     spec, why = spec_fuses(config, call)
-    note(f"fla facts: {fla_layer_facts(layer)}")
-    assert not fla_fuses or spec, f"fla's guard fuses where the spec forbids it: {why}"
+    fuses = fla_guard(layer, call, ROW, family)
+    assert not fuses or spec, f"fla's guard fuses where the spec forbids it: {why}; fla facts: {fla_layer_facts(layer)}"
 
 
-@settings(deadline=None, max_examples=100)
-@given(config=configs(), call=call_states())
-def test_fla_guard_agrees_with_spec_apart_from_bias_and_aliases(config: GDNConfig, call: CallFacts) -> None:
-    """Outside bias parity and the silu/swish alias, fla 0.6.0's guard is the spec (G1–G7)."""
-    layer = _fla_layer(config)
+def _search_fuses_only_where_spec_allows(family: str, conv_bias: bool) -> None:
+    @settings(deadline=None, max_examples=100)
+    @given(data=st.data())
+    def search(data: st.DataObject) -> None:
+        config = data.draw(configs(family, conv_bias=conv_bias), label="config")
+        _assert_never_fuses_where_spec_refuses(family, config, data.draw(call_states(), label="call"))
+
+    search()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@settings(deadline=None, max_examples=60)
+@given(data=st.data())
+def test_fla_guard_agrees_with_spec_apart_from_bias_and_aliases(family: str, data: st.DataObject) -> None:
+    """Outside bias parity and the silu/swish alias, fla's guard is the spec (G1–G7) for every family
+    the version fuses; a family it does not fuse is never fused (P2 at the decision point)."""
+    config, call = data.draw(configs(family), label="config"), data.draw(call_states(), label="call")
     _, why = spec_fuses(config, call)
+    if family not in FUSING:
+        assert not _guard(config, call, family), f"fla {FLA_VERSION} has no fused prologue for {family}"
+        return
     why = [w for w in why if not w.startswith("bias presence")]
-    raw_activations = {config.conv_spec(n).activation for n in "qkv"}
+    raw_activations = {config.conv_spec(n).activation for n in config.SLOTS}
     if {"silu", "swish"} <= raw_activations:
         return  # the alias case: see test_fla_guard_is_complete
-    assert fla_guard(layer, call) == (not why), f"fla={fla_guard(layer, call)}, spec conditions failing: {why}"
+    fuses = _guard(config, call, family)
+    assert fuses == (not why), f"fla={fuses}, spec conditions failing: {why}"
 
 
-@pytest.mark.xfail(
-    ON_060,
-    strict=True,
-    raises=AssertionError,
-    reason="fla 0.6.0 compares activation strings: q='silu', k='swish' falls back although both are SiLU "
-    "(a missed fusion, not a wrong result); shrunk: v_conv=ConvSpec(activation='swish'), no cache/varlen",
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(
+            family,
+            marks=_known_gap(
+                family,
+                "fla {v} compares activation strings: q='silu', k='swish' falls back although both are SiLU "
+                "(a missed fusion, not a wrong result); shrunk: one conv ConvSpec(activation='swish'), no cache/varlen",
+            ),
+        )
+        for family in FAMILIES
+        if family in FUSING
+    ],
 )
-@settings(deadline=None, max_examples=100, derandomize=True)
-@given(config=configs(), call=call_states())
-def test_fla_guard_is_complete(config: GDNConfig, call: CallFacts) -> None:
-    """Wherever the spec fuses, fla's guard fuses too (a needless fallback is a cheaper defect)."""
+def test_fla_guard_is_complete(family: str) -> None:
+    """Wherever the spec fuses, fla's guard fuses too (a needless fallback is a cheaper defect): the
+    known alias state first (convs silu, k's swish), then a search."""
+    silu = ConvSpec(activation="silu")
+    alias = _small(family, q_conv=silu, k_conv=ConvSpec(activation="swish"), v_conv=silu)
+    _assert_fuses_where_spec_fuses(family, alias, CallFacts(False, False, False))
+
+    @settings(deadline=None, max_examples=100)
+    @given(data=st.data())
+    def search(data: st.DataObject) -> None:
+        config, call = data.draw(configs(family), label="config"), data.draw(call_states(), label="call")
+        _assert_fuses_where_spec_fuses(family, config, call)
+
+    search()
+
+
+def _assert_fuses_where_spec_fuses(family: str, config: LayerConfig, call: CallFacts) -> None:
     spec, _ = spec_fuses(config, call)
     if spec:
-        assert fla_guard(_fla_layer(config), call), "fla's guard falls back where fusion is exact"
+        assert _guard(config, call, family), "fla's guard falls back where fusion is exact"
 
 
-@pytest.mark.xfail(
-    ON_060,
-    strict=True,
-    raises=AssertionError,
-    reason="fla 0.6.0's guard ignores the convs' parameter dtypes (SPEC G9) and fuses k/v fp32 with q bf16 "
-    "(torch.cat promotes); on the H200 the fuzz's shrunk case gave fused = separate bitwise (fla's conv "
-    "computes in fp32): the spec is stricter here than fla's kernels need; shrunk: q_conv=ConvSpec(dtype="
-    "'bfloat16'), no cache/varlen",
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(
+            family,
+            marks=_known_gap(
+                family,
+                "fla {v}'s guard ignores the convs' parameter dtypes (SPEC G9) and fuses k/v fp32 with q bf16 "
+                "(torch.cat promotes); on the H200 the 0.6.0 fuzz's shrunk case gave fused = separate bitwise "
+                "(fla's conv computes in fp32): the spec is stricter here than fla's kernels need; shrunk: "
+                "q_conv=ConvSpec(dtype='bfloat16'), no cache/varlen",
+            ),
+        )
+        for family in FAMILIES
+        if family in FUSING
+    ],
 )
-@settings(deadline=None, max_examples=100, derandomize=True)
-@given(data=st.data())
-def test_fla_guard_refuses_mixed_parameter_dtypes(data: st.DataObject) -> None:
+def test_fla_guard_refuses_mixed_parameter_dtypes(family: str) -> None:
     """One conv's weight/bias in another dtype than the others' (a user's ``.to()`` on one module): the
-    spec refuses (G9), and so should fla's guard."""
-    config = data.draw(configs(), label="config")
-    name = data.draw(st.sampled_from("qkv"), label="conv")
-    dtype = data.draw(st.sampled_from(["bfloat16", "float16"]), label="dtype")
-    field = f"{name}_conv"
-    config = dataclasses.replace(
-        config, use_short_conv=True, **{field: dataclasses.replace(getattr(config, field), dtype=dtype)}
-    )
-    call = data.draw(call_states(), label="call")
+    spec refuses (G9), and so should fla's guard. The known state first (q in bf16), then a search."""
+    known = _small(family, q_conv=ConvSpec(activation=_own(family), dtype="bfloat16"))
+    _assert_refuses_mixed_dtypes(family, known, CallFacts(False, False, False))
+
+    @settings(deadline=None, max_examples=100)
+    @given(data=st.data())
+    def search(data: st.DataObject) -> None:
+        config = data.draw(configs(family), label="config")
+        name = data.draw(st.sampled_from(config.SLOTS), label="conv")
+        dtype = data.draw(st.sampled_from(["bfloat16", "float16"]), label="dtype")
+        field = f"{name}_conv"
+        config = dataclasses.replace(
+            config, use_short_conv=True, **{field: dataclasses.replace(getattr(config, field), dtype=dtype)}
+        )
+        _assert_refuses_mixed_dtypes(family, config, data.draw(call_states(), label="call"))
+
+    search()
+
+
+def _assert_refuses_mixed_dtypes(family: str, config: LayerConfig, call: CallFacts) -> None:
     _, why = spec_fuses(config, call)
     assert "parameter dtypes differ" in why
-    fla_fuses = fla_guard(_fla_layer(config), call)
-    assert not fla_fuses, f"fla's guard fuses where the spec forbids it: {why}"
+    assert not _guard(config, call, family), f"fla's guard fuses where the spec forbids it: {why}"
+
+
+def test_an_unknown_fla_version_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(InvalidArgument, match=r"fla 9\.9\.9 .*0\.6\.0, 0\.5\.2\+pr977"):
+        version_row("9.9.9")
+    # the PR build sorts below 0.6.0: matched exactly, so both rows exist and differ
+    assert version_row("0.5.2+pr977").decision != version_row("0.6.0").decision
 
 
 def test_fla_target_loads_the_reference_state_dict_strictly() -> None:

@@ -24,7 +24,8 @@ class Family:
     :attr:`fused_cls` adds the fused prologue. ``dims`` draws the family's own config fields (heads,
     dims, gates) small and valid by construction; the generic config strategy adds the conv fields.
     ``fla_class`` / ``fla_kwargs`` say how fla builds the same layer (same state_dict).
-    ``bench`` holds the config fields of the PR's benchmark shape. ``known_gaps`` maps an fla version
+    ``bench`` holds the config fields of the PR's benchmark shape, ``small`` those of a small valid
+    layer (for hand-written cases: a known gap's minimal state). ``known_gaps`` maps an fla version
     to the guard gaps that version is known to have for this family (strict xfails).
     """
 
@@ -35,6 +36,7 @@ class Family:
     fla_class: str | None = None
     fla_kwargs: Callable[[Any], dict[str, Any]] | None = None
     bench: Mapping[str, Any] = field(default_factory=dict)
+    small: Mapping[str, Any] = field(default_factory=dict)
     known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property

@@ -222,8 +222,10 @@ def gdn_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ..
 
 def _fla_kwargs(c: GDNConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_v", "head_dim", "num_heads", "num_v_heads", "use_gate", "use_short_conv")
-    more = ("allow_neg_eigval", "conv_size", "conv_bias", "layer_idx", "norm_eps")
-    return {k: getattr(c, k) for k in (*keys, *more)} | {"mode": "chunk"}
+    more = ("allow_neg_eigval", "conv_size", "conv_bias", "layer_idx", "norm_eps", "output_gate_activation")
+    return {k: getattr(c, k) for k in (*keys, *more)} | {
+        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk"
+    }
 
 
 FAMILY = Family(
@@ -234,5 +236,6 @@ FAMILY = Family(
     fla_class="fla.layers.GatedDeltaNet",
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "head_dim": 256, "num_heads": 6, "expand_v": 2},
+    small={"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 2},
     known_gaps={"0.6.0": ("BiasDropped", "MissingBiasCrash", "OtherRefusal", "NeedlessFallback")},
 )

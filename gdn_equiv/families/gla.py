@@ -123,7 +123,7 @@ class GatedLinearAttention(ShortConvLayer):
         )
         self.o_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False, **factory)
         # fla: the swish gate fused into the norm when there is one, else a plain fp32 norm
-        self.fuse_norm_and_gate = c.gate_fn in ("swish", "silu") and c.use_output_gate
+        self.fuse_norm_and_gate = c.gate_fn == "swish" and c.use_output_gate  # fla: swish only, by name
         if self.fuse_norm_and_gate:
             self.g_norm_swish_gate = RMSNorm(self.head_v_dim, c.norm_eps, "swish", **factory)
         else:
@@ -215,7 +215,10 @@ def gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ..
 def _fla_kwargs(c: GLAConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "use_short_conv", "conv_size")
     more = ("conv_bias", "use_output_gate", "gate_fn", "norm_eps", "gate_logit_normalizer", "gate_low_rank_dim")
-    return {k: getattr(c, k) for k in (*keys, *more)} | {"layer_idx": c.layer_idx, "mode": "chunk"}
+    return {k: getattr(c, k) for k in (*keys, *more)} | {
+        "layer_idx": c.layer_idx,
+        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk",
+    }
 
 
 FAMILY = Family(
@@ -226,4 +229,5 @@ FAMILY = Family(
     fla_class="fla.layers.GatedLinearAttention",
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4},
+    small={"hidden_size": 16, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4, "num_kv_heads": 2},
 )

@@ -122,7 +122,9 @@ def kda_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ..
 
 def _fla_kwargs(c: KDAConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_v", "head_dim", "num_heads", "num_v_heads", "use_short_conv", "allow_neg_eigval")
-    return {k: getattr(c, k) for k in (*keys, "conv_size", "conv_bias", "layer_idx", "norm_eps")} | {"mode": "chunk"}
+    return {k: getattr(c, k) for k in (*keys, "conv_size", "conv_bias", "layer_idx", "norm_eps")} | {
+        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk"
+    }
 
 
 FAMILY = Family(
@@ -133,4 +135,5 @@ FAMILY = Family(
     fla_class="fla.layers.KimiDeltaAttention",
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "head_dim": 128, "num_heads": 16, "expand_v": 1},
+    small={"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 0.5},
 )

@@ -178,7 +178,9 @@ def lightnet_dims(
 
 def _fla_kwargs(c: LightNetConfig) -> dict[str, Any]:
     keys = ("hidden_size", "num_heads", "expand_ratio", "use_short_conv", "conv_size", "conv_bias")
-    return {k: getattr(c, k) for k in (*keys, "gate_low_rank_dim", "norm_eps", "layer_idx")} | {"mode": "chunk"}
+    return {k: getattr(c, k) for k in (*keys, "gate_low_rank_dim", "norm_eps", "layer_idx")} | {
+        "mode": "chunk"
+    }  # fla's LightNet has no recurrent mode (it runs fused_recurrent for T <= 64 itself)
 
 
 FAMILY = Family(
@@ -189,4 +191,5 @@ FAMILY = Family(
     fla_class="fla.layers.LightNetAttention",
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "num_heads": 16, "expand_ratio": 128},
+    small={"hidden_size": 16, "num_heads": 2, "expand_ratio": 4, "gate_low_rank_dim": 3},
 )

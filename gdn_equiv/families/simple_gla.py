@@ -53,7 +53,7 @@ class SimpleGatedLinearAttention(ShortConvLayer):
         self.g_proj = nn.Linear(c.hidden_size, c.value_dim, bias=False, **factory)
         self._add_convs(factory)
         self.gk_proj = nn.Linear(c.hidden_size, c.num_heads, bias=True, **factory)
-        self.fuse_norm_and_gate = c.gate_fn in ("swish", "silu")
+        self.fuse_norm_and_gate = c.gate_fn == "swish"  # fla: swish only, by name
         if self.fuse_norm_and_gate:
             self.g_norm_swish_gate = RMSNorm(self.head_v_dim, c.norm_eps, "swish", **factory)
         else:
@@ -111,7 +111,9 @@ def simple_gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[
 def _fla_kwargs(c: SimpleGLAConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "use_short_conv", "conv_size")
     more = ("conv_bias", "gate_fn", "norm_eps", "gate_logit_normalizer", "layer_idx")
-    return {k: getattr(c, k) for k in (*keys, *more)} | {"mode": "chunk"}
+    return {k: getattr(c, k) for k in (*keys, *more)} | {
+        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk"
+    }
 
 
 FAMILY = Family(
@@ -122,4 +124,5 @@ FAMILY = Family(
     fla_class="fla.layers.simple_gla.SimpleGatedLinearAttention",
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "expand_k": 1.0, "expand_v": 1.0, "num_heads": 4},
+    small={"hidden_size": 16, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4, "num_kv_heads": 2},
 )

@@ -1,8 +1,13 @@
-"""The ``fla`` target: flash-linear-attention's ``GatedDeltaNet`` (fla >= 0.6.0, the fused prologue).
+"""The ``fla`` target: flash-linear-attention's layer of each family, in each fla version it knows.
+
+Where fusion is decided moves between fla versions, so the adapter follows a version table
+(:data:`VERSIONS`; versions are matched exactly, never by ordering: the PR #977 build says 0.5.2 and
+predates 0.6.0's reorganisation). A version it does not know is refused, naming it and the known ones.
 
 How the suite drives fla without touching its guard:
 
-- The layer is fla's, built from our :class:`GDNConfig`; it loads the state_dict of our reference
+- The layer is fla's class for the example's family (``Family.fla_class``, constructor arguments from
+  ``Family.fla_kwargs``, only those the class declares); it loads the state_dict of our reference
   layer built from the same example (``strict=True``; every parameter then takes the reference's
   dtype too), so the two compute from identical weights.
 - Per-conv facts (bias present or not, activation, backend, kernel size, dtype) are applied by
@@ -13,11 +18,14 @@ How the suite drives fla without touching its guard:
 - The path taken is *observed*: forward hooks on the three conv modules count calls. fla's fused
   branch calls ``causal_conv1d`` directly and never a module's ``forward`` (0 calls); the separate
   branch calls each (3).
-- ``prologue="auto"`` runs fla's own guard, unmodified. ``"fused"`` / ``"separate"`` use a
-  subclass that overrides ``_use_fused_qkv_conv`` to return a constant: the one decision point fla
-  exposes (its own test patched the same method with ``mock``); the prologue code that runs is
-  fla's. The override is a class choice made at build time, not a patch of fla.
-- ``core="reference"`` (``--fla-core=reference``) substitutes our torch core for fla's
+- ``prologue="auto"`` runs fla's own guard, unmodified. ``"fused"`` / ``"separate"`` replace the
+  decision at the one place the version table names, inside the adapter and only for that run:
+  0.6.0: a subclass overriding ``GatedDeltaNet._use_fused_qkv_conv`` (a class choice made at build
+  time); PR #977: the name ``can_fuse_qkv_short_conv`` in the family's ``fla.layers`` module, bound
+  for the run to a constant (the layer's outer condition, inline code, still applies: a forced
+  ``"fused"`` cannot pass a cache or ``cu_seqlens``, and the observed path says so). The prologue
+  code that runs is fla's. A family that does not fuse in a version runs ``auto``/``separate`` only.
+- ``core="reference"`` (``--fla-core=reference``, Gated DeltaNet only) substitutes our torch core for fla's
   ``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` (their names in fla's layer
   module) for the duration of a run, with fla's in-kernel maths (q/k L2 norm, the gate
   ``-exp(A_log) softplus(a + dt_bias)``, ``sigmoid(beta)`` (x2 with negative eigenvalues)) done here
@@ -31,8 +39,11 @@ How the suite drives fla without touching its guard:
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,12 +52,12 @@ import torch
 import torch.nn.functional as F
 
 from gdn_equiv.cache import Cache
-from gdn_equiv.config import CONV_NAMES, CallFacts, ConvFacts, LayerFacts
+from gdn_equiv.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.families.gated_deltanet import GatedDeltaNet as ReferenceGDN
-from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.families import get_family
+from gdn_equiv.reference import ShortConvLayer
 
 Tensor = torch.Tensor
 CORES = ("fla", "reference")
@@ -66,30 +77,130 @@ def fla_backend(ours: str | None) -> str:
     return "cuda" if ours == "cuda" else "triton"
 
 
-def _layer_classes() -> tuple[type, type]:
-    """fla's ``GatedDeltaNet`` and a subclass whose guard answer can be pinned per run."""
-    from fla.layers.gated_deltanet import GatedDeltaNet
+@dataclass(frozen=True)
+class FlaVersion:
+    """One row of the version table: where this fla version decides fusion and how the fused path
+    treats biases.
 
-    class PinnableGatedDeltaNet(GatedDeltaNet):
-        """fla's layer; ``pinned`` = ``None`` asks fla's guard, ``True``/``False`` pins its answer."""
+    ``decision``: ``"method"`` (0.6.0: ``GatedDeltaNet._use_fused_qkv_conv``) or ``"helper"`` (PR #977:
+    ``can_fuse_qkv_short_conv`` imported by name into each family's module). ``fusing``: the families
+    whose layer can take the fused path. ``fused_bias``: whose word decides that the fused conv gets a
+    bias, ``"flag"`` (the layer's ``conv_bias``) or ``"first"`` (``q_conv.bias is not None``); then every
+    conv's bias is concatenated (a ``None`` raises ``TypeError``), else none is (a bias is dropped).
+    """
 
-        pinned: bool | None = None
-        last_guard: bool | None = None
-
-        def _use_fused_qkv_conv(self, last_state, use_cache, cu_seqlens):
-            self.last_guard = GatedDeltaNet._use_fused_qkv_conv(self, last_state, use_cache, cu_seqlens)
-            return self.last_guard if self.pinned is None else self.pinned
-
-    return GatedDeltaNet, PinnableGatedDeltaNet
+    version: str
+    decision: str
+    fusing: tuple[str, ...]
+    fused_bias: str
+    where: str
 
 
-def fla_guard(layer: torch.nn.Module, call: CallFacts) -> bool:
-    """fla's own ``_use_fused_qkv_conv`` (the base class's, never an override) on ``call``'s facts."""
-    from fla.layers.gated_deltanet import GatedDeltaNet
+VERSIONS: dict[str, FlaVersion] = {
+    "0.6.0": FlaVersion("0.6.0", "method", ("gated_deltanet",), "flag", "GatedDeltaNet._use_fused_qkv_conv (PR #972)"),
+    "0.5.2+pr977": FlaVersion(
+        "0.5.2+pr977",
+        "helper",
+        ("gated_deltanet", "kda", "gla", "lightnet", "simple_gla"),
+        "first",
+        "fla.modules.convolution.can_fuse_qkv_short_conv, imported into each fla.layers.<family> (PR #977)",
+    ),
+}
 
-    last_state = {"conv_state": None, "recurrent_state": None} if call.has_cached_state else None
-    cu_seqlens = torch.tensor([0, 1], dtype=torch.int32) if call.varlen else None
-    return bool(GatedDeltaNet._use_fused_qkv_conv(layer, last_state, call.use_cache, cu_seqlens))
+
+def version_row(version: str | None = None) -> FlaVersion:
+    """The table's row for ``version`` (default: the installed one); :class:`InvalidArgument` naming
+    the version and the known ones otherwise."""
+    version = fla_version() if version is None else version
+    if version not in VERSIONS:
+        raise InvalidArgument(
+            f"fla {version} is not a version the fla adapter knows; known versions: {', '.join(VERSIONS)} "
+            "(matched exactly: the PR #977 build says 0.5.2 and predates 0.6.0)"
+        )
+    return VERSIONS[version]
+
+
+def _fla_class(family: str) -> type:
+    path = get_family(family).fla_class
+    if path is None:
+        raise InvalidArgument(f"family {family!r} has no fla class")
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _pinnable(family: str, row: FlaVersion) -> type:
+    """fla's class for ``family``; for a 0.6.0 Gated DeltaNet a subclass whose guard can be pinned."""
+    cls = _fla_class(family)
+    if row.decision != "method" or family not in row.fusing:
+        return cls
+    return _pinnable_gdn(cls)
+
+
+_PINNABLE: dict[type, type] = {}
+
+
+def _pinnable_gdn(base: type) -> type:
+    if base not in _PINNABLE:
+
+        class PinnableGatedDeltaNet(base):  # type: ignore[misc, valid-type]
+            """fla's layer; ``pinned`` = ``None`` asks fla's guard, ``True``/``False`` pins its answer."""
+
+            pinned: bool | None = None
+            last_guard: bool | None = None
+
+            def _use_fused_qkv_conv(self, last_state, use_cache, cu_seqlens):
+                self.last_guard = base._use_fused_qkv_conv(self, last_state, use_cache, cu_seqlens)
+                return self.last_guard if self.pinned is None else self.pinned
+
+        _PINNABLE[base] = PinnableGatedDeltaNet
+    return _PINNABLE[base]
+
+
+def _family_module(layer: Any) -> Any:
+    """The ``fla.layers.<family>`` module whose global ``can_fuse_qkv_short_conv`` the layer calls."""
+    return importlib.import_module(type(layer).__module__ if not hasattr(layer, "_fla_module") else layer._fla_module)
+
+
+@contextmanager
+def _pinned(layer: Any, row: FlaVersion, fused: bool | None) -> Iterator[None]:
+    """Run with the version's decision pinned to ``fused`` (``None``: fla decides)."""
+    if fused is None or row.decision == "method":
+        if row.decision == "method" and hasattr(layer, "pinned"):
+            layer.pinned = fused
+        try:
+            yield
+        finally:
+            if hasattr(layer, "pinned"):
+                layer.pinned = None
+        return
+    module = _family_module(layer)
+    original = module.can_fuse_qkv_short_conv
+    module.can_fuse_qkv_short_conv = lambda *convs: fused
+    try:
+        yield
+    finally:
+        module.can_fuse_qkv_short_conv = original
+
+
+def fla_guard(
+    layer: torch.nn.Module, call: CallFacts, row: FlaVersion | None = None, family: str = "gated_deltanet"
+) -> bool:
+    """The version's own decision on ``call``'s facts, asked of fla's code (never an override):
+    0.6.0's ``GatedDeltaNet._use_fused_qkv_conv``; PR #977's outer condition (``use_short_conv``, no
+    cached state, no ``use_cache``, no ``cu_seqlens``) and its ``can_fuse_qkv_short_conv`` as the family's
+    module binds it. A family that does not fuse in that version: ``False``."""
+    row = row or version_row()
+    if family not in row.fusing:
+        return False
+    if row.decision == "method":
+        base = _fla_class(family)
+        last_state = {"conv_state": None, "recurrent_state": None} if call.has_cached_state else None
+        cu_seqlens = torch.tensor([0, 1], dtype=torch.int32) if call.varlen else None
+        return bool(base._use_fused_qkv_conv(layer, last_state, call.use_cache, cu_seqlens))
+    if not (layer.use_short_conv and not call.has_cached_state and not call.use_cache and not call.varlen):
+        return False
+    module = importlib.import_module(_fla_class(family).__module__)
+    return bool(module.can_fuse_qkv_short_conv(layer.q_conv1d, layer.k_conv1d, layer.v_conv1d))
 
 
 def _conv_module(channels: int, kernel_size: int, bias: bool, activation: str | None, backend: str) -> torch.nn.Module:
@@ -101,35 +212,28 @@ def _conv_module(channels: int, kernel_size: int, bias: bool, activation: str | 
     return conv
 
 
-def _construct(cls: type, config: GDNConfig, mode: str) -> Any:
-    return cls(
-        hidden_size=config.hidden_size,
-        expand_v=config.expand_v,
-        head_dim=config.head_dim,
-        num_heads=config.num_heads,
-        num_v_heads=config.num_v_heads,
-        mode=mode,
-        use_gate=config.use_gate,
-        use_short_conv=config.use_short_conv,
-        allow_neg_eigval=config.allow_neg_eigval,
-        conv_size=config.conv_size,
-        conv_bias=config.conv_bias,
-        layer_idx=config.layer_idx,
-        norm_eps=config.norm_eps,
-        output_gate_activation=config.output_gate_activation,
-    )
+def _construct(cls: type, family: str, config: LayerConfig) -> tuple[Any, dict[str, Any]]:
+    """fla's layer from our config: the family's fla arguments that the class declares (a version
+    may lack one: PR #977's Gated DeltaNet has no ``output_gate_activation``); returns the layer and
+    the arguments it did not take."""
+    kwargs = get_family(family).fla_kwargs(config)  # type: ignore[misc]
+    params = inspect.signature(cls.__init__).parameters
+    taken = {k: v for k, v in kwargs.items() if k in params}
+    return cls(**taken), {k: v for k, v in kwargs.items() if k not in params}
 
 
-def build_fla_layer(config: GDNConfig, device: str | torch.device = "cpu", *, pinnable: bool = True) -> Any:
+def build_fla_layer(
+    config: LayerConfig, device: str | torch.device = "cpu", *, family: str = "gated_deltanet", pinnable: bool = True
+) -> Any:
     """fla's layer for ``config`` with every per-conv fact applied (parameters uninitialised-random)."""
-    base, pinnable_cls = _layer_classes()
-    cls = pinnable_cls if pinnable else base
-    mode = "fused_recurrent" if config.mode == "recurrent" else "chunk"
+    row = version_row()
+    cls = _pinnable(family, row) if pinnable else _fla_class(family)
     with warnings.catch_warnings():  # fla warns on use_short_conv=False, a state the suite draws on purpose
         warnings.simplefilter("ignore", UserWarning)
-        layer = _construct(cls, config, mode)
+        layer, dropped = _construct(cls, family, config)
+    layer._gdn_dropped_kwargs = dropped
     if config.use_short_conv:
-        for name in CONV_NAMES:
+        for name in config.SLOTS:
             spec = config.conv_spec(name)
             conv = _conv_module(
                 config.conv_channels(name),
@@ -154,11 +258,11 @@ def load_reference_state(layer: torch.nn.Module, state: dict[str, Tensor]) -> No
         setattr(module, attr, torch.nn.Parameter(value.detach().clone(), requires_grad=current.requires_grad))
 
 
-def fla_layer_facts(layer: Any) -> LayerFacts:
+def fla_layer_facts(layer: Any, slots: tuple[str, ...] = ("q", "k", "v")) -> LayerFacts:
     if not layer.use_short_conv:
-        return LayerFacts(use_short_conv=False, conv_bias=bool(layer.conv_bias))
+        return LayerFacts(use_short_conv=False, conv_bias=bool(layer.conv_bias), names=slots)
     facts = []
-    for name in CONV_NAMES:
+    for name in slots:
         conv = getattr(layer, f"{name}_conv1d")
         facts.append(
             ConvFacts(
@@ -171,7 +275,7 @@ def fla_layer_facts(layer: Any) -> LayerFacts:
                 device=str(conv.weight.device),
             )
         )
-    return LayerFacts(use_short_conv=True, conv_bias=bool(layer.conv_bias), convs=(facts[0], facts[1], facts[2]))
+    return LayerFacts(use_short_conv=True, conv_bias=bool(layer.conv_bias), convs=tuple(facts), names=slots)
 
 
 # ---- the reference core in fla's calling convention ---------------------------------------------
@@ -222,11 +326,14 @@ def reference_core(
 
 
 @contextmanager
-def _core(core: str):
-    """Run fla's layer with ``core``; ``reference`` swaps the two core names in fla's layer module."""
+def _core(core: str, family: str = "gated_deltanet"):
+    """Run fla's layer with ``core``; ``reference`` swaps the two core names in fla's Gated DeltaNet
+    module (the only family whose core the adapter restates)."""
     if core == "fla":
         yield
         return
+    if family != "gated_deltanet":
+        raise InvalidArgument(f"--fla-core reference restates Gated DeltaNet's core only, not {family!r}'s")
     import fla.layers.gated_deltanet as mod
 
     saved = (mod.chunk_gated_delta_rule, mod.fused_recurrent_gated_delta_rule)
@@ -248,11 +355,13 @@ def _to_fla_cache(cache: Cache | None) -> Any:
         if state is None:
             continue
         conv = state["conv_state"]
+        extra = {k: _clone(v) for k, v in state.items() if k not in ("recurrent_state", "conv_state", "offset")}
         out.update(
             layer_idx=idx,
             recurrent_state=_clone(state["recurrent_state"]),
             conv_state=None if conv is None else tuple(_clone(c) for c in conv),
             offset=state["offset"],
+            **extra,
         )
     return out
 
@@ -267,11 +376,13 @@ def _from_fla_cache(cache: Any) -> Cache | None:
             out.states.append(None)
             continue
         conv = state.get("conv_state")
+        extra = {k: v for k, v in state.items() if k in ("ffn_state",) and v is not None}
         out.update(
             idx,
             recurrent_state=state.get("recurrent_state"),
             conv_state=None if conv is None else tuple(conv),
             offset=int(cache.get_seq_length(idx)),
+            **extra,
         )
     return out
 
@@ -285,15 +396,16 @@ def _clone(t: Tensor | None) -> Tensor | None:
 class FlaHandle:
     example: Example
     layer: Any
-    reference: ReferenceGDN
+    reference: ShortConvLayer
     device: str | torch.device
     core: str
+    row: FlaVersion
     _calls: list[str] = field(default_factory=list)
     _path: str | None = None
 
     def __post_init__(self) -> None:
         if self.layer.use_short_conv:
-            for name in CONV_NAMES:
+            for name in self.reference.slots:
                 getattr(self.layer, f"{name}_conv1d").register_forward_hook(self._hook(name))
 
     def _hook(self, name: str):
@@ -301,6 +413,15 @@ class FlaHandle:
             self._calls.append(name)
 
         return hook
+
+    @property
+    def family(self) -> str:
+        return self.example.family
+
+    @property
+    def prologues(self) -> tuple[str, ...]:
+        """What this version lets the adapter force for this family."""
+        return ("auto", "fused", "separate") if self.family in self.row.fusing else ("auto", "separate")
 
     def inputs(self) -> Inputs:
         """The example's inputs; a populated cache is filled by our reference layer (same weights)."""
@@ -310,18 +431,20 @@ class FlaHandle:
         from gdn_equiv.targets import check_prologue
 
         check_prologue(TARGET, prologue)
-        self.layer.pinned = _FORCED.get(prologue)
+        if prologue not in self.prologues:
+            raise InvalidArgument(
+                f"fla {self.row.version} has no fused prologue for {self.family!r}; prologue must be one of "
+                f"{self.prologues}, got {prologue!r}"
+            )
         self._calls.clear()
         x = inputs.x.clone()  # fla may write into its input (ShortConvolution's x.mul_(mask))
         kwargs: dict[str, Any] = {"attention_mask": inputs.attention_mask, "use_cache": inputs.use_cache}
         if inputs.cu_seqlens is not None:
             kwargs["cu_seqlens"] = inputs.cu_seqlens
         cache = _to_fla_cache(inputs.cache)
-        try:
-            with _core(self.core):
-                out, _, cache = self.layer(x, past_key_values=cache, **kwargs)
-        finally:
-            self.layer.pinned = None
+        forced = {"fused": True, "separate": False}.get(prologue)
+        with _pinned(self.layer, self.row, forced), _core(self.core, self.family):
+            out, _, cache = self.layer(x, past_key_values=cache, **kwargs)
         calls = len(self._calls)
         self._path = "none" if not self.layer.use_short_conv else ("fused" if calls == 0 else "separate")
         return out, _from_fla_cache(cache)
@@ -333,10 +456,6 @@ class FlaHandle:
         """Conv-module calls of the last run (the fused path calls none; it is one kernel)."""
         return len(self._calls) if self._path != "fused" else 1
 
-    def guard_said(self) -> bool | None:
-        """What fla's own guard answered in the last run (also when the run pinned a path)."""
-        return self.layer.last_guard
-
     def call_facts(self, inputs: Inputs) -> CallFacts:
         """The call's facts, read by our reference layer (the same unpadding rules as fla's)."""
         return self.reference.call_facts(
@@ -344,10 +463,24 @@ class FlaHandle:
         )
 
     def layer_facts(self) -> LayerFacts:
-        return fla_layer_facts(self.layer)
+        return fla_layer_facts(self.layer, self.reference.slots)
 
     def decide(self, call_facts: CallFacts) -> tuple[bool, str | None]:
-        return fla_guard(self.layer, call_facts), None  # fla's guard gives no reason
+        return fla_guard(self.layer, call_facts, self.row, self.family), None  # fla's guard gives no reason
+
+    def bias_gap(self) -> str | None:
+        """What this version's fused path does with these convs' biases: ``"crash"`` (it concatenates
+        them and one is ``None``), ``"dropped"`` (it concatenates none and one exists) or ``None``."""
+        facts = self.layer_facts()
+        if facts.convs is None:
+            return None
+        has = [c.has_bias for c in facts.convs]
+        concatenates = facts.conv_bias if self.row.fused_bias == "flag" else has[0]
+        if concatenates and not all(has):
+            return "crash"
+        if not concatenates and any(has):
+            return "dropped"
+        return None
 
     def state_dict(self) -> dict[str, Tensor]:
         return self.layer.state_dict()
@@ -365,13 +498,19 @@ class FlaTarget:
         return FlaTarget(core=core)
 
     def unavailable(self) -> str | None:
+        """Why the installed fla cannot be driven here (not installed, a version the table does not
+        know, a class that does not import), or ``None``."""
         version = fla_version()
         if version is None:
             return "flash-linear-attention is not installed (pip install flash-linear-attention einops transformers)"
         try:
-            _layer_classes()
+            version_row(version)
+        except InvalidArgument as exc:
+            return str(exc)
+        try:
+            _fla_class("gated_deltanet")
         except Exception as exc:
-            return f"fla {version} is installed but its GatedDeltaNet does not import: {type(exc).__name__}: {exc}"
+            return f"fla {version} is installed but its layers do not import: {type(exc).__name__}: {exc}"
         return None
 
     def unavailable_to_run(self) -> str | None:
@@ -382,12 +521,12 @@ class FlaTarget:
         return reason
 
     def build(self, example: Example, device: str | torch.device = "cpu") -> FlaHandle:
-        reference = build_layer(example, ReferenceGDN, device=device)
-        assert isinstance(reference, ReferenceGDN)
-        layer = build_fla_layer(example.config, device)
+        family = get_family(example.family)
+        reference = build_layer(example, family.layer_cls, device=device)
+        layer = build_fla_layer(example.config, device, family=example.family)
         load_reference_state(layer, reference.state_dict())
         layer.train(example.train)
-        return FlaHandle(example, layer, reference, device, self.core)
+        return FlaHandle(example, layer, reference, device, self.core, version_row())
 
 
 TARGET = FlaTarget()
