@@ -12,6 +12,10 @@ from hypothesis import strategies as st
 from gdn_equiv.config import LayerConfig
 from gdn_equiv.reference import ShortConvLayer
 
+#: the guard gaps fla's prologue has in every family it fuses (0.6.0's Gated DeltaNet, PR #977's
+#: families): SPEC §1's two bias gaps, G9 ignored, silu/swish told apart
+GAPS = ("BiasDropped", "MissingBiasCrash", "OtherRefusal", "NeedlessFallback")
+
 #: dims strategy: keyword-only ``max_heads`` and ``hidden_sizes``; returns the family's own config fields
 DimsFn = Callable[..., st.SearchStrategy[dict[str, Any]]]
 
@@ -26,7 +30,8 @@ class Family:
     ``fla_class`` / ``fla_kwargs`` say how fla builds the same layer (same state_dict).
     ``bench`` holds the config fields of the PR's benchmark shape, ``small`` those of a small valid
     layer (for hand-written cases: a known gap's minimal state). ``known_gaps`` maps an fla version
-    to the guard gaps that version is known to have for this family (strict xfails).
+    to the guard gap kinds (``properties.Gap<Kind>``) that version has for this family: the tests
+    mark them strict xfails, so a fix upstream (an XPASS) is noticed.
     """
 
     name: str

@@ -19,7 +19,7 @@ from torch import nn
 from gdn_equiv.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import Family
+from gdn_equiv.families.base import GAPS, Family
 from gdn_equiv.fused import fused_variant
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
@@ -237,5 +237,5 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "head_dim": 256, "num_heads": 6, "expand_v": 2},
     small={"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 2},
-    known_gaps={"0.6.0": ("BiasDropped", "MissingBiasCrash", "OtherRefusal", "NeedlessFallback")},
+    known_gaps={"0.6.0": GAPS, "0.5.2+pr977": GAPS},
 )

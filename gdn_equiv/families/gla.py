@@ -22,7 +22,7 @@ from torch import nn
 from gdn_equiv.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
 from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import Family
+from gdn_equiv.families.base import GAPS, Family
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
@@ -230,4 +230,5 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4},
     small={"hidden_size": 16, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4, "num_kv_heads": 2},
+    known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
 )

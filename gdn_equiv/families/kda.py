@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.core import gated_delta_rule, l2norm
-from gdn_equiv.families.base import Family
+from gdn_equiv.families.base import GAPS, Family
 from gdn_equiv.families.gated_deltanet import ValueHeadsConfig, compute_dtype, decay_parameters, heads
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
@@ -136,4 +136,5 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "head_dim": 128, "num_heads": 16, "expand_v": 1},
     small={"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 0.5},
+    known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
 )

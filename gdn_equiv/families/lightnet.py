@@ -23,7 +23,7 @@ from torch import nn
 from gdn_equiv.config import ConvSpec, LayerConfig
 from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import Family
+from gdn_equiv.families.base import GAPS, Family
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
@@ -192,4 +192,5 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "num_heads": 16, "expand_ratio": 128},
     small={"hidden_size": 16, "num_heads": 2, "expand_ratio": 4, "gate_low_rank_dim": 3},
+    known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
 )

@@ -20,7 +20,7 @@ from torch import nn
 
 from gdn_equiv.config import GATE_ACTIVATIONS
 from gdn_equiv.core import gated_delta_rule
-from gdn_equiv.families.base import Family
+from gdn_equiv.families.base import GAPS, Family
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.families.gla import GLAConfig, gla_dims
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
@@ -125,4 +125,5 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "expand_k": 1.0, "expand_v": 1.0, "num_heads": 4},
     small={"hidden_size": 16, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4, "num_kv_heads": 2},
+    known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
 )
