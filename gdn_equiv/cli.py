@@ -336,6 +336,7 @@ def _checks(plan: Plan, *, conditions: list[Condition], database: object, deadli
                     if check.budget_spent and check.examples <= check.not_applicable:
                         return
                     yield check
+                    yield from check.also  # each further kind of failure, a row of its own
             for condition in conditions:
                 if spent():
                     return

@@ -74,6 +74,9 @@ class Check:
     repro: str = ""
     repro_json: str = ""
     worst: Report | None = None
+    #: further distinct failures of the same run (another kind: another tensor, region or diagnosis),
+    #: each a row of its own so a harmless finding cannot hide a real one
+    also: list[Check] = field(default_factory=list, repr=False)
 
     @property
     def row_id(self) -> str:

@@ -8,10 +8,12 @@ backend x dtype row under its own database key, so saved failures replay first (
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -96,6 +98,7 @@ def run_property(
     fn, kind = SPECS[name]
     check = Check(name, backend, dtype or "any", family=family, function=fn.__name__)
     last_failing: list[Example] = []
+    failing_by_error: dict[int, Example] = {}  # Hypothesis reports each distinct failure: keep its example
     last_not_applicable: list[str] = []
     start = time.perf_counter()
 
@@ -119,8 +122,9 @@ def run_property(
                 check.not_applicable += 1
                 last_not_applicable[:] = [str(exc)]
                 return
-            except Exception:
+            except Exception as exc:
                 last_failing[:] = [example]
+                failing_by_error[id(exc)] = example
                 raise
         check.worst = worst(reports, check.worst)
         check.reasons[decision.reason_id] += 1
@@ -133,13 +137,22 @@ def run_property(
     except Exception as exc:
         if not last_failing:
             raise  # no example failed: the strategy or this runner broke, not the code under test
-        check.result = "FAIL"
-        check.failure = f"{type(exc).__name__}: {exc}"
-        check.example = last_failing[0]
-        # the shrunk example's comparison, or the crash
-        check.worst = (
-            exc.report if isinstance(exc, Mismatch) else Report(name, (backend, "-"), False, 0, problem=check.failure)
-        )
+        # several distinct failures (kinds) come as a group: each becomes a row, the first this one
+        errors = list(getattr(exc, "exceptions", None) or [exc])
+        rows = [check] + [dataclasses.replace(check, reasons=Counter(), also=[]) for _ in errors[1:]]
+        for row, error in zip(rows, errors, strict=True):
+            row.result = "FAIL"
+            row.failure = f"{type(error).__name__}: {error}"
+            row.example = failing_by_error.get(id(error), last_failing[0])
+            # the shrunk example's comparison, or the crash
+            row.worst = (
+                error.report
+                if isinstance(error, Mismatch)
+                else Report(name, (backend, "-"), False, 0, problem=row.failure)
+            )
+        for k, row in enumerate(rows[1:], start=2):
+            row.name = f"{name}#{k}"
+        check.also = rows[1:]
     if check.result == "pass" and check.examples == check.not_applicable:
         check.result = "not exercised"
         why = f" (the last: {last_not_applicable[0]})" if last_not_applicable else ""

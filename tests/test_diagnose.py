@@ -363,3 +363,21 @@ def test_necessity_search_on_a_plugin_without_counterexample_skips_with_the_repo
     ):
         test_every_guard_condition_is_necessary(Condition.G6, "gated_deltanet", "diagnose-always-silu", "cpu")
     assert "G6 is not needed for this kernel" in capsys.readouterr().out
+
+
+def test_check_writes_each_kind_of_failure_as_a_row_of_its_own():
+    """`gdn-equiv check`'s runner: when Hypothesis reports two kinds (a harmless one-ulp offset finding and
+    the lost bias), each becomes a row with its own shrunk example, not one row with the first."""
+    from gdn_equiv import runner
+
+    rows = []
+    for _ in range(4):  # the two kinds show up in most fresh runs (7 of 8); a few tries make it near certain
+        check = runner.run_property("P3-forward-exact", "diagnose-bias16", max_examples=80, dtype="float32")
+        rows = [check, *check.also]
+        if len(rows) > 1:
+            break
+    assert len(rows) >= 2, [r.failure for r in rows]
+    assert all(r.result == "FAIL" and r.example is not None for r in rows)
+    assert len({r.name for r in rows}) == len(rows)
+    verdicts = " | ".join(r.failure for r in rows)
+    assert "within tolerance" in verdicts and "beyond tolerance" in verdicts, verdicts
