@@ -1,79 +1,311 @@
-"""``gdn-equiv bench prologue``: three separate short convs vs one fused conv, per backend.
+"""``gdn-equiv bench``: the fused q/k/v prologue against the separate one, measured side by side.
 
-For each shape and backend: forward, and forward+backward (dx and dweight), of the q/k/v convs as the
-separate prologue runs them (three calls on channel slices of one ``[B, T, Dq+Dk+Dv]`` tensor) and as
-the fused prologue does (one call over all channels). Times are medians over ``iters`` after
-``warmup`` calls, with CUDA events on GPU and ``time.perf_counter`` on CPU (a smoke test there, not a
-measurement). Two timings per row on GPU:
+Two benchmarks, one row format, one table, one JSON report, one plot:
 
-- ``eager``: events around one call from Python, the GPU idle before it: host work (argument
-  checks, autograd, the launcher) counts whenever it is longer than the kernels.
-- ``device``: the same, but with the GPU kept busy by ``torch.cuda._sleep`` queued before the start
-  event, so the host has enqueued the whole call before the GPU reaches it: kernel time and the gaps
-  between dependent kernels only, as inside a model whose GPU queue is never empty. The HBM fraction
-  is meaningful for this row.
+- ``layer``: the whole layer, ``prologue="separate"`` vs ``prologue="fused"`` on the same fusable
+  state, forward and forward+backward (``dx`` and every parameter gradient), for each layer family x
+  conv backend x shape x dtype, through the target protocol (:mod:`gdn_equiv.targets`): our layer
+  (``gdn_equiv``) and fla's own layer (``fla``) where the installed fla has a fused prologue the fla
+  adapter can force (it replaces fla's decision at the one place its version table names; nothing is
+  patched here). fla's core runs where it can; where fla's backward refuses the machine (Hopper with
+  Triton < 3.7.1) forward+backward runs the reference core inside fla's layer, and the row says so.
+  In-house layers run the torch chunked core, which on a GPU is host-bound Python (tens of ms at the
+  PR's shapes): their ratio says little about the prologue; fla's rows and ``prologue`` do.
+- ``prologue``: the convs alone: three calls on channel slices of one ``[B, T, Dq+Dk+Dv]`` tensor vs
+  one call over all channels, per registry backend and fla's Triton conv.
 
-Bytes are what the fused call must move at least; the fraction is of the H200's 4.8 TB/s HBM bandwidth.
-Operands stay in L2 between iterations where they fit (the first shape's 50 MB x does not).
+Each row is checked once before it is timed: the fused forward output equals the separate one
+bitwise, and (layer rows) the fused path really ran: one conv launch instead of one per slot,
+counted through the backend registry (fla: conv-module calls, 0 instead of 3).
 
-Backends: this project's registry (``torch``, ``triton``, ``cuda`` where available) and, as an external
-baseline called directly, fla 0.6.0's Triton ``causal_conv1d`` when ``fla`` is importable.
+Timing. On CUDA :func:`triton.testing.do_bench` (L2 flushed before every call, events around it,
+raw times kept so the median and the 20%/80% quantiles come from exactly ``iters`` calls after
+``warmup`` untimed ones). On CPU ``time.perf_counter`` around each call (wall clock, median of
+``iters``): a smoke test of the command on tiny shapes (``--quick``), not a measurement of a kernel;
+with ``TRITON_INTERPRET=1`` the triton rows time the interpreter. Bandwidth figures (prologue rows)
+exist on CUDA only.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import importlib.util
 import inspect
 import itertools
-import statistics
+import json
+import math
+import os
+import platform
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache, partial
+from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from gdn_equiv.backends import available_backends, get_backend
-
 Tensor = torch.Tensor
-HBM_BYTES_PER_S = 4.8e12  # H200
+FORMAT = "gdn-equiv-bench/1"
+PATHS = ("separate", "fused")
+PASSES = ("fwd", "fwd_bwd")
+QUANTILES = (0.2, 0.5, 0.8)
+#: (B, T) of the benchmark: fla PR #972's layer benchmark runs B2 T2048 by default; its description's
+#: table could not be read here, so the sweep is the issue's (1, 2048), (2, 2048), (4, 2048), (2, 4096)
+#: plus (4, 4096)
+SHAPES: tuple[tuple[int, int], ...] = ((1, 2048), (2, 2048), (4, 2048), (2, 4096), (4, 4096))
+QUICK_SHAPES: tuple[tuple[int, int], ...] = ((1, 16), (2, 32))
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: peak HBM bandwidth (bytes/s) by a substring of the device name; other devices get GB/s only
+PEAK_HBM = {"H200": 4.8e12}
+#: timed calls / untimed calls before them, per benchmark (our layer's forward+backward at B2 T2048 takes
+#: ~0.13 s on an H200)
+DEFAULT_ITERS = {"layer": 10, "prologue": 50}
+DEFAULT_WARMUP = {"layer": 2, "prologue": 10}
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchPlan:
+    """A ``bench`` run with every argument checked (by :func:`gdn_equiv.cli.plan_bench`)."""
+
+    what: str
+    families: list[str]
+    backends: list[str]  # registry names or module:attr specs
+    fla: bool  # fla rows (its layer, or its conv for ``prologue``)
+    dtypes: list[str]
+    device: str
+    iters: int
+    warmup: int
+    quick: bool
+    json: Path | None
+    plot: Path | None
+    shapes: tuple[tuple[int, int], ...] = ()
+    notes: list[str] = field(default_factory=list)  # what was left out, and why
+
+    def __post_init__(self) -> None:
+        if not self.shapes:
+            self.shapes = QUICK_SHAPES if self.quick else SHAPES
+
+
+# ---- timing --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class PrologueShape:
-    """The prologue of one GDN layer: q, k (``num_heads*head_dim`` channels) and v (``expand_v`` times that)."""
+class Timing:
+    """Milliseconds per call over ``n`` timed calls."""
 
-    B: int
-    T: int
-    hidden: int
-    head_dim: int
-    dtype: torch.dtype
-    num_heads: int = 6
-    expand_v: int = 2
-    W: int = 4
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    n: int
 
-    @property
-    def dims(self) -> tuple[int, int, int]:
-        key_dim = self.num_heads * self.head_dim
-        return key_dim, key_dim, key_dim * self.expand_v
-
-    @property
-    def label(self) -> str:
-        dt = str(self.dtype).removeprefix("torch.").replace("bfloat16", "bf16").replace("float", "fp")
-        return f"B{self.B} T{self.T} h{self.hidden} hd{self.head_dim} {dt} D{sum(self.dims)}"
+    @classmethod
+    def of(cls, times_ms: Sequence[float]) -> Timing:
+        p20, median, p80 = (quantile(times_ms, q) for q in QUANTILES)
+        return cls(median_ms=median, p20_ms=p20, p80_ms=p80, n=len(times_ms))
 
 
-SHAPES = (
-    PrologueShape(B=2, T=2048, hidden=2048, head_dim=256, dtype=torch.bfloat16),
-    PrologueShape(B=1, T=128, hidden=512, head_dim=64, dtype=torch.bfloat16),
-    PrologueShape(B=2, T=100, hidden=512, head_dim=64, dtype=torch.bfloat16),
-    PrologueShape(B=2, T=256, hidden=512, head_dim=64, dtype=torch.float16),
-)
-QUICK_SHAPES = (PrologueShape(B=1, T=16, hidden=16, head_dim=4, num_heads=2, dtype=torch.float32),)
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between the order statistics (numpy's and triton's default)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def time_cpu(fn: Callable[[], object], warmup: int, iters: int) -> Timing:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return Timing.of(times)
+
+
+def time_cuda(fn: Callable[[], object], warmup: int, iters: int) -> Timing:
+    """``iters`` calls timed by :func:`triton.testing.do_bench` (L2 flushed before each).
+
+    do_bench sizes its run in milliseconds; the first call's size comes from one timed call, later
+    calls (if it fell short) from what the previous one achieved, and the surplus is dropped."""
+    from triton.testing import do_bench
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    per_call = max(start.elapsed_time(end), 1e-3)
+    times: list[float] = []
+    while len(times) < iters:
+        rep = (iters - len(times)) * per_call
+        got = do_bench(fn, warmup=0, rep=rep, return_mode="all")
+        times += got
+        per_call = rep / len(got)  # do_bench's own cost per call, flush included
+    return Timing.of(times[:iters])
+
+
+def timer(device: str) -> Callable[[Callable[[], object], int, int], Timing]:
+    return time_cuda if torch.device(device).type == "cuda" else time_cpu
+
+
+def timing_method(device: str) -> str:
+    if torch.device(device).type == "cuda":
+        return "triton.testing.do_bench: CUDA events around each call, L2 flushed before each"
+    interp = " (TRITON_INTERPRET=1: triton rows time the interpreter)" if _interpreting() else ""
+    return f"time.perf_counter wall clock around each call on CPU{interp}: a smoke test, not a measurement"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# ---- what is measured: a subject is one row's four calls and its check ---------------------------
+
+
+@dataclass
+class Subject:
+    """One row: ``calls[(path, pass)]`` runs that path and pass once; ``check()`` runs each path once
+    (untimed) and says what it saw; ``meta`` goes into the row as is."""
+
+    meta: dict[str, Any]
+    calls: dict[tuple[str, str], Callable[[], object]]
+    check: Callable[[], dict[str, Any]]
+    extra: Callable[[dict[str, Any]], None] = lambda row: None  # adds derived figures to a finished row
+
+
+def _generator(device: str) -> torch.Generator:
+    return torch.Generator(torch.device(device)).manual_seed(0)
+
+
+def _randn(shape: Sequence[int], gen: torch.Generator, device: str, dtype: torch.dtype) -> Tensor:
+    return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+
+def _parameters(module: torch.nn.Module) -> list[Tensor]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def _outputs_equal(a: Tensor, b: Tensor) -> bool:
+    if torch.equal(a, b):
+        return True
+    return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
+
+
+# -- layer: a target's layer (ours for each family; fla's where the fla adapter can force its path)
+
+
+@cache
+def quick_fields(family_name: str) -> dict[str, Any]:
+    """The family's smallest valid config fields: Hypothesis' minimal draw of its own ``dims``
+    strategy (deterministic; the strategies shrink towards few heads and small dims)."""
+    from hypothesis import HealthCheck, find, settings
+
+    from gdn_equiv.families import get_family
+
+    family = get_family(family_name)
+    quiet = settings(database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    return dict(find(family.dims(max_heads=2), lambda fields: True, settings=quiet))
+
+
+def family_fields(family_name: str, quick: bool) -> dict[str, Any]:
+    from gdn_equiv.families import get_family
+
+    return quick_fields(family_name) if quick else dict(get_family(family_name).bench)
+
+
+def family_config(family_name: str, quick: bool, backend: str = "torch") -> Any:
+    from gdn_equiv.families import get_family
+
+    return get_family(family_name).config_cls(**family_fields(family_name, quick), conv_backend=backend)
+
+
+def fla_version() -> str | None:
+    from gdn_equiv.targets.fla_target import fla_version as version
+
+    return version()
+
+
+def fla_fuses(family_name: str) -> bool:
+    """Whether the installed fla has a fused prologue for this family (the fla adapter's version
+    table), which the adapter can then force."""
+    from gdn_equiv.targets.fla_target import version_row
+
+    return family_name in version_row().fusing
+
+
+def _layer_subject(
+    target_name: str, family_name: str, backend: str, B: int, T: int, dtype: str, device: str, quick: bool
+) -> Subject:
+    """The family's layer as the target builds it, both paths chosen by the target's ``prologue=``
+    argument (fla: the adapter pins fla's own decision; nothing here patches anything)."""
+    from gdn_equiv.example import Example
+    from gdn_equiv.targets import get_target
+
+    config = family_config(family_name, quick, backend)
+    example = Example(config=config, family=family_name, dtype=dtype, batch=B, seq_len=T, grad=True, train=True)
+    handle = get_target(target_name).build(example, device)
+    inputs = handle.inputs()
+    x = inputs.x.requires_grad_()
+    dy = _randn(tuple(x.shape), _generator(device), device, x.dtype)
+    meta: dict[str, Any] = {"family": family_name, "impl": "gdn_equiv", "backend": backend, "core": "torch chunked"}
+    if target_name == "fla":
+        meta.update(impl=f"fla {fla_version()}", backend="triton", core="fla")
+    handles = {"fwd": handle, "fwd_bwd": handle}  # check() may give fwd+bwd the reference core
+    grad_of = {p: [x, *_parameters(handle.layer)] for p in PASSES}
+
+    def call(path: str, p: str) -> Callable[[], object]:
+        def once() -> object:
+            out = handles[p].run(inputs, prologue=path)[0]
+            return out if p == "fwd" else torch.autograd.grad(out, grad_of[p], dy, allow_unused=True)
+
+        return once
+
+    def check() -> dict[str, Any]:
+        guard_fuses, _ = handle.decide(handle.call_facts(inputs))
+        outs, taken, launches = {}, {}, {}
+        for path in PATHS:
+            outs[path] = handle.run(inputs, prologue=path)[0].detach()
+            taken[path], launches[path] = handle.path_taken(), handle.launches()
+        try:
+            torch.autograd.grad(handle.run(inputs, prologue="fused")[0], [x], dy)
+        except RuntimeError as exc:  # fla's chunked backward refuses Hopper with Triton < 3.7.1
+            if target_name != "fla":
+                raise
+            handles["fwd_bwd"] = get_target("fla", core="reference").build(example, device)
+            grad_of["fwd_bwd"] = [x, *_parameters(handles["fwd_bwd"].layer)]
+            meta["core"] = "fla; fwd+bwd: the reference core inside fla's layer"
+            meta["note"] = f"fla's own backward did not run here ({_one_line(exc)[:120]})"
+        return {
+            "guard_fuses": bool(guard_fuses),
+            "fwd_equal": _outputs_equal(outs["separate"], outs["fused"]),
+            "path": {
+                **{f"{p}_ran": taken[p] for p in PATHS},
+                "launches": launches,
+                "ok": taken == {p: p for p in PATHS},
+            },
+        }
+
+    return Subject(meta, {(path, p): call(path, p) for path in PATHS for p in PASSES}, check)
+
+
+# -- prologue: the convs alone
 
 ConvFn = Callable[[Tensor, Tensor], Tensor]  # (x [B,T,D], weight [D,W]) -> y, silu, no bias
 
 
 def _registry_conv(name: str) -> ConvFn:
+    from gdn_equiv.backends import get_backend
+
     backend = get_backend(name)
 
     def conv(x: Tensor, weight: Tensor) -> Tensor:
@@ -85,7 +317,7 @@ def _registry_conv(name: str) -> ConvFn:
 def _fla_conv() -> ConvFn:
     try:
         from fla.modules.causal_conv1d import causal_conv1d as fla_causal_conv1d
-    except ImportError:  # older layouts
+    except ImportError:  # fla before 0.6.0's reorganisation (the PR #977 build) re-exports it here
         from fla.modules.convolution import causal_conv1d as fla_causal_conv1d
     extra = {"backend": "triton"} if "backend" in inspect.signature(fla_causal_conv1d).parameters else {}
 
@@ -95,149 +327,351 @@ def _fla_conv() -> ConvFn:
     return conv
 
 
-def _convs(backends: Sequence[str] | None) -> dict[str, ConvFn]:
-    names = list(backends) if backends is not None else [*available_backends(), "fla"]
-    out: dict[str, ConvFn] = {}
-    for name in names:
-        if name == "fla":
-            if importlib.util.find_spec("fla") is not None:
-                out["fla"] = _fla_conv()
-        elif get_backend(name).unavailable() is None:
-            out[name] = _registry_conv(name)
+def _prologue_subject(
+    family_name: str, impl: str, backend: str, B: int, T: int, dtype: torch.dtype, device: str, quick: bool
+) -> Subject:
+    config = family_config(family_name, quick)
+    conv = _fla_conv() if impl != "gdn_equiv" else _registry_conv(backend)
+    dims = [config.conv_channels(name) for name in config.SLOTS]
+    W, total = config.conv_size, sum(dims)
+    gen = _generator(device)
+    x = _randn((B, T, total), gen, device, dtype).requires_grad_()
+    weights = [(_randn((d, W), gen, device, torch.float32) / W).to(dtype).requires_grad_() for d in dims]
+    w_fused = torch.cat([w.detach() for w in weights]).requires_grad_()
+    dy = _randn((B, T, total), gen, device, dtype)
+    bounds = list(itertools.accumulate(dims, initial=0))
+    slices = [slice(a, b) for a, b in itertools.pairwise(bounds)]
+
+    def separate() -> list[Tensor]:
+        return [conv(x[..., s], w) for s, w in zip(slices, weights, strict=True)]
+
+    calls = {
+        ("separate", "fwd"): lambda: separate(),
+        ("fused", "fwd"): lambda: conv(x, w_fused),
+        ("separate", "fwd_bwd"): lambda: torch.autograd.grad(separate(), [x, *weights], [dy[..., s] for s in slices]),
+        ("fused", "fwd_bwd"): lambda: torch.autograd.grad(conv(x, w_fused), [x, w_fused], dy),
+    }
+
+    def check() -> dict[str, Any]:
+        with torch.no_grad():
+            fused = conv(x, w_fused)
+            equal = all(_outputs_equal(y, fused[..., s]) for y, s in zip(separate(), slices, strict=True))
+        return {"fwd_equal": equal}
+
+    esize = torch.finfo(dtype).bits // 8
+    act, wbytes = B * T * total * esize, total * W * esize
+    fwd_bytes = 2 * act + wbytes  # read x, write y, read weight
+    moved = {"fwd": fwd_bytes, "fwd_bwd": fwd_bytes + 3 * act + wbytes}  # + read dy and x, write dx, dweight
+
+    def bandwidth(row: dict[str, Any]) -> None:
+        row["fused_min_bytes"] = moved
+        if torch.device(device).type != "cuda":
+            return  # a CPU's wall clock says nothing about memory bandwidth
+        gbps = {p: moved[p] / (row["fused"][p]["median_ms"] * 1e-3) / 1e9 for p in PASSES}
+        row["fused_gb_per_s"] = gbps
+        peak = peak_hbm(device)
+        if peak is not None:
+            row["fused_hbm_fraction"] = {p: gbps[p] * 1e9 / peak for p in PASSES}
+
+    meta = {"family": family_name, "impl": impl, "backend": backend}
+    return Subject(meta, calls, check, bandwidth)
+
+
+def peak_hbm(device: str) -> float | None:
+    if torch.device(device).type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(torch.device(device))
+    return next((peak for key, peak in PEAK_HBM.items() if key in name), None)
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def subjects(plan: BenchPlan) -> Iterable[tuple[dict[str, Any], Callable[[], Subject]]]:
+    """``(row identity, builder)`` for every row of the plan, in table order."""
+    impls = [("gdn_equiv", b) for b in plan.backends] + ([(f"fla {fla_version()}", "triton")] if plan.fla else [])
+    for dtype in plan.dtypes:
+        for B, T in plan.shapes:
+            for family in plan.families:
+                for impl, backend in impls:
+                    ident = {"family": family, "impl": impl, "backend": backend, "B": B, "T": T, "dtype": dtype}
+                    if plan.what == "prologue":
+                        build = partial(_prologue_subject, family, impl, backend, B, T, DTYPES[dtype])
+                    elif impl == "gdn_equiv":
+                        build = partial(_layer_subject, "gdn_equiv", family, backend, B, T, dtype)
+                    elif fla_fuses(family):
+                        build = partial(_layer_subject, "fla", family, backend, B, T, dtype)
+                    else:
+                        continue
+                    yield ident, partial(build, plan.device, plan.quick)
+
+
+def measure(subject: Subject, plan: BenchPlan) -> dict[str, Any]:
+    """The row: the check, then each path's forward and forward+backward timed side by side."""
+    row: dict[str, Any] = {"check": subject.check()}
+    time_fn = timer(plan.device)
+    for path in PATHS:
+        row[path] = {}
+    for p in PASSES:
+        for path in PATHS:
+            row[path][p] = dataclasses.asdict(time_fn(subject.calls[path, p], plan.warmup, plan.iters))
+    row["ratio"] = {p: row["separate"][p]["median_ms"] / row["fused"][p]["median_ms"] for p in PASSES}
+    subject.extra(row)
+    return {**subject.meta, **row}
+
+
+def machine(device: str) -> dict[str, Any]:
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+    else:
+        name = f"cpu {platform.processor() or platform.machine()} ({torch.get_num_threads()} torch thread(s))"
+    return {
+        "device": str(dev),
+        "device_name": name,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": version("triton"),
+        "fla": version("flash-linear-attention"),  # read without importing fla (its import warns on a CPU)
+        "causal_conv1d": version("causal-conv1d") or version("causal_conv1d"),
+        "gdn_equiv": version("gdn-equiv"),
+        "triton_interpret": _interpreting(),
+        "peak_hbm_bytes_per_s": peak_hbm(device),
+    }
+
+
+def new_report(plan: BenchPlan) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "command": f"bench {plan.what}",
+        "plan": {
+            "families": plan.families,
+            "backends": plan.backends,
+            "fla": plan.fla,
+            "device": plan.device,
+            "quick": plan.quick,
+        },
+        "status": "running",
+        "machine": machine(plan.device),
+        "timing": {
+            "method": timing_method(plan.device),
+            "warmup": plan.warmup,
+            "iters": plan.iters,
+            "quantiles": list(QUANTILES),
+            "fwd": "the forward of a training step (autograd recording, as upstream's benchmark)",
+            "fwd_bwd": "forward, then the gradient of dx and every parameter (prologue: dx and the conv weights)",
+        },
+        "quick": plan.quick,
+        "shapes": [{"B": B, "T": T} for B, T in plan.shapes],
+        "dtypes": plan.dtypes,
+        "families": {name: _family_record(name, plan.quick) for name in plan.families},
+        "notes": list(plan.notes),
+        "rows": [],
+    }
+
+
+def _family_record(name: str, quick: bool) -> dict[str, Any]:
+    config = family_config(name, quick)
+    return {"fields": family_fields(name, quick), "conv_channels": {s: config.conv_channels(s) for s in config.SLOTS}}
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    """Written whole, then renamed into place: a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def run(
+    plan: BenchPlan, report: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda line: None
+) -> dict[str, Any]:
+    """Every row of the plan, each checked and timed, appended to ``report`` (default: a new one);
+    the report is rewritten to ``plan.json`` after each row, so an interrupted run leaves every
+    finished row (status ``interrupted``)."""
+    report = new_report(plan) if report is None else report
+    todo = list(subjects(plan))
+    try:
+        for i, (ident, build) in enumerate(todo, 1):
+            try:
+                row = {**ident, **measure(build(), plan)}
+            except Exception as exc:  # a shape a backend cannot run (memory, a kernel's limits) is a row
+                row = {**ident, "error": _one_line(exc)[:300]}
+            finally:
+                if torch.device(plan.device).type == "cuda":
+                    gc.collect()  # the row's layer and activations, before the next row allocates
+                    torch.cuda.empty_cache()
+            report["rows"].append(row)
+            progress(f"[{i}/{len(todo)}] {progress_line(row)}")
+            if plan.json is not None:
+                write_json(report, plan.json)
+    except BaseException:
+        report["status"] = "interrupted"
+        if plan.json is not None:
+            write_json(report, plan.json)
+        raise
+    report["status"] = "complete"
+    if plan.json is not None:
+        write_json(report, plan.json)
+    return report
+
+
+# ---- reading the rows ----------------------------------------------------------------------------
+
+
+def findings(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Rows where the fused path did not compute what the separate one did, or did not run."""
+    out = []
+    for r in rows:
+        check = r.get("check", {})
+        if check.get("fwd_equal") is False:
+            out.append(f"{_label(r)}: fused forward output differs from the separate one")
+        path = check.get("path", {})
+        if path.get("ok") is False:
+            ran = ", ".join(f"prologue={p} ran {path[f'{p}_ran']}" for p in PATHS)
+            out.append(f"{_label(r)}: {ran} (conv launches {path['launches']})")
     return out
 
 
-# ~2 ms of GPU sleep at the H200's ~2 GHz: longer than any one call's host work measured here.
-_SLEEP_CYCLES = 4_000_000
+def errors(rows: Sequence[dict[str, Any]]) -> list[str]:
+    return [f"{_label(r)}: {r['error']}" for r in rows if "error" in r]
 
 
-def _median_ms(fn: Callable[[], object], device: torch.device, warmup: int, iters: int, *, hide_host: bool) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(iters):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if hide_host:
-                torch.cuda._sleep(_SLEEP_CYCLES)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    else:
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def _label(r: dict[str, Any]) -> str:
+    return f"{r['family']} {r['impl']}/{r['backend']} B{r['B']} T{r['T']} {r['dtype']}"
 
 
-def _bench_one(
-    conv: ConvFn, shape: PrologueShape, device: torch.device, warmup: int, iters: int, *, hide_host: bool
-) -> dict:
-    B, T, W, dt = shape.B, shape.T, shape.W, shape.dtype
-    dims = shape.dims
-    total = sum(dims)
-    bounds = [0, dims[0], dims[0] + dims[1], total]
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(B, T, total, generator=gen).to(device, dt).requires_grad_()
-    weights = [(torch.randn(d, W, generator=gen) / W).to(device, dt).requires_grad_() for d in dims]
-    w_fused = torch.cat([w.detach() for w in weights]).requires_grad_()
-    dy = torch.randn(B, T, total, generator=gen).to(device, dt)
-    slices = [slice(a, b) for a, b in itertools.pairwise(bounds)]
-
-    def sep_fwd() -> object:
-        with torch.no_grad():
-            return [conv(x[..., s], w) for s, w in zip(slices, weights, strict=True)]
-
-    def fused_fwd() -> object:
-        with torch.no_grad():
-            return conv(x, w_fused)
-
-    def sep_fwd_bwd() -> object:
-        ys = [conv(x[..., s], w) for s, w in zip(slices, weights, strict=True)]
-        return torch.autograd.grad(ys, [x, *weights], [dy[..., s] for s in slices])
-
-    def fused_fwd_bwd() -> object:
-        return torch.autograd.grad(conv(x, w_fused), [x, w_fused], dy)
-
-    row: dict = {"timing": "device" if hide_host else "eager"}
-    for name, fn in (
-        ("sep_fwd_ms", sep_fwd),
-        ("fused_fwd_ms", fused_fwd),
-        ("sep_fwd_bwd_ms", sep_fwd_bwd),
-        ("fused_fwd_bwd_ms", fused_fwd_bwd),
-    ):
-        row[name] = _median_ms(fn, device, warmup, iters, hide_host=hide_host)
-    esize = torch.finfo(dt).bits // 8
-    act = B * T * total * esize
-    wbytes = total * W * esize
-    row["fwd_bytes"] = 2 * act + wbytes  # read x, write y, read weight
-    row["fwd_bwd_bytes"] = row["fwd_bytes"] + 3 * act + wbytes  # + read dy and x, write dx, write dweight
-    row["fwd_ratio"] = row["sep_fwd_ms"] / row["fused_fwd_ms"]
-    row["fwd_bwd_ratio"] = row["sep_fwd_bwd_ms"] / row["fused_fwd_bwd_ms"]
-    row["fwd_hbm_frac"] = row["fwd_bytes"] / (row["fused_fwd_ms"] * 1e-3) / HBM_BYTES_PER_S
-    row["fwd_bwd_hbm_frac"] = row["fwd_bwd_bytes"] / (row["fused_fwd_bwd_ms"] * 1e-3) / HBM_BYTES_PER_S
-    return row
-
-
-def bench_prologue(
-    shapes: Sequence[PrologueShape] | None = None,
-    backends: Sequence[str] | None = None,
-    warmup: int = 10,
-    iters: int = 50,
-    *,
-    quick: bool = False,
-    device: str | torch.device | None = None,
-) -> list[dict]:
-    """One row per (shape, backend, timing): separate vs fused times (ms), their ratios, bytes and HBM
-    fraction; timing ``eager`` and, on GPU, ``device`` (see the module docstring).
-
-    ``shapes`` defaults to :data:`SHAPES` (:data:`QUICK_SHAPES` with ``quick``); ``backends`` to every
-    available registry backend plus ``fla``. A backend that fails on a shape gets an ``error`` row.
-    """
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    shapes = shapes if shapes is not None else (QUICK_SHAPES if quick else SHAPES)
-    rows = []
-    for shape in shapes:
-        for name, conv in _convs(backends).items():
-            for hide_host in (False, True) if dev.type == "cuda" else (False,):
-                row: dict = {"shape": shape.label, "backend": name, "device": str(dev)}
-                try:
-                    row.update(_bench_one(conv, shape, dev, warmup, iters, hide_host=hide_host))
-                except Exception as exc:  # a baseline that cannot run a shape is a result, not a crash
-                    row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
-                    rows.append(row)
-                    break
-                rows.append(row)
-    return rows
-
-
-def format_table(rows: Sequence[dict]) -> str:
-    head = (
-        f"{'shape':<38} {'backend':<7} {'timing':<6} {'sep fwd':>8} {'fused fwd':>9} {'ratio':>5} "
-        f"{'sep f+b':>8} {'fused f+b':>9} {'ratio':>5} {'MB fwd':>7} {'MB f+b':>7} {'HBM fwd':>7} {'HBM f+b':>7}"
+def progress_line(r: dict[str, Any]) -> str:
+    if "error" in r:
+        return f"{_label(r)}: error: {r['error']}"
+    s, f = r["separate"], r["fused"]
+    return (
+        f"{_label(r)}: fwd {s['fwd']['median_ms']:.4g} -> {f['fwd']['median_ms']:.4g} ms "
+        f"({r['ratio']['fwd']:.2f}x), fwd+bwd {s['fwd_bwd']['median_ms']:.4g} -> {f['fwd_bwd']['median_ms']:.4g} ms "
+        f"({r['ratio']['fwd_bwd']:.2f}x)"
     )
-    lines = [head, "-" * len(head)]
+
+
+def _ms(t: dict[str, Any]) -> str:
+    return f"{t['median_ms']:.4g} ({t['p20_ms']:.4g}-{t['p80_ms']:.4g})"
+
+
+def _check_cell(r: dict[str, Any]) -> str:
+    c = r["check"]
+    equal = "bitwise" if c["fwd_equal"] else "DIFFERS"
+    if "path" not in c:
+        return equal
+    p = c["path"]
+    ran = f"{p['launches']['separate']} vs {p['launches']['fused']}"
+    return f"{equal}; {ran}" if p["ok"] else f"{equal}; {ran}: ran {p['separate_ran']} / {p['fused_ran']}"
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as one markdown table, with what it measured and how under it."""
+    rows = report["rows"]
+    layer = report["command"] == "bench layer"
+    bandwidth = any("fused_gb_per_s" in r for r in rows)
+    head = ["family", "impl", "backend", "B", "T", "dtype", "separate fwd ms", "fused fwd ms", "fwd x"]
+    head += ["separate fwd+bwd ms", "fused fwd+bwd ms", "fwd+bwd x"]
+    if bandwidth:
+        head += ["fused GB/s fwd / fwd+bwd"]
+    head += ["fused = separate" + ("; conv launches sep vs fused" if layer else "")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
     for r in rows:
+        cells = [r["family"], r["impl"], r["backend"], str(r["B"]), str(r["T"]), r["dtype"]]
         if "error" in r:
-            lines.append(f"{r['shape']:<38} {r['backend']:<7} {'':<6} error: {r['error']}")
-            continue
+            cells += [f"error: {r['error']}"] + [""] * (len(head) - len(cells) - 1)
+        else:
+            s, f = r["separate"], r["fused"]
+            cells += [_ms(s["fwd"]), _ms(f["fwd"]), f"{r['ratio']['fwd']:.2f}"]
+            cells += [_ms(s["fwd_bwd"]), _ms(f["fwd_bwd"]), f"{r['ratio']['fwd_bwd']:.2f}"]
+            if bandwidth:
+                g = r.get("fused_gb_per_s")
+                h = r.get("fused_hbm_fraction")
+                cell = "" if g is None else f"{g['fwd']:.0f} / {g['fwd_bwd']:.0f}"
+                cells += [cell + ("" if h is None else f" ({h['fwd']:.0%} / {h['fwd_bwd']:.0%} of HBM)")]
+            cells += [_check_cell(r)]
+        lines.append("| " + " | ".join(cells) + " |")
+    m, t = report["machine"], report["timing"]
+    versions = ", ".join(f"{k} {m[k]}" for k in ("torch", "triton", "fla", "causal_conv1d") if m.get(k))
+    lines += [
+        "",
+        f"ms per call: median (20%-80%) of {t['iters']} calls after {t['warmup']} warm-up; x = separate / fused "
+        f"median. {m['device_name']}; {versions}. Timing: {t['method']}.",
+    ]
+    if layer:
         lines.append(
-            f"{r['shape']:<38} {r['backend']:<7} {r['timing']:<6} {r['sep_fwd_ms']:8.4f} {r['fused_fwd_ms']:9.4f} "
-            f"{r['fwd_ratio']:5.2f} {r['sep_fwd_bwd_ms']:8.4f} {r['fused_fwd_bwd_ms']:9.4f} "
-            f"{r['fwd_bwd_ratio']:5.2f} {r['fwd_bytes'] / 1e6:7.1f} {r['fwd_bwd_bytes'] / 1e6:7.1f} "
-            f"{r['fwd_hbm_frac']:7.1%} {r['fwd_bwd_hbm_frac']:7.1%}"
+            "fwd = a training step's forward; fwd+bwd adds dx and every parameter gradient. gdn_equiv rows run "
+            "the torch chunked core; fla rows run fla's layer with its decision pinned by the fla adapter. A "
+            "layer whose time does not grow with B*T is host-bound (Python, launches): its ratio is mostly host "
+            "jitter, not the prologue."
         )
-    device = rows[0]["device"] if rows else "?"
-    lines.append(
-        f"times in ms (median), device {device}; eager = one call from Python with the GPU idle before it, "
-        "device = host work hidden behind a queued GPU sleep; HBM = fused bytes / time / 4.8 TB/s (H200)"
-    )
+    lines += [f"note: {n}" for n in report["notes"]]
+    lines += [f"note: {_label(r)}: {r['note']}" for r in rows if "note" in r]
     return "\n".join(lines)
 
 
-def print_table(rows: Sequence[dict]) -> None:
-    print(format_table(rows))
+# ---- the plot ------------------------------------------------------------------------------------
+
+
+def matplotlib_missing() -> str | None:
+    if importlib.util.find_spec("matplotlib") is None:
+        return "matplotlib is not installed (pip install 'gdn-equiv[bench]')"
+    return None
+
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    """Speedup of the fused prologue (separate / fused median) per shape: one bar per family x impl x
+    backend (x dtype when several), forward and forward+backward one above the other, a line at 1.0."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    rows = [r for r in report["rows"] if "error" not in r]
+    several_dtypes = len(report["dtypes"]) > 1
+    shapes = list(dict.fromkeys((r["B"], r["T"]) for r in rows))
+
+    def series_of(r: dict[str, Any]) -> str:
+        impl = "" if r["impl"] == "gdn_equiv" else f"{r['impl']} "
+        return f"{r['family']} {impl}{r['backend']}" + (f" {r['dtype']}" if several_dtypes else "")
+
+    series = list(dict.fromkeys(series_of(r) for r in rows))
+    by_key = {(series_of(r), r["B"], r["T"]): r for r in rows}
+    width = 0.8 / max(len(series), 1)
+    colors = colormaps["tab20"]
+    wide = min(max(8.0, 2.0 + 0.25 * len(shapes) * len(series)), 24.0)
+    fig = Figure(figsize=(wide, 9.0), layout="constrained")
+    axes = fig.subplots(2, 1, sharex=True)
+    for ax, p, title in zip(axes, PASSES, ("forward", "forward + backward"), strict=True):
+        for i, name in enumerate(series):
+            xs, ys = [], []
+            for j, (B, T) in enumerate(shapes):
+                r = by_key.get((name, B, T))
+                if r is not None:
+                    xs.append(j - 0.4 + width * (i + 0.5))
+                    ys.append(r["ratio"][p])
+            ax.bar(xs, ys, width, label=name, color=colors(i % 20))
+        ax.axhline(1.0, color="black", linewidth=1.0)
+        ax.set_ylabel("speedup: separate ms / fused ms")
+        ax.set_title(title)
+    axes[-1].set_xticks(range(len(shapes)), [f"B{B} T{T}" for B, T in shapes])
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(series), 5), fontsize="small")
+    m = report["machine"]
+    how = "CUDA events, L2 flushed" if m["device"].startswith("cuda") else "CPU wall clock: a smoke test"
+    fig.suptitle(
+        f"gdn-equiv {report['command']}: fused q/k/v prologue vs separate\n"
+        f"{m['device_name']}, {', '.join(report['dtypes'])}, median of {report['timing']['iters']} ({how})"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)

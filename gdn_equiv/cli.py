@@ -7,7 +7,8 @@ fresh randomness until a time budget is spent; both keep Hypothesis' example dat
 row: saved failures replay first) and write a report directory as they go (``rows.jsonl``,
 ``summary.json``, each failure's shrunk example and a standalone reproducer), and on request
 ``--junit-xml`` and ``--json`` files for CI systems. ``repro FILE`` replays a failure.
-``bench prologue`` times the prologue. ``families`` lists the layer families.
+``bench layer`` / ``bench prologue`` time the fused prologue against the separate one (whole layer,
+or the convs alone). ``families`` lists the layer families.
 
 Every argument is checked before the first example runs (SPEC §10); the exit status says how the run
 ended (:data:`EXIT_STATUS`).
@@ -498,31 +499,156 @@ def cmd_repro(plan: ReproPlan) -> int:
     return runner.replay(plan.failure)
 
 
-def plan_bench(args: argparse.Namespace) -> argparse.Namespace:
-    _at_least("--iters", args.iters, 1)
-    _at_least("--warmup", args.warmup, 0)
-    families = _families(args.family)
-    if families != [DEFAULT_FAMILY]:
-        raise UsageError(f"--family {args.family!r}: bench prologue has shapes for {DEFAULT_FAMILY} only")
-    if args.backend is not None:
-        args.backend = _backends(args.backend, baselines=("fla",))
-        if "fla" in args.backend:
-            import importlib.util
-
-            if importlib.util.find_spec("fla") is None:
-                raise EnvironmentProblem("--backend 'fla': flash-linear-attention is not installed")
-    return args
+def _bench_output(flag: str, value: str | None, default: Path, suffix: str) -> Path:
+    path = Path(value) if value else default
+    if path.suffix.lower() != suffix:
+        raise UsageError(f"{flag} {value!r} must name a {suffix} file")
+    if path.is_dir():
+        raise UsageError(f"{flag} {value!r} is a directory; it must be a file")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{flag} {value!r}: {str(parent)!r} is a file, not a directory")
+            break
+    return path
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def _bench_shapes(values: list[str] | None) -> tuple[tuple[int, int], ...]:
+    import re
+
+    shapes = []
+    for value in values or ():
+        match = re.fullmatch(r"(\d+)x(\d+)", value.strip())
+        if match is None or min(int(match[1]), int(match[2])) < 1:
+            raise UsageError(f"--shape {value!r} must be BxT with integers >= 1, e.g. 2x2048")
+        shapes.append((int(match[1]), int(match[2])))
+    return tuple(dict.fromkeys(shapes))
+
+
+def _bench_fla_problem(what: str, device: str, families: list[str]) -> str | None:
+    """Why fla's rows cannot run here, or ``None``."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("fla") is None:
+        return "flash-linear-attention is not installed"
+    if torch.device(device).type != "cuda":
+        return "fla's Triton kernels autotune, which needs a CUDA device (Triton's interpreter has no benchmarker)"
+    if what != "layer":
+        return None
+    reason = _target_problem("fla")
+    if reason is not None:
+        return (
+            f"{_one_line(reason)}; without the adapter fla's path could be forced only by patching fla, so this "
+            "fla is timed by 'bench prologue' only"
+        )
     from gdn_equiv import bench
 
-    results: list[dict] = []
-    for shape in bench.QUICK_SHAPES if args.quick else bench.SHAPES:
-        # one shape at a time, printed as it completes: a cold run compiles kernels for minutes
-        results += bench.bench_prologue(shapes=[shape], backends=args.backend, iters=args.iters, warmup=args.warmup)
-        print(bench.format_table(results), flush=True)
-    return EXIT_OK
+    if not any(bench.fla_fuses(f) for f in families):
+        chosen = ",".join(families)
+        return f"fla {bench.fla_version()} has no fused prologue the fla adapter can force in --family {chosen}"
+    return None
+
+
+def plan_bench(args: argparse.Namespace) -> Any:
+    """``bench`` arguments, every one checked; fla and the plot are left out with a note where they
+    cannot run and were not asked for by name."""
+    import torch
+
+    from gdn_equiv import bench
+    from gdn_equiv.backends import available_backends
+
+    what = args.what
+    _at_least("--iters", args.iters, 1)
+    _at_least("--warmup", args.warmup, 0)
+    device = _device(args.device)
+    if what == "prologue":
+        families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        if families != [DEFAULT_FAMILY]:
+            raise UsageError(f"--family {args.family!r}: bench prologue has shapes for {DEFAULT_FAMILY} only")
+    else:
+        families = _families(args.family if args.family is not None else "all")
+    shapes = _bench_shapes(args.shape)
+    json_path = _bench_output("--json", args.json, Path(DEFAULT_REPORT) / f"bench-{what}.json", ".json")
+    plot_path: Path | None = _bench_output("--plot", args.plot, Path(DEFAULT_REPORT) / f"bench-{what}.png", ".png")
+    notes: list[str] = []
+    if torch.device(device).type == "cpu" and not args.quick:
+        raise EnvironmentProblem(
+            f"bench {what} on cpu: only --quick (tiny shapes, wall clock) runs on a CPU; the full shapes need "
+            "--device cuda"
+        )
+    if args.backend is not None:
+        names = _backends(args.backend, baselines=("fla",))
+    else:
+        names = [*available_backends(), "fla"]
+    fla = "fla" in names
+    if fla:
+        reason = _bench_fla_problem(what, device, families)
+        if reason is not None and args.backend is not None:
+            raise EnvironmentProblem(f"--backend 'fla': {reason}")
+        if reason is not None:
+            notes.append(f"fla left out: {reason}")
+            fla = False
+        elif what == "layer":
+            others = [f for f in families if not bench.fla_fuses(f)]
+            if others:
+                notes.append(
+                    f"fla {bench.fla_version()}: no fla rows for {', '.join(others)}: this fla has no fused prologue "
+                    "the fla adapter can force for them"
+                )
+    backends = [n for n in names if n != "fla"]
+    if not backends and not fla:
+        raise UsageError(f"--backend {args.backend!r}: nothing left to time")
+    if matplotlib_missing := bench.matplotlib_missing():
+        if args.plot is not None:
+            raise EnvironmentProblem(f"--plot {args.plot!r}: {matplotlib_missing}")
+        plot_path = None
+    return bench.BenchPlan(
+        what=what,
+        families=families,
+        backends=backends,
+        fla=fla,
+        dtypes=list(dict.fromkeys(args.dtype or (["bfloat16"] if device.startswith("cuda") else ["float32"]))),
+        device=device,
+        iters=args.iters if args.iters is not None else bench.DEFAULT_ITERS[what],
+        warmup=args.warmup if args.warmup is not None else bench.DEFAULT_WARMUP[what],
+        quick=args.quick,
+        json=json_path,
+        plot=plot_path,
+        shapes=shapes,
+        notes=notes,
+    )
+
+
+def cmd_bench(plan: Any) -> int:
+    from gdn_equiv import bench
+
+    impls = [*plan.backends, *(["fla"] if plan.fla else [])]
+    print(
+        f"gdn-equiv bench {plan.what}: family={','.join(plan.families)} backend={','.join(impls)} "
+        f"dtype={','.join(plan.dtypes)} device={plan.device} shapes={len(plan.shapes)}"
+        f"{' (quick)' if plan.quick else ''} iters={plan.iters} warmup={plan.warmup}",
+        flush=True,
+    )
+    report = bench.new_report(plan)
+    try:
+        bench.run(plan, report, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    finally:  # the table once, also of an interrupted run's finished rows
+        print()
+        print(bench.format_table(report), flush=True)
+    if plan.plot is not None:
+        bench.write_plot(report, plan.plot)
+        print(f"plot: {plan.plot}")
+    else:
+        print(f"plot skipped: {bench.matplotlib_missing()}")
+    print(f"report: {plan.json}")
+    found, errors = bench.findings(report["rows"]), bench.errors(report["rows"])
+    for line in found:
+        print(f"FINDING {line}")
+    if errors:
+        print(f"{len(errors)} row(s) could not run here (see the table's error cells)")
+    return EXIT_FAILED if found else EXIT_ENVIRONMENT if errors else EXIT_OK
 
 
 def cmd_families(args: argparse.Namespace) -> int:
@@ -618,13 +744,48 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("repro", "replay a failure JSON from a report", REPRO_EXIT_STATUS)
     p.add_argument("file")
     p.set_defaults(prepare=plan_repro, run=cmd_repro)
-    p = command("bench", "benchmarks (a command, never a test)")
-    p.add_argument("what", choices=["prologue"])
-    p.add_argument("--backend", default=None, help="backends to time, comma separated (default: all available)")
-    p.add_argument("--family", default=DEFAULT_FAMILY, help=f"layer family (bench has shapes for {DEFAULT_FAMILY})")
-    p.add_argument("--iters", type=int, default=50, help="timed calls per measurement, >= 1")
-    p.add_argument("--warmup", type=int, default=10, help="untimed calls first, >= 0")
-    p.add_argument("--quick", action="store_true", help="tiny shapes (smoke test on CPU)")
+    p = command("bench", "time the fused prologue against the separate one, side by side (a command, never a test)")
+    p.add_argument(
+        "what",
+        choices=["layer", "prologue"],
+        help="layer: the whole layer per family, separate vs fused prologue; prologue: the convs alone",
+    )
+    p.add_argument(
+        "--family",
+        default=None,
+        metavar="NAME[,NAME]|all",
+        help=f"layer: families to time (default all; see: gdn-equiv families); prologue: {DEFAULT_FAMILY} only",
+    )
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="conv backends, comma separated, or module:attr; 'fla' adds fla's own layer (layer: where the fla "
+        "adapter can force its path) or fla's conv (prologue) (default: every available one, fla where it runs)",
+    )
+    p.add_argument(
+        "--dtype", action="append", choices=DTYPES, help="repeatable (default: bfloat16 on cuda, float32 on cpu)"
+    )
+    p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present; cpu needs --quick)")
+    p.add_argument(
+        "--iters", type=int, default=None, help="timed calls per measurement, >= 1 (default layer 10, prologue 50)"
+    )
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first, >= 0 (default layer 2, prologue 10)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="BxT",
+        help="batch x sequence length, repeatable (default: 1x2048 2x2048 4x2048 2x4096 4x4096; --quick: 1x16 2x32)",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny configs and shapes (a smoke test; the only mode on cpu)")
+    p.add_argument(
+        "--json", default=None, metavar="FILE.json", help=f"report (default {DEFAULT_REPORT}/bench-WHAT.json)"
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help=f"speedup plot, needs matplotlib (default {DEFAULT_REPORT}/bench-WHAT.png; skipped without matplotlib)",
+    )
     p.set_defaults(prepare=plan_bench, run=cmd_bench)
     p = command("families", "list the layer families --family accepts")
     p.set_defaults(prepare=lambda args: args, run=cmd_families)

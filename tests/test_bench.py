@@ -1,26 +1,187 @@
-"""``gdn-equiv bench prologue`` runs end to end (on CPU a smoke test: its times are not measurements)."""
+"""``gdn-equiv bench layer|prologue`` on CPU in ``--quick`` mode: it runs, its JSON says what the
+table says, the table is printed once, the plot is written, bad arguments are refused before
+anything runs. Times here are smoke, never asserted: speed lives in the command, not in a test."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
 from gdn_equiv import bench
-from gdn_equiv.cli import main
+from gdn_equiv.cli import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
+
+QUICK = ["--quick", "--iters", "2", "--warmup", "0"]
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
-def test_bench_prologue_rows_have_both_paths_and_bytes() -> None:
-    rows = bench.bench_prologue(quick=True, backends=["torch"], warmup=1, iters=2, device="cpu")
-    assert [(r["backend"], r["timing"]) for r in rows] == [("torch", "eager")]
-    (row,) = rows
-    for key in ("sep_fwd_ms", "fused_fwd_ms", "sep_fwd_bwd_ms", "fused_fwd_bwd_ms"):
-        assert row[key] > 0, key
-    shape = bench.QUICK_SHAPES[0]
-    esize = 4  # fp32
-    assert row["fwd_bytes"] == 2 * shape.B * shape.T * sum(shape.dims) * esize + sum(shape.dims) * shape.W * esize
-    assert row["fwd_ratio"] == row["sep_fwd_ms"] / row["fused_fwd_ms"]
-    table = bench.format_table(rows)
-    assert shape.label in table and "torch" in table
-
-
-def test_bench_command_prints_the_table(capsys) -> None:
-    assert main(["bench", "prologue", "--quick", "--backend", "torch", "--iters", "2", "--warmup", "1"]) == 0
+def _run(capsys, tmp_path: Path, *argv: str) -> tuple[int, str, dict | None]:
+    report = tmp_path / "bench.json"
+    status = main(["bench", *argv, "--json", str(report)])
     out = capsys.readouterr().out
-    assert "sep fwd" in out and "fused f+b" in out and bench.QUICK_SHAPES[0].label in out
+    return status, out, json.loads(report.read_text()) if report.exists() else None
+
+
+def _check_report(report: dict, *, command: str, rows: int, iters: int = 2) -> None:
+    assert report["format"] == bench.FORMAT and report["command"] == command and report["status"] == "complete"
+    for key in ("device", "device_name", "torch", "triton", "fla", "python"):
+        assert key in report["machine"], key
+    assert report["machine"]["device"] == "cpu" and report["machine"]["peak_hbm_bytes_per_s"] is None
+    assert report["timing"]["iters"] == iters and report["timing"]["quantiles"] == [0.2, 0.5, 0.8]
+    assert "perf_counter" in report["timing"]["method"]
+    assert report["shapes"] == [{"B": B, "T": T} for B, T in bench.QUICK_SHAPES]
+    assert len(report["rows"]) == rows
+    for row in report["rows"]:
+        assert "error" not in row, row
+        for key in ("family", "impl", "backend", "B", "T", "dtype"):
+            assert key in row, key
+        assert row["family"] in report["families"]
+        for p in bench.PASSES:
+            for path in bench.PATHS:
+                t = row[path][p]
+                assert t["n"] == iters and 0 < t["p20_ms"] <= t["median_ms"] <= t["p80_ms"], (path, p, t)
+            assert row["ratio"][p] == row["separate"][p]["median_ms"] / row["fused"][p]["median_ms"]
+        assert row["check"]["fwd_equal"] is True
+        assert "fused_gb_per_s" not in row and "fused_hbm_fraction" not in row  # no bandwidth without a GPU
+
+
+def _tables(out: str) -> int:
+    return sum(line.startswith("| family |") for line in out.splitlines())
+
+
+def test_bench_layer_quick_two_families(capsys, tmp_path: Path) -> None:
+    plot = tmp_path / "layer.png"
+    argv = ["layer", *QUICK, "--family", "gated_deltanet,gla", "--backend", "torch"]
+    status, out, report = _run(capsys, tmp_path, *argv, *(["--plot", str(plot)] if HAS_MATPLOTLIB else []))
+    assert status == EXIT_OK, out
+    assert report is not None
+    _check_report(report, command="bench layer", rows=2 * len(bench.QUICK_SHAPES))
+    assert {r["family"] for r in report["rows"]} == {"gated_deltanet", "gla"}
+    assert set(report["families"]) == {"gated_deltanet", "gla"}
+    for row in report["rows"]:
+        assert (row["impl"], row["backend"], row["dtype"]) == ("gdn_equiv", "torch", "float32")
+        path = row["check"]["path"]
+        assert path["ok"] and path["launches"] == {"separate": 3, "fused": 1}, path
+        assert row["check"]["guard_fuses"] is True
+    assert _tables(out) == 1
+    assert "fla left out" not in out  # fla was not asked for
+    if HAS_MATPLOTLIB:
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plot: {plot}" in out
+
+
+def test_bench_prologue_quick(capsys, tmp_path: Path) -> None:
+    status, out, report = _run(
+        capsys, tmp_path, "prologue", *QUICK, "--backend", "torch", "--plot", str(tmp_path / "p.png")
+    )
+    assert status == EXIT_OK, out
+    assert report is not None
+    _check_report(report, command="bench prologue", rows=len(bench.QUICK_SHAPES))
+    channels = report["families"]["gated_deltanet"]["conv_channels"]
+    (B, T), esize, W = bench.QUICK_SHAPES[0], 4, 4
+    D = sum(channels.values())
+    assert report["rows"][0]["fused_min_bytes"]["fwd"] == 2 * B * T * D * esize + D * W * esize
+    assert _tables(out) == 1 and "| gated_deltanet | gdn_equiv | torch |" in out
+
+
+def test_bench_without_matplotlib_skips_the_plot_or_refuses_it(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(bench, "matplotlib_missing", lambda: "matplotlib is not installed (pip install x)")
+    argv = ["prologue", *QUICK, "--backend", "torch"]
+    status, out, _ = _run(capsys, tmp_path, *argv)
+    assert status == EXIT_OK and "plot skipped: matplotlib is not installed" in out
+    assert main(["bench", *argv, "--plot", str(tmp_path / "p.png")]) == EXIT_ENVIRONMENT
+    assert "--plot" in capsys.readouterr().err
+
+
+def test_bench_fused_output_differing_is_a_finding(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(bench, "_outputs_equal", lambda a, b: False)
+    status, out, report = _run(capsys, tmp_path, "layer", *QUICK, "--family", "gla", "--backend", "torch")
+    assert status == EXIT_FAILED
+    assert "FINDING gla gdn_equiv/torch B1 T16 float32: fused forward output differs" in out
+    assert report is not None and report["rows"][0]["check"]["fwd_equal"] is False
+
+
+def test_bench_row_that_cannot_run_is_reported(capsys, tmp_path: Path, monkeypatch) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (planted)")
+
+    monkeypatch.setattr(bench, "_prologue_subject", broken)
+    status, out, report = _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch")
+    assert status == EXIT_ENVIRONMENT
+    assert report is not None and all(
+        r["error"] == "RuntimeError: CUDA out of memory (planted)" for r in report["rows"]
+    )
+    assert _tables(out) == 1 and "error: RuntimeError: CUDA out of memory (planted)" in out
+
+
+def test_bench_interrupted_keeps_finished_rows(capsys, tmp_path: Path, monkeypatch) -> None:
+    measure = bench.measure
+    calls = []
+
+    def interrupt_second(subject, plan):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure(subject, plan)
+
+    monkeypatch.setattr(bench, "measure", interrupt_second)
+    status, out, report = _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch")
+    assert status == EXIT_INTERRUPTED
+    assert report is not None and report["status"] == "interrupted" and len(report["rows"]) == 1
+    assert _tables(out) == 1  # the finished rows are still shown
+
+
+def test_timing_quantiles() -> None:
+    t = bench.Timing.of([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (t.p20_ms, t.median_ms, t.p80_ms, t.n) == (1.8, 3.0, 4.2, 5)
+    assert bench.Timing.of([2.0, 1.0]).median_ms == 1.5
+    calls = []
+    assert bench.time_cpu(lambda: calls.append(1), warmup=3, iters=4).n == 4 and len(calls) == 7
+
+
+REFUSED = {
+    "iters-0": (["layer", "--quick", "--iters", "0"], EXIT_USAGE, "--iters must be >= 1, got 0"),
+    "warmup-negative": (["layer", "--quick", "--warmup", "-1"], EXIT_USAGE, "--warmup must be >= 0, got -1"),
+    "family-typo": (["layer", "--quick", "--family", "gated_deltnet"], EXIT_USAGE, "unknown family 'gated_deltnet'"),
+    "family-empty": (["layer", "--quick", "--family", ""], EXIT_USAGE, "--family ''"),
+    "prologue-family": (["prologue", "--quick", "--family", "kda"], EXIT_USAGE, "bench prologue has shapes for"),
+    "backend-typo": (["layer", "--quick", "--backend", "troch"], EXIT_USAGE, "--backend 'troch'"),
+    "shape": (["layer", "--quick", "--shape", "2x0"], EXIT_USAGE, "--shape '2x0' must be BxT"),
+    "json-suffix": (["layer", "--quick", "--json", "out.txt"], EXIT_USAGE, "--json 'out.txt' must name a .json file"),
+    "cpu-full-shapes": (["layer", "--device", "cpu"], EXIT_ENVIRONMENT, "only --quick"),
+    "fla-on-cpu": (["layer", "--quick", "--backend", "fla"], EXIT_ENVIRONMENT, "--backend 'fla'"),
+}
+
+
+@pytest.mark.parametrize("argv,status,message", REFUSED.values(), ids=REFUSED.keys())
+def test_bench_refuses_bad_arguments_before_running(capsys, tmp_path: Path, argv, status, message) -> None:
+    report = tmp_path / "never.json"
+    if "--json" not in argv:
+        argv = [*argv, "--json", str(report)]
+    assert main(["bench", *argv]) == status
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not report.exists()
+
+
+def test_bench_refuses_a_plot_path_that_is_a_directory(capsys, tmp_path: Path) -> None:
+    (tmp_path / "d.png").mkdir()
+    assert main(["bench", "layer", "--quick", "--plot", str(tmp_path / "d.png")]) == EXIT_USAGE
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_bench_refuses_cuda_without_a_gpu(capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    assert main(["bench", "layer", "--quick", "--device", "cuda"]) == EXIT_ENVIRONMENT
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_bench_refuses_an_unknown_dtype() -> None:
+    with pytest.raises(SystemExit) as exc:  # argparse's own refusal, status 2 as well
+        main(["bench", "layer", "--quick", "--dtype", "float8"])
+    assert exc.value.code == EXIT_USAGE
