@@ -16,6 +16,12 @@ from gdn_equiv.reference import ShortConvLayer
 #: families): SPEC §1's two bias gaps, G9 ignored, silu/swish told apart
 GAPS = ("BiasDropped", "MissingBiasCrash", "OtherRefusal", "NeedlessFallback")
 
+
+def fla_mode(config: Any) -> str:
+    """fla's core ``mode`` for our ``mode``: ``recurrent`` is fla's ``fused_recurrent``."""
+    return "fused_recurrent" if config.mode == "recurrent" else "chunk"
+
+
 #: dims strategy: keyword-only ``max_heads`` and ``hidden_sizes``; returns the family's own config fields
 DimsFn = Callable[..., st.SearchStrategy[dict[str, Any]]]
 

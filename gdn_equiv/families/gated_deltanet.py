@@ -19,7 +19,7 @@ from torch import nn
 from gdn_equiv.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import GAPS, Family
+from gdn_equiv.families.base import GAPS, Family, fla_mode
 from gdn_equiv.fused import fused_variant
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
@@ -133,6 +133,43 @@ def compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+def delta_rule(layer: Any, q: Tensor, k: Tensor, v: Tensor, g: Tensor, b: Tensor, call: _Call) -> tuple[Tensor, dict]:
+    """The delta-rule families' core call (GDN, KDA): ``beta = sigmoid(b)`` (x2 with negative
+    eigenvalues), q/k L2-normalised in the compute dtype, the cached recurrent state continued."""
+    cdt = compute_dtype(q)
+    beta = torch.sigmoid(b.to(cdt))
+    if layer.allow_neg_eigval:
+        beta = beta * 2
+    initial = None if call.last_state is None else call.last_state.get("recurrent_state")
+    o, state = gated_delta_rule(
+        l2norm(q.to(cdt)),
+        l2norm(k.to(cdt)),
+        v,
+        g,
+        beta,
+        scale=layer.head_k_dim**-0.5,
+        initial_state=initial,
+        cu_seqlens=call.cu_seqlens,
+        mode=layer.mode,
+    )
+    return o.to(q.dtype), {"recurrent_state": state}
+
+
+def value_head_dims(draw: st.DrawFn, max_heads: int, hidden_sizes: tuple[int, ...]) -> dict[str, Any]:
+    """The delta-rule families' heads: 1..``max_heads`` q/k heads of dim 2..8, GVA ratio 1-2, ``expand_v``
+    in (1, 2, 0.5) where ``head_dim * expand_v`` is an integer; shrinks to one head of dim 2."""
+    num_heads = draw(st.integers(1, max_heads))
+    ratio = draw(st.integers(1, 2))
+    head_dim = draw(st.integers(2, 8))
+    return {
+        "hidden_size": draw(st.sampled_from(hidden_sizes)),
+        "expand_v": draw(st.sampled_from([e for e in (1, 2, 0.5) if float(head_dim * e).is_integer()])),
+        "head_dim": head_dim,
+        "num_heads": num_heads,
+        "num_v_heads": None if ratio == 1 else num_heads * ratio,
+    }
+
+
 class GatedDeltaNet(ShortConvLayer):
     """Reference GDN layer; ``forward`` returns ``(o, None, past_key_values)`` like fla's."""
 
@@ -170,22 +207,7 @@ class GatedDeltaNet(ShortConvLayer):
         q, k, v = heads(self, *xs)
         cdt = compute_dtype(q)
         g = -torch.exp(self.A_log.to(cdt)) * F.softplus(proj["a"].to(cdt) + self.dt_bias.to(cdt))
-        beta = torch.sigmoid(proj["b"].to(cdt))
-        if self.allow_neg_eigval:
-            beta = beta * 2
-        initial = None if call.last_state is None else call.last_state.get("recurrent_state")
-        o, state = gated_delta_rule(
-            l2norm(q.to(cdt)),
-            l2norm(k.to(cdt)),
-            v,
-            g,
-            beta,
-            scale=self.head_k_dim**-0.5,
-            initial_state=initial,
-            cu_seqlens=call.cu_seqlens,
-            mode=self.mode,
-        )
-        return o.to(q.dtype), {"recurrent_state": state}
+        return delta_rule(self, q, k, v, g, proj["b"], call)
 
     def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
         """Gated RMSNorm, output projection, re-pad to ``[B, T, H]``."""
@@ -201,19 +223,9 @@ FusedGatedDeltaNet = fused_variant(GatedDeltaNet)
 
 @st.composite
 def gdn_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16)) -> dict[str, Any]:
-    """Heads 1..``max_heads``, head_dim 2..8, GVA ratio 1-2, ``expand_v`` in (1, 2, 0.5) where
-    ``head_dim * expand_v`` is an integer, gate on/off with its activation, negative eigenvalues.
+    """:func:`value_head_dims`, the output gate on/off with its activation, negative eigenvalues.
     Shrinks towards one head of dim 2, ``expand_v=1``, no gate."""
-    num_heads = draw(st.integers(1, max_heads))
-    ratio = draw(st.integers(1, 2))
-    head_dim = draw(st.integers(2, 8))
-    expand_v = draw(st.sampled_from([e for e in (1, 2, 0.5) if float(head_dim * e).is_integer()]))
-    return {
-        "hidden_size": draw(st.sampled_from(hidden_sizes)),
-        "expand_v": expand_v,
-        "head_dim": head_dim,
-        "num_heads": num_heads,
-        "num_v_heads": None if ratio == 1 else num_heads * ratio,
+    return value_head_dims(draw, max_heads, hidden_sizes) | {
         "use_gate": draw(st.booleans()),
         "allow_neg_eigval": draw(st.booleans()),
         "output_gate_activation": draw(st.sampled_from(GATE_ACTIVATIONS)),
@@ -223,9 +235,7 @@ def gdn_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ..
 def _fla_kwargs(c: GDNConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_v", "head_dim", "num_heads", "num_v_heads", "use_gate", "use_short_conv")
     more = ("allow_neg_eigval", "conv_size", "conv_bias", "layer_idx", "norm_eps", "output_gate_activation")
-    return {k: getattr(c, k) for k in (*keys, *more)} | {
-        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk"
-    }
+    return {k: getattr(c, k) for k in (*keys, *more)} | {"mode": fla_mode(c)}
 
 
 FAMILY = Family(

@@ -22,7 +22,7 @@ from torch import nn
 from gdn_equiv.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
 from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import GAPS, Family
+from gdn_equiv.families.base import GAPS, Family, fla_mode
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
@@ -138,8 +138,7 @@ class GatedLinearAttention(ShortConvLayer):
         return (num_seqs, self.num_heads, self.head_v_dim, self.head_k_dim)
 
     def _grouped(self, t: Tensor, d: int) -> Tensor:
-        """``[.., Hkv*d] -> [.., Hkv*g, d]``: each kv head repeated for its ``g`` query heads."""
-        return t.unflatten(-1, (-1, d)).repeat_interleave(self.groups, dim=-2)
+        return grouped(t, d, self.groups)
 
     def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
         q, k, v = xs
@@ -163,16 +162,25 @@ class GatedLinearAttention(ShortConvLayer):
         return o.to(q.dtype), {"recurrent_state": state}
 
     def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
-        if self.use_output_gate:
-            g = proj["g"].unflatten(-1, (self.num_heads, self.head_v_dim))
-            if self.fuse_norm_and_gate:
-                o = self.g_norm_swish_gate(o, g)
-            else:
-                o = self.g_norm(o)
-                o = o * (torch.sigmoid(g) if self.gate_fn == "sigmoid" else F.silu(g))
-        else:
-            o = self.g_norm(o)
+        o = gated_norm(self, o, proj["g"] if self.use_output_gate else None)
         return repad(self.o_proj(o.flatten(-2)), call)
+
+
+def grouped(t: Tensor, d: int, groups: int) -> Tensor:
+    """``[.., Hkv*d] -> [.., Hkv*g, d]``: each kv head repeated for its ``g`` query heads (fla's
+    ``repeat(x, '... (h d) -> ... (h g) d')``)."""
+    return t.unflatten(-1, (-1, d)).repeat_interleave(groups, dim=-2)
+
+
+def gated_norm(layer: Any, o: Tensor, g: Tensor | None) -> Tensor:
+    """GLA's output: with a gate, the swish gate fused into the norm (fla's default for ``swish``) or a
+    plain fp32 norm times ``gate_fn(g)``; without one, the norm alone. ``o [.., H, Dv]``."""
+    if g is None:
+        return layer.g_norm(o)
+    g = g.unflatten(-1, (layer.num_heads, layer.head_v_dim))
+    if layer.fuse_norm_and_gate:
+        return layer.g_norm_swish_gate(o, g)
+    return layer.g_norm(o) * (torch.sigmoid(g) if layer.gate_fn == "sigmoid" else F.silu(g))
 
 
 def _valid_dims() -> list[tuple[int, float, float, int, int]]:
@@ -217,7 +225,7 @@ def _fla_kwargs(c: GLAConfig) -> dict[str, Any]:
     more = ("conv_bias", "use_output_gate", "gate_fn", "norm_eps", "gate_logit_normalizer", "gate_low_rank_dim")
     return {k: getattr(c, k) for k in (*keys, *more)} | {
         "layer_idx": c.layer_idx,
-        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk",
+        "mode": fla_mode(c),
     }
 
 

@@ -16,9 +16,15 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 from torch import nn
 
-from gdn_equiv.core import gated_delta_rule, l2norm
-from gdn_equiv.families.base import GAPS, Family
-from gdn_equiv.families.gated_deltanet import ValueHeadsConfig, compute_dtype, decay_parameters, heads
+from gdn_equiv.families.base import GAPS, Family, fla_mode
+from gdn_equiv.families.gated_deltanet import (
+    ValueHeadsConfig,
+    compute_dtype,
+    decay_parameters,
+    delta_rule,
+    heads,
+    value_head_dims,
+)
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
 Tensor = torch.Tensor
@@ -81,22 +87,7 @@ class KimiDeltaAttention(ShortConvLayer):
         f = self.f_proj[1](proj["f"]).unflatten(-1, (self.num_v_heads, self.head_k_dim))  # [B, T, Hv, Dk]
         A = torch.exp(self.A_log.to(cdt))[:, None]  # [Hv, 1]: one rate per head, per channel below
         g = -A * F.softplus(f.to(cdt) + self.dt_bias.to(cdt).view(self.num_v_heads, self.head_k_dim))
-        beta = torch.sigmoid(proj["b"].to(cdt))
-        if self.allow_neg_eigval:
-            beta = beta * 2
-        initial = None if call.last_state is None else call.last_state.get("recurrent_state")
-        o, state = gated_delta_rule(
-            l2norm(q.to(cdt)),
-            l2norm(k.to(cdt)),
-            v,
-            g,
-            beta,
-            scale=self.head_k_dim**-0.5,
-            initial_state=initial,
-            cu_seqlens=call.cu_seqlens,
-            mode=self.mode,
-        )
-        return o.to(q.dtype), {"recurrent_state": state}
+        return delta_rule(self, q, k, v, g, proj["b"], call)
 
     def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
         gate = self.g_proj[1](proj["g"]).unflatten(-1, (self.num_v_heads, self.head_v_dim))
@@ -105,25 +96,14 @@ class KimiDeltaAttention(ShortConvLayer):
 
 @st.composite
 def kda_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16)) -> dict[str, Any]:
-    """Heads 1..``max_heads``, head_dim 2..8, GVA ratio 1-2, ``expand_v`` in (1, 2, 0.5) where
-    ``head_dim * expand_v`` is an integer, negative eigenvalues. Shrinks towards one head of dim 2."""
-    num_heads = draw(st.integers(1, max_heads))
-    ratio = draw(st.integers(1, 2))
-    head_dim = draw(st.integers(2, 8))
-    return {
-        "hidden_size": draw(st.sampled_from(hidden_sizes)),
-        "expand_v": draw(st.sampled_from([e for e in (1, 2, 0.5) if float(head_dim * e).is_integer()])),
-        "head_dim": head_dim,
-        "num_heads": num_heads,
-        "num_v_heads": None if ratio == 1 else num_heads * ratio,
-        "allow_neg_eigval": draw(st.booleans()),
-    }
+    """:func:`gdn_equiv.families.gated_deltanet.value_head_dims` and negative eigenvalues."""
+    return value_head_dims(draw, max_heads, hidden_sizes) | {"allow_neg_eigval": draw(st.booleans())}
 
 
 def _fla_kwargs(c: KDAConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_v", "head_dim", "num_heads", "num_v_heads", "use_short_conv", "allow_neg_eigval")
     return {k: getattr(c, k) for k in (*keys, "conv_size", "conv_bias", "layer_idx", "norm_eps")} | {
-        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk"
+        "mode": fla_mode(c)
     }
 
 

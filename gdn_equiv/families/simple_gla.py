@@ -20,9 +20,9 @@ from torch import nn
 
 from gdn_equiv.config import GATE_ACTIVATIONS
 from gdn_equiv.core import gated_delta_rule
-from gdn_equiv.families.base import GAPS, Family
+from gdn_equiv.families.base import GAPS, Family, fla_mode
 from gdn_equiv.families.gated_deltanet import compute_dtype
-from gdn_equiv.families.gla import GLAConfig, gla_dims
+from gdn_equiv.families.gla import GLAConfig, gated_norm, gla_dims, grouped
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
 Tensor = torch.Tensor
@@ -72,8 +72,7 @@ class SimpleGatedLinearAttention(ShortConvLayer):
         if call.conv_mask is not None:
             v = v * call.conv_mask[..., None]
         q = q.unflatten(-1, (self.num_heads, self.head_k_dim))
-        k = k.unflatten(-1, (-1, self.head_k_dim)).repeat_interleave(self.groups, dim=-2)  # kv head -> its g heads
-        v = v.unflatten(-1, (-1, self.head_v_dim)).repeat_interleave(self.groups, dim=-2)
+        k, v = grouped(k, self.head_k_dim, self.groups), grouped(v, self.head_v_dim, self.groups)
         cdt = compute_dtype(q)
         gk = F.logsigmoid((proj["gk"] + self.gk_proj.bias).to(cdt)) / self.gate_logit_normalizer  # [B, T, H]
         initial = None if call.last_state is None else call.last_state.get("recurrent_state")
@@ -91,12 +90,7 @@ class SimpleGatedLinearAttention(ShortConvLayer):
         return o.to(q.dtype), {"recurrent_state": state}
 
     def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
-        g = proj["g"].unflatten(-1, (self.num_heads, self.head_v_dim))
-        if self.fuse_norm_and_gate:
-            o = self.g_norm_swish_gate(o, g)
-        else:
-            o = self.g_norm(o) * (torch.sigmoid(g) if self.gate_fn == "sigmoid" else F.silu(g))
-        return repad(self.o_proj(o.flatten(-2)), call)
+        return repad(self.o_proj(gated_norm(self, o, proj["g"]).flatten(-2)), call)
 
 
 @st.composite
@@ -111,9 +105,7 @@ def simple_gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[
 def _fla_kwargs(c: SimpleGLAConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "use_short_conv", "conv_size")
     more = ("conv_bias", "gate_fn", "norm_eps", "gate_logit_normalizer", "layer_idx")
-    return {k: getattr(c, k) for k in (*keys, *more)} | {
-        "mode": "fused_recurrent" if c.mode == "recurrent" else "chunk"
-    }
+    return {k: getattr(c, k) for k in (*keys, *more)} | {"mode": fla_mode(c)}
 
 
 FAMILY = Family(
