@@ -29,7 +29,7 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.compare import assert_equivalent
+from gdn_equiv import properties as P
 from gdn_equiv.config import CallFacts, ConvSpec, LayerConfig
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
@@ -421,35 +421,22 @@ def test_fla_auto_gradients_are_as_accurate_as_reference(example: Example) -> No
 @settings(deadline=None, max_examples=20)
 @given(example=gpu_examples(fusable=True))
 def test_fla_fused_equals_separate_where_spec_fuses(example: Example, fla_core: str) -> None:
+    """P3 and P4 on the fla target: the suite's own properties (no copy of them here), fla's paths forced
+    through the adapter's version table."""
     core = fla_core if not example.grad else "reference"
     note(f"core={core} {example.short()}")
-    handle = get_target("fla", core=core).build(example, "cuda")
-    runs = {}
-    for prologue in ("fused", "separate"):
-        out, x, _ = _run_fla(handle, example, prologue)
-        if example.grad:
-            out.float().pow(2).sum().backward()
-        runs[prologue] = (out, x.grad, handle.path_taken())
-    assert runs["fused"][2] == "fused" and runs["separate"][2] == "separate", (runs["fused"][2], runs["separate"][2])
-    ctx = example.short()
-    assert_equivalent(runs["fused"][0], runs["separate"][0], name="output", paths=("fla fused", "fla separate"),
-                      context=ctx)  # fmt: skip
+    target = get_target("fla", core=core)
+    P.check_forward_exact(example, device="cuda", target=target)
     if example.grad:
-        assert_equivalent(runs["fused"][1], runs["separate"][1], name="dx", paths=("fla fused", "fla separate"),
-                          context=ctx)  # fmt: skip
+        P.check_gradients(example, device="cuda", target=target)
 
 
 @gpu
 @settings(deadline=None, max_examples=20)
 @given(example=gpu_examples())
 def test_fla_auto_path_is_its_guard(example: Example) -> None:
-    """The hook-observed path equals what fla's guard said, and the oracle agrees (bias parity holds)."""
-    handle = get_target("fla", core="reference").build(example, "cuda")
-    _run_fla(handle, example)
-    said = handle.guard_said()
-    assert handle.path_taken() == ("fused" if said else "separate")
-    call = CallFacts(example.cache == "populated", example.use_cache, example.varlen != "none")
-    assert said == spec_fuses(example.config, call)[0]
+    """P2 on the fla target: the hook-observed path is what fla's own guard says (the suite's property)."""
+    P.check_path_taken(example, device="cuda", target=get_target("fla", core="reference"))
 
 
 # ---- the gap search behind `gdn-equiv check/fuzz --target fla` (CPU) ------------------------------
