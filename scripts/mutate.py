@@ -1,0 +1,393 @@
+"""A small, dependency-free mutation tester for gdn-equiv (issues #18, #21).
+
+Each mutant changes one operator or constant of a target module (parsed with ``ast``, spliced into
+the source text, so the rest of the file is byte-identical), is written into a private copy of the
+repository (one copy per worker, under a temporary directory; the checkout itself is never
+touched), and a pytest selection runs against it with ``-x``: a failing run kills the mutant, a
+passing one lets it survive, a run past the timeout is a ``timeout``. Hypothesis runs derandomized
+(``--hypothesis-seed``) with a fresh example database per mutant, so a result does not depend on
+which mutants ran before it.
+
+    python scripts/mutate.py guard fused --against tree,suite --jobs 2 --json mutation.json
+    python scripts/mutate.py guard --against tree --only 3,17        # re-run two mutants
+    python scripts/mutate.py guard --list                            # show the mutants, run nothing
+
+Targets are the presets below (a name or the module path); ``--tests`` replaces the "tree"
+selection. ``--max-mutants N`` keeps N mutants spread evenly over the file (deterministic).
+Exit status: 0 when every run mutant was killed, 1 when any survived or timed out, 2 on a usage
+error or when the unmutated code fails its own tests (nothing to measure then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# target -> the tests of the whole tree that exercise it ("tree"); "suite" is the installed gate
+PRESETS: dict[str, tuple[str, list[str]]] = {
+    "guard": ("gdn_equiv/guard.py", ["tests/test_guard.py", "tests/test_teeth.py", "tests/test_fused_equivalence.py"]),
+    "fused": (
+        "gdn_equiv/fused.py",
+        ["tests/test_fused_equivalence.py", "tests/test_teeth.py", "tests/test_families.py"],
+    ),
+    "compare": ("gdn_equiv/compare.py", ["tests/test_compare.py"]),
+    "cache": ("gdn_equiv/cache.py", ["tests/test_bad_input.py", "tests/test_families.py", "tests/test_reference.py"]),
+    "torch_backend": (
+        "gdn_equiv/backends/torch_backend.py",
+        ["tests/test_backends_torch.py", "tests/test_conformance.py"],
+    ),
+}
+SUITE = ["gdn_equiv/suite"]
+PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+
+
+# ---- mutants -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    id: int
+    line: int
+    kind: str
+    before: str
+    after: str
+    start: tuple[int, int]  # (line, col) of the replaced source span, 1-based line
+    end: tuple[int, int]
+
+    def describe(self) -> str:
+        return f"#{self.id} L{self.line} {self.kind}: {self.before} -> {self.after}"
+
+
+_CMP_SWAP = {
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+_BIN_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
+
+
+def _tweak(value: object) -> object | None:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return {0: 1, 1: 0}.get(value, value + 1)
+    if isinstance(value, float):
+        return value * 2 if 0 < abs(value) < 1 else value + 1
+    return None  # strings (messages), None, bytes: not mutated
+
+
+def _skipped_nodes(tree: ast.AST) -> set[int]:
+    """Docstrings, annotations and ``__all__``: text, not behaviour."""
+    skip: set[int] = set()
+
+    def mark(node: ast.AST | None) -> None:
+        if node is not None:
+            skip.update(id(n) for n in ast.walk(node))
+
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            mark(body[0])
+        if isinstance(node, ast.AnnAssign | ast.arg):
+            mark(node.annotation)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            mark(node.returns)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            mark(node)
+    return skip
+
+
+def _candidates(source: str) -> list[tuple[ast.AST, str, str]]:
+    """(node whose source span is replaced, kind, replacement text), in source order."""
+    tree = ast.parse(source)
+    skip = _skipped_nodes(tree)
+    out: list[tuple[ast.AST, str, str]] = []
+
+    def mutated(node: ast.AST, **changes: object) -> str:
+        clone = ast.parse(ast.unparse(node), mode="eval").body if isinstance(node, ast.expr) else node
+        for k, v in changes.items():
+            setattr(clone, k, v)
+        return ast.unparse(clone)
+
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                if type(op) in _CMP_SWAP:
+                    ops = list(node.ops)
+                    ops[i] = _CMP_SWAP[type(op)]()
+                    out.append((node, "comparison", mutated(node, ops=ops)))
+        elif isinstance(node, ast.BoolOp):
+            other = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+            out.append((node, "boolean", mutated(node, op=other)))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            out.append((node, "not removed", ast.unparse(node.operand)))
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_SWAP:
+            out.append((node, "arithmetic", mutated(node, op=_BIN_SWAP[type(node.op)]())))
+        elif isinstance(node, ast.Constant):
+            new = _tweak(node.value)
+            if new is not None:
+                out.append((node, "constant", repr(new)))
+        elif isinstance(node, ast.If):
+            for stmt in node.body + node.orelse:
+                if not isinstance(stmt, ast.Pass) and not (
+                    isinstance(stmt, ast.If) and stmt in node.orelse  # elif: its own statements are mutated
+                ):
+                    out.append((stmt, "statement removed", "pass"))
+        elif isinstance(node, ast.Return) and not (
+            node.value is None or (isinstance(node.value, ast.Constant) and node.value.value is None)
+        ):
+            out.append((node, "return None", "return None"))
+    out.sort(key=lambda c: (c[0].lineno, c[0].col_offset, c[1], c[2]))
+    return out
+
+
+def mutants(source: str) -> list[Mutant]:
+    result = []
+    for i, (node, kind, after) in enumerate(_candidates(source)):
+        before = ast.get_source_segment(source, node) or ast.unparse(node)
+        if isinstance(node, ast.expr) and kind != "constant":
+            after = f"({after})"
+        start = (node.lineno, node.col_offset)
+        end = (node.end_lineno or node.lineno, node.end_col_offset or 0)
+        result.append(Mutant(i, node.lineno, kind, " ".join(before.split()), after, start, end))
+    return result
+
+
+def apply(source: str, m: Mutant) -> str:
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode()))
+    data = source.encode()
+    a = offsets[m.start[0] - 1] + m.start[1]  # ast columns are utf-8 byte offsets
+    b = offsets[m.end[0] - 1] + m.end[1]
+    new = (data[:a] + m.after.encode() + data[b:]).decode()
+    ast.parse(new)  # every mutant must at least compile
+    return new
+
+
+def sample(all_mutants: list[Mutant], limit: int | None) -> list[Mutant]:
+    if limit is None or len(all_mutants) <= limit:
+        return all_mutants
+    n = len(all_mutants)
+    return [all_mutants[(i * n) // limit] for i in range(limit)]
+
+
+# ---- running -------------------------------------------------------------------------------
+
+
+def make_copy(rev: str, dest: Path) -> None:
+    """The repository at ``rev`` (``WORKTREE``: the working tree's tracked and unignored files)."""
+    dest.mkdir(parents=True)
+    if rev == "WORKTREE":
+        files = subprocess.run(
+            ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True
+        ).stdout.split(b"\0")
+        for f in filter(None, files):
+            src = ROOT / f.decode()
+            if src.is_file():
+                (dest / f.decode()).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / f.decode())
+    else:
+        archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    # the editable install maps gdn_equiv.strategies to the checkout's strategies/: point it at the copy's
+    (dest / "gdn_equiv" / "strategies").symlink_to(Path("..") / "strategies")
+
+
+@dataclasses.dataclass
+class Result:
+    status: str  # killed | survived | timeout | error
+    seconds: float
+    rc: int | None
+    tail: str
+
+
+def run_pytest(copy: Path, tests: list[str], args: argparse.Namespace, timeout: float) -> Result:
+    shutil.rmtree(copy / ".hypothesis", ignore_errors=True)  # no replay of another mutant's failure
+    env = dict(os.environ, PYTHONPATH=str(copy), HYPOTHESIS_PROFILE=args.profile, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    cmd = [sys.executable, "-m", "pytest", *PYTEST_ARGS, f"--hypothesis-seed={args.seed}", *tests]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return Result("timeout", time.monotonic() - t0, None, out[-2000:])
+    dt = time.monotonic() - t0
+    status = {0: "survived", 1: "killed", 2: "killed", 3: "killed", 4: "killed"}.get(proc.returncode, "error")
+    return Result(status, dt, proc.returncode, out[-2000:])
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def score(target: str, against: str, tests: list[str], chosen: list[Mutant], copies: list[Path], args) -> dict:
+    source = (copies[0] / target).read_text()
+    baseline = run_pytest(copies[0], tests, args, timeout=args.baseline_timeout)
+    print(
+        f"[{target} vs {against}] baseline: {baseline.status} rc={baseline.rc} in {baseline.seconds:.1f}s", flush=True
+    )
+    if baseline.status != "survived":
+        print(baseline.tail, file=sys.stderr)
+        raise SystemExit(f"the unmutated {target} fails {' '.join(tests)}: nothing to measure")
+    timeout = args.timeout or max(60.0, 3 * baseline.seconds + 30)
+    free: queue.Queue[Path] = queue.Queue()
+    for c in copies:
+        free.put(c)
+
+    def one(m: Mutant) -> dict:
+        copy = free.get()
+        path = copy / target
+        try:
+            path.write_text(apply(source, m))
+            for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+                pyc.unlink()
+            r = run_pytest(copy, tests, args, timeout)
+        finally:
+            path.write_text(source)
+            assert digest(path) == hashlib.sha256(source.encode()).hexdigest(), f"{path} not restored"
+            free.put(copy)
+        print(f"  {r.status:8s} {r.seconds:5.1f}s {m.describe()}", flush=True)
+        return {**dataclasses.asdict(m), "status": r.status, "seconds": round(r.seconds, 1), "rc": r.rc} | (
+            {"tail": r.tail} if r.status in ("survived", "error") and args.verbose else {}
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(len(copies)) as pool:
+        results = list(pool.map(one, chosen))
+    counts = {s: sum(r["status"] == s for r in results) for s in ("killed", "survived", "timeout", "error")}
+    run = len(results)
+    return {
+        "target": target,
+        "against": against,
+        "tests": tests,
+        "baseline_seconds": round(baseline.seconds, 1),
+        "timeout": timeout,
+        "mutants_total": len(mutants(source)),
+        "mutants_run": run,
+        **counts,
+        "score": round(counts["killed"] / run, 3) if run else None,
+        "results": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("targets", nargs="+", help=f"preset names ({', '.join(PRESETS)}) or module paths with --tests")
+    p.add_argument("--against", default="tree,suite", help="tree, suite or both (comma-separated); default both")
+    p.add_argument("--tests", nargs="+", help="the 'tree' pytest selection (default: the target's preset)")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes, each with its own copy of the repo")
+    p.add_argument("--timeout", type=float, help="seconds per mutant (default: 3x the baseline run + 30)")
+    p.add_argument("--baseline-timeout", type=float, default=600)
+    p.add_argument("--max-mutants", type=int, help="keep at most N mutants, spread evenly over the file")
+    p.add_argument("--only", help="comma-separated mutant ids to run (ids from --list)")
+    p.add_argument("--profile", default=os.environ.get("HYPOTHESIS_PROFILE", "ci"), help="Hypothesis profile")
+    p.add_argument("--seed", type=int, default=0, help="--hypothesis-seed (derandomized runs)")
+    p.add_argument("--rev", default="HEAD", help="git revision to copy, or WORKTREE for the working tree")
+    p.add_argument("--json", type=Path, help="write every result here")
+    p.add_argument("--list", action="store_true", help="list the (sampled) mutants and exit")
+    p.add_argument("--verbose", action="store_true", help="keep pytest's output tail of survivors in the JSON")
+    args = p.parse_args(argv)
+
+    jobs = []
+    for name in args.targets:
+        if name in PRESETS:
+            target, tree = PRESETS[name]
+        else:
+            match = [k for k, (t, _) in PRESETS.items() if t == name]
+            if not match and not args.tests:
+                p.error(f"{name}: not a preset ({', '.join(PRESETS)}); give --tests for other modules")
+            target, tree = name, (PRESETS[match[0]][1] if match else [])
+        tree = args.tests or tree
+        for against in args.against.split(","):
+            if against not in ("tree", "suite"):
+                p.error(f"--against takes tree and/or suite, got {against!r}")
+            jobs.append((target, against, tree if against == "tree" else SUITE))
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
+
+    checkout_digests = {t: digest(ROOT / t) for t, _, _ in jobs}
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="gdn-mutate-") as tmp:
+        copies = [Path(tmp) / f"w{i}" for i in range(args.jobs)]
+        if not args.list:
+            for c in copies:
+                make_copy(args.rev, c)
+        listed: set[str] = set()
+        for target, against, tests in jobs:
+            if args.list and target in listed:
+                continue
+            listed.add(target)
+            source = (ROOT / target).read_text() if args.list else (copies[0] / target).read_text()
+            all_m = mutants(source)
+            chosen = sample(all_m, args.max_mutants)
+            if args.only:
+                wanted = {int(x) for x in args.only.split(",")}
+                chosen = [m for m in all_m if m.id in wanted]
+            if args.list:
+                print(f"{target}: {len(chosen)} of {len(all_m)} mutants")
+                for m in chosen:
+                    print("  " + m.describe())
+                continue
+            reports.append(score(target, against, tests, chosen, copies, args))
+    for t, d in checkout_digests.items():  # the checkout is never written; say so if it changed under us
+        if digest(ROOT / t) != d:
+            print(f"note: {t} changed in the checkout during the run (someone else's edit)", file=sys.stderr)
+    if args.list:
+        return 0
+    print("\n| target | against | mutants (run/total) | killed | survived | timeout | error | score |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in reports:
+        print(
+            f"| {r['target']} | {r['against']} | {r['mutants_run']}/{r['mutants_total']} | {r['killed']} | "
+            f"{r['survived']} | {r['timeout']} | {r['error']} | {r['score']:.0%} |"
+        )
+    for r in reports:
+        for m in r["results"]:
+            if m["status"] != "killed":
+                print(
+                    f"{m['status']}: {r['target']} ({r['against']}) #{m['id']} L{m['line']} {m['kind']}: "
+                    f"{m['before']} -> {m['after']}"
+                )
+    if args.json:
+        args.json.write_text(json.dumps({"profile": args.profile, "seed": args.seed, "reports": reports}, indent=1))
+    return 0 if all(r["survived"] + r["timeout"] + r["error"] == 0 for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
