@@ -128,7 +128,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import settings
 
     testing.register_profiles()
-    settings.load_profile(testing.default_profile())
+    from gdn_equiv.errors import InvalidArgument
+
+    try:
+        settings.load_profile(testing.default_profile())
+    except InvalidArgument as exc:  # refused before any test runs, like a bad option
+        raise pytest.UsageError(str(exc)) from exc
     _load_backends(config)
 
 

@@ -97,9 +97,17 @@ def register_profiles() -> None:
 
 
 def default_profile(env: Mapping[str, str] = os.environ) -> str:
-    """``HYPOTHESIS_PROFILE`` if set, else ``ci`` under ``CI=true`` and ``dev`` otherwise."""
+    """``HYPOTHESIS_PROFILE`` if set (one of :data:`PROFILES`, else :class:`InvalidArgument` naming
+    it and the known ones), else ``ci`` under ``CI=true`` and ``dev`` otherwise."""
     if env.get("HYPOTHESIS_PROFILE"):
-        return env["HYPOTHESIS_PROFILE"]
+        name = env["HYPOTHESIS_PROFILE"]
+        if name not in PROFILES:
+            from gdn_equiv.errors import InvalidArgument
+
+            raise InvalidArgument(
+                f"HYPOTHESIS_PROFILE={name!r} is not a profile; known profiles: {', '.join(PROFILES)}"
+            )
+        return name
     return "ci" if env.get("CI", "").strip().lower() in ("1", "true", "yes") else "dev"
 
 

@@ -72,3 +72,14 @@ def test_hypothesis_statistics_are_counted_per_example() -> None:
     before = testing.counts()["hypothesis"]
     assert testing.count_hypothesis_test_cases(stats) == 3
     assert testing.counts()["hypothesis"] == before + 3
+
+
+def test_an_unknown_hypothesis_profile_is_refused_naming_the_known_ones():
+    import pytest
+
+    from gdn_equiv.errors import InvalidArgument
+    from gdn_equiv.testing import PROFILES, default_profile
+
+    with pytest.raises(InvalidArgument, match="'nosuch' is not a profile; known profiles: " + ", ".join(PROFILES)):
+        default_profile({"HYPOTHESIS_PROFILE": "nosuch"})
+    assert default_profile({"HYPOTHESIS_PROFILE": "gpu"}) == "gpu"
