@@ -51,6 +51,35 @@ class ConvCall:
         return {"x": x, "weight": weight, "bias": bias, "initial_state": state, "cu_seqlens": cu}
 
 
+#: channel counts where kernels change code path: block and warp multiples (the fused call carries
+#: all three slots' channels: 6,144 at the PR's shape)
+_CHANNEL_EDGES = tuple(
+    sorted({e + d for e in (32, 64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192) for d in (-1, 0, 1)})
+)
+#: sequence lengths at tile edges (kernels tile time by 16..128)
+_LENGTH_EDGES = tuple(sorted({e + d for e in (16, 32, 64, 128, 256) for d in (-1, 0, 1)}))
+
+
+def _channels(draw: st.DrawFn, lo: int, hi: int, wide: int | None) -> int:
+    """Mostly ``lo..hi``; with ``wide``, one draw in five is a channel count at a kernel edge up to it."""
+    edges = [d for d in _CHANNEL_EDGES if max(lo, hi + 1) <= d <= (wide or 0)]
+    if edges and draw(st.integers(0, 4)) == 0:
+        return draw(st.sampled_from(edges))
+    return draw(st.integers(lo, hi))
+
+
+def _length(draw: st.DrawFn, W: int, max_len: int, long: int | None) -> int:
+    """Mostly ``1..max_len``; one draw in five around the kernel width (``W-2..W``: fla #1140 was a
+    backward wrong only for ``T < W-1``), and with ``long`` one in five at a tile edge up to it."""
+    band = draw(st.integers(0, 4))
+    if band == 0:
+        return draw(st.integers(max(1, W - 2), max(1, W)))
+    edges = [t for t in _LENGTH_EDGES if max_len < t <= (long or 0)]
+    if band == 1 and edges:
+        return draw(st.sampled_from(edges))
+    return draw(st.integers(1, max_len))
+
+
 @st.composite
 def conv_calls(
     draw: st.DrawFn,
@@ -63,24 +92,29 @@ def conv_calls(
     varlen: bool | None = None,
     initial_state: bool | None = None,
     varlen_initial_state: bool = True,
+    wide_channels: int | None = None,
+    long_seq_len: int | None = None,
 ) -> ConvCall:
     """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
     (give a backend's :func:`gdn_equiv.backends.supported_widths`). Shrinks towards fp32, one channel,
     the smallest width, one short sequence, no bias, no activation, no initial state, no varlen. Up to
-    40 channels so that a defect in a second 8- or 16-channel block is reachable. Without
+    40 channels so that a defect in a second 8- or 16-channel block is reachable; ``wide_channels``
+    adds channel counts at block edges up to it (where real kernels change code path), ``long_seq_len``
+    lengths at tile edges up to it; lengths around the kernel width are always drawn. Without
     ``varlen_initial_state`` (a backend that refuses per-sequence states, e.g. causal-conv1d), varlen
     calls carry no initial state."""
+    W = draw(st.integers(*widths))
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
         lens = tuple(draw(st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)))
         B, T = 1, sum(lens)
     else:
-        lens, B, T = (), draw(st.integers(1, 2)), draw(st.integers(1, max_seq_len))
+        lens, B, T = (), draw(st.integers(1, 2)), _length(draw, W, max_seq_len, long_seq_len)
     return ConvCall(
         B=B,
         T=T,
-        D=draw(st.integers(min_channels, max_channels)),
-        W=draw(st.integers(*widths)),
+        D=_channels(draw, min_channels, max_channels, wide_channels),
+        W=W,
         dtype=draw(st.sampled_from(list(dtypes))),
         bias=draw(st.booleans()),
         activation=draw(st.sampled_from([None, "silu", "swish"])),

@@ -202,3 +202,19 @@ def test_conv_specs_shrink_to_the_layer_defaults() -> None:
     from gdn_equiv.config import ConvSpec
 
     assert find(conv_specs(), lambda s: True, settings=FIND) == ConvSpec()
+
+
+@pytest.mark.parametrize(
+    ("what", "condition"),
+    [
+        ("a channel count at a block edge past 1,000", lambda c: c.D in (1023, 1024, 1025)),
+        ("a sequence one shorter than the kernel width", lambda c: not c.seq_lens and c.T == c.W - 1),
+        ("a sequence at a tile edge", lambda c: not c.seq_lens and c.T in (63, 64, 65, 127, 128, 129)),
+        ("a wide call with an initial state", lambda c: c.D > 40 and c.initial_state),
+    ],
+)
+def test_conv_calls_reach_where_kernels_change_code_path(what, condition):
+    """Reach by construction (issue #18): the regions where real kernels break are drawn, not hoped for."""
+    from gdn_equiv.strategies import conv_calls
+
+    find(conv_calls(widths=(2, 4), wide_channels=1025, long_seq_len=129), condition, settings=SEARCH)
