@@ -1,0 +1,134 @@
+"""Every backend, ``torch`` included, against an independently written fp64 conv (:mod:`gdn_equiv.ground_truth`).
+
+``test_conformance`` measures a backend against the ``torch`` backend; these measure it against
+``F.conv1d`` in fp64, sharing no code with any backend, so a defect the torch backend itself carries
+(and would share with every comparison made against it) shows here. The truth is cast to the
+backend's output dtype and compared within the §6 table: forward output and final state (dense and
+packed), the single-step update, and the gradients of x, weight, bias and initial_state.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend, supported_widths
+from gdn_equiv.compare import assert_equivalent
+from gdn_equiv.ground_truth import conv1d_truth, update_truth
+from gdn_equiv.strategies import ConvCall, conv_calls
+from gdn_equiv.testing import count_example
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
+    """A call within the backend's declared scope (its widths; varlen initial states if it takes them);
+    on a GPU up to the PR's 6,144 fused channels and tile-edge lengths, on a CPU up to 1,025 channels
+    (but small shapes for our triton kernels, which run in the interpreter there)."""
+    lo, hi = supported_widths([backend])
+    reach: dict = {}
+    if torch.cuda.is_available():
+        reach = {"wide_channels": 6145, "long_seq_len": 257}
+    elif backend != "triton":
+        reach = {"wide_channels": 1025, "long_seq_len": 129}
+    options.setdefault("varlen_initial_state", get_backend(backend).varlen_initial_state)
+    return data.draw(conv_calls(widths=(lo, min(hi, 4)), **reach, **options), label="call")
+
+
+def _close(actual: torch.Tensor | None, truth: torch.Tensor, name: str, backend: str, call: ConvCall) -> None:
+    """``actual`` against the fp64 truth rounded to ``actual``'s dtype, within the §6 table for it."""
+    expected = truth.detach().to(actual.dtype) if actual is not None else truth
+    assert_equivalent(actual, expected, name=name, paths=(backend, "fp64 conv1d"), exact=False, context=call)
+
+
+def check_forward(call: ConvCall, backend: str, device: str) -> None:
+    """y and the final state of one call == the fp64 truth's, within §6."""
+    t = call.tensors(device)
+    y, final = causal_conv1d(
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=backend
+    )
+    y_true, final_true = conv1d_truth(
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], t["cu_seqlens"]
+    )
+    _close(y, y_true, "y", backend, call)
+    _close(final, final_true, "final_state", backend, call)
+
+
+def check_gradients(call: ConvCall, backend: str, device: str) -> None:
+    """Gradients of x, weight, bias and initial_state through y and the final state == the truth's."""
+    tensors = call.tensors(device)
+    names = [n for n in ("x", "weight", "bias", "initial_state") if tensors[n] is not None]
+    t = {k: (v.detach().clone().requires_grad_() if k in names else v) for k, v in tensors.items()}
+    y, final = causal_conv1d(
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=backend
+    )
+    if not y.requires_grad:
+        raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
+    gen = torch.Generator().manual_seed(call.seed + 11)
+    dy = torch.randn(y.shape, generator=gen).to(y.dtype).to(device)
+    dfinal = torch.randn(final.shape, generator=gen).to(final.dtype).to(device)
+    grads = torch.autograd.grad((y, final), [t[n] for n in names], (dy, dfinal), allow_unused=True)
+    # the truth from the same (low-precision) values, leaves of its own, same cotangents in fp64
+    d = {k: (v.detach().to(torch.float64).requires_grad_() if k in names else v) for k, v in tensors.items()}
+    y_t, final_t = conv1d_truth(d["x"], d["weight"], d["bias"], call.activation, d["initial_state"], d["cu_seqlens"])
+    truths = torch.autograd.grad(
+        (y_t, final_t), [d[n] for n in names], (dy.double(), dfinal.double()), allow_unused=True
+    )
+    for name, g, g_true in zip(names, grads, truths, strict=True):
+        if g_true is None:  # the truth has no path to it (cannot happen with y and final both used)
+            g_true = torch.zeros_like(d[name])
+        if g is None:
+            raise AssertionError(f"backend {backend!r} gave no gradient for {name}\nExample: {call}")
+        _close(g, g_true, f"grad.{name}", backend, call)
+
+
+def check_update(call: ConvCall, backend: str, device: str) -> None:
+    """The single-step update: y and the new state == the truth's one-token forward, within §6."""
+    t = call.tensors(device)
+    x, state = t["x"][:, 0], t["initial_state"]
+    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=backend)
+    y_true, new_true = update_truth(x, state, t["weight"], t["bias"], call.activation)
+    _close(y, y_true, "update.y", backend, call)
+    _close(new_state, new_true, "update.new_state", backend, call)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_backend_forward_matches_fp64_ground_truth(data, gdn_backend, device):
+    """y and the final state (the last W inputs per row, state in front) == F.conv1d in fp64, within §6."""
+    call = draw_call(data, gdn_backend, varlen=False)
+    count_example()
+    note(repr(call))
+    check_forward(call, gdn_backend, device)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_backend_varlen_matches_fp64_ground_truth(data, gdn_backend, device):
+    """Packed sequences (empty ones included): y and each sequence's final state == the truth's, within §6."""
+    call = draw_call(data, gdn_backend, varlen=True)
+    count_example()
+    note(repr(call))
+    check_forward(call, gdn_backend, device)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_backend_gradients_match_fp64_ground_truth(data, gdn_backend, device):
+    """Gradients of x, weight, bias and initial_state, through y and the final state, within §6."""
+    call = draw_call(data, gdn_backend)
+    count_example()
+    note(repr(call))
+    check_gradients(call, gdn_backend, device)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_backend_update_matches_fp64_ground_truth(data, gdn_backend, device):
+    """The step kernel: y and the new state (the state shifted by one, the token at the end), within §6."""
+    call = draw_call(data, gdn_backend, varlen=False, initial_state=True, max_seq_len=1)
+    count_example()
+    note(repr(call))
+    check_update(call, gdn_backend, device)
