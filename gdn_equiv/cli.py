@@ -102,10 +102,12 @@ class Plan:
     max_seq_len: int
     seconds: float | None
     report: Path
-    database: Path
+    database: Path | str  # a directory, or a redis:// URL
     junit_xml: Path | None
     json: Path | None
     meta: dict[str, Any] = field(default_factory=dict)
+    isolate: bool = False  # each example in a worker process (gdn_equiv.isolation)
+    example_timeout: float | None = None
 
 
 # ---- checking arguments (before anything runs) ------------------------------------------------
@@ -238,7 +240,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     profile = _profile(args, "fuzz" if fuzz else "ci")
     device = _device(args.device)
     report = _not_a_directory("--report", args.report)
-    database = _not_a_directory("--database", args.database)
+    database = _database_option(args.database)
     if args.target == "gdn_equiv":
         if args.fla_core is not None:
             raise UsageError(f"--fla-core {args.fla_core!r} applies to --target fla only")
@@ -246,15 +248,20 @@ def plan_run(args: argparse.Namespace) -> Plan:
         backends = _backends(args.backend if args.backend is not None else "torch")
         families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
         properties, conditions = _properties(args)
+        isolate, example_timeout = _isolation(args, backends)
     else:
         # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
         # properties' options do not apply and are refused rather than ignored
-        unused = _explicit(args, "backend", "property", "dtype", "max_seq_len", "skip_necessity", "necessity_examples")
+        unused = _explicit(
+            args, "backend", "property", "dtype", "max_seq_len", "skip_necessity", "necessity_examples", "isolate"
+        )
+        unused += [] if args.example_timeout is None else ["--example-timeout"]
         if unused:
             raise UsageError(f"--target {args.target} searches its guard's gaps; {', '.join(unused)} do not apply")
         target_options = {"core": args.fla_core or "fla"} if args.target == "fla" else {}
         families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
         backends, properties, conditions = ["-"], [], []
+        isolate, example_timeout = False, None
     # the properties' own argument checks need the device settled (triton's interpreter on CPU)
     reason = _target_problem(args.target)
     if reason is not None:
@@ -287,7 +294,39 @@ def plan_run(args: argparse.Namespace) -> Plan:
         database=database,
         junit_xml=Path(args.junit_xml) if args.junit_xml else None,
         json=Path(args.json) if args.json else None,
+        isolate=isolate,
+        example_timeout=example_timeout,
     )
+
+
+def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, float | None]:
+    """``--isolate`` (default: on when a backend is a plug-in) and ``--example-timeout``, checked."""
+    from gdn_equiv import isolation
+
+    timeout = args.example_timeout
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--example-timeout must be a finite number of seconds > 0, got {timeout}")
+    isolate = args.isolate if args.isolate is not None else any(isolation.is_plugin(b) for b in backends)
+    if timeout is not None and not isolate:
+        raise UsageError("--example-timeout needs --isolate: only an example in a worker can be timed out")
+    return isolate, (timeout or isolation.DEFAULT_TIMEOUT) if isolate else None
+
+
+def _database_option(value: str) -> Path | str:
+    """``--database``: a directory, or ``redis://host:port/db`` (a team's shared database), reached now."""
+    if not value.startswith(("redis://", "rediss://", "unix://")):
+        return _not_a_directory("--database", value)
+    try:
+        import redis
+    except ImportError:
+        raise EnvironmentProblem(f"--database {value!r} needs redis: pip install gdn-equiv[redis]") from None
+    try:
+        redis.Redis.from_url(value, socket_connect_timeout=5).ping()
+    except ValueError as exc:
+        raise UsageError(f"--database {value!r}: {_one_line(str(exc))}") from None
+    except redis.RedisError as exc:
+        raise EnvironmentProblem(f"--database {value!r}: cannot reach the server: {_one_line(str(exc))}") from None
+    return value
 
 
 # ---- check / fuzz --------------------------------------------------------------------------------
@@ -382,14 +421,25 @@ def _writer(plan: Plan) -> ReportWriter:
 def _database(plan: Plan) -> object:
     from hypothesis.database import DirectoryBasedExampleDatabase
 
+    if isinstance(plan.database, str):
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        return RedisExampleDatabase(redis.Redis.from_url(plan.database))
     return DirectoryBasedExampleDatabase(str(plan.database))
 
 
 def _run(plan: Plan, header: str, passes: Callable[[ReportWriter, float], None]) -> int:
+    from gdn_equiv import isolation
+
     started = time.perf_counter()
     print(header, flush=True)
     with _writer(plan) as writer:
-        passes(writer, started)
+        isolation.configure(plan.example_timeout if plan.isolate else None)
+        try:
+            passes(writer, started)
+        finally:
+            isolation.configure(None)
         writer.meta["seconds"] = round(time.perf_counter() - started, 1)
         summary = writer.finish("complete")
     rows = writer.rows
@@ -424,6 +474,7 @@ def _what(plan: Plan) -> str:
     return (
         f"target={plan.target}{core} family={','.join(plan.families)} backend={','.join(plan.backends)} "
         f"device={plan.device} profile={plan.profile}"
+        + (f" isolated (example timeout {plan.example_timeout:g} s)" if plan.isolate else "")
     )
 
 
@@ -730,7 +781,26 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-seq-len", type=int, default=None, help="longest generated sequence, >= 1 (default 20)")
         p.add_argument("--skip-necessity", action="store_true", help="skip the P6 counterexample searches")
         p.add_argument("--report", default=DEFAULT_REPORT, help="report directory, written as the run goes")
-        p.add_argument("--database", default=".hypothesis/examples", help="Hypothesis example database directory")
+        p.add_argument(
+            "--database",
+            default=".hypothesis/examples",
+            help="Hypothesis example database: a directory, or redis://HOST:PORT/DB to share findings with a team "
+            "(needs gdn-equiv[redis])",
+        )
+        p.add_argument(
+            "--isolate",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="run each example in a worker process, so a kernel that crashes or hangs is a failure of that "
+            "example (shrunk and reported), not the end of the run (default: on for plug-in backends)",
+        )
+        p.add_argument(
+            "--example-timeout",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="with --isolate: an example running longer fails, its worker killed (> 0; default 60)",
+        )
         p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML (one testcase per row)")
         p.add_argument("--json", default=None, metavar="FILE", help="also write the summary JSON here")
 

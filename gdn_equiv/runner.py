@@ -22,6 +22,7 @@ from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
+from gdn_equiv import isolation
 from gdn_equiv import properties as P
 from gdn_equiv._source import alias_strategies
 from gdn_equiv.compare import Mismatch, Report, observe, worst
@@ -117,7 +118,7 @@ def run_property(
         check.examples += 1
         with observe() as reports:
             try:
-                decision = fn(example, device=device)
+                decision = isolation.call(fn, example, device=device)  # in a worker when isolation is on
             except P.NotApplicable as exc:
                 check.not_applicable += 1
                 last_not_applicable[:] = [str(exc)]
@@ -189,11 +190,13 @@ def find_counterexample(
             raise _BudgetSpent
         check.examples += 1
         try:
-            problem = P.forced_fusion_error(example, device=device)
+            problem = isolation.call(P.forced_fusion_error, example, device=device)
         except P.NotApplicable as exc:
             check.not_applicable += 1
             last_not_applicable[:] = [str(exc)]
             return False
+        except isolation.WorkerDied as exc:  # forcing the fusion killed the process: wrong, and worse
+            problem = str(exc)
         if problem:
             found[:] = [problem]
         return problem is not None

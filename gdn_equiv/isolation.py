@@ -1,0 +1,217 @@
+"""Examples run in a worker process, so that a kernel that kills the process is a finding (SPEC §10).
+
+A plug-in kernel may segfault, call ``os._exit`` or hang. Run in the test process, that ends the run
+and loses the example; run here, in a worker, it is a failure of that one example:
+:class:`WorkerDied` (:class:`WorkerTimedOut` past the per-example time limit) raised in the parent,
+inside the Hypothesis test function, so Hypothesis records the input, shrinks it by replaying
+candidates (each in a live worker: a dead one is replaced before the next example) and saves it in
+the example database. The run goes on with the next row.
+
+The worker gets the example as JSON (:meth:`Example.to_json`), the name of a function of
+:mod:`gdn_equiv.properties` and its keyword arguments (device, ...); it sends back the value, or the
+exception it raised (:class:`~gdn_equiv.properties.NotApplicable`, a ``Mismatch``: re-raised here as
+they are), and the comparison reports it made (for ``check``'s worst-difference column). Backends are
+loaded in the worker by name, so a backend must be a name a fresh process can resolve (built-in,
+entry point or ``module:attr``), not one registered at run time.
+
+Workers start from a fork server that has imported torch and gdn_equiv once, so replacing a dead
+worker costs milliseconds, not an interpreter start: shrinking a crash replays many candidates.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import multiprocessing
+import os
+import pickle
+import signal
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.example import Example
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "WorkerDied",
+    "WorkerPool",
+    "WorkerTimedOut",
+    "call",
+    "configure",
+    "is_plugin",
+]
+
+DEFAULT_TIMEOUT = 60.0  # seconds per example: a cold GPU's first triton compile fits well inside
+BUILTIN_BACKENDS = ("torch", "triton", "cuda")
+# what the worker must see as the parent does (the fork server may have started before they were set)
+_ENV_PREFIXES = ("GDN_", "TRITON_", "CUDA_VISIBLE_DEVICES")
+
+
+class WorkerDied(AssertionError):
+    """The worker running an example died: killed by a signal or exited. A failure of that example."""
+
+
+class WorkerTimedOut(WorkerDied):
+    """The worker running an example ran past the per-example time limit (and was killed)."""
+
+
+def is_plugin(backend: str) -> bool:
+    """Whether ``backend`` is a plug-in (anything but our built-ins): ``check``/``fuzz`` isolate those by default."""
+    return backend not in BUILTIN_BACKENDS
+
+
+def _serve(conn: Any, env: dict[str, str], threads: int) -> None:
+    """The worker: run requests until the parent closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends us
+    os.environ.update(env)
+    import torch
+
+    from gdn_equiv import properties
+    from gdn_equiv.compare import observe
+
+    torch.set_num_threads(threads)
+    while True:
+        try:
+            function, example_json, kwargs = conn.recv()
+        except (EOFError, OSError):
+            return
+        with observe() as reports:
+            try:
+                value = getattr(properties, function)(Example.from_json(example_json), **kwargs)
+                reply: tuple[Any, ...] = ("ok", value)
+            except Exception as exc:
+                reply = ("raised", _portable(exc), traceback.format_exc())
+        conn.send((*reply, list(reports)))
+
+
+def _portable(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling, else a ``RuntimeError`` that names it."""
+    try:
+        return pickle.loads(pickle.dumps(exc))  # type: ignore[no-any-return]
+    except Exception:
+        return RuntimeError(f"{type(exc).__qualname__}: {exc}")
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" not in methods:
+        return multiprocessing.get_context("spawn")
+    from gdn_equiv.families import _BUILTIN as FAMILIES
+
+    ctx = multiprocessing.get_context("forkserver")
+    families = [spec.partition(":")[0] for spec in FAMILIES.values()]
+    ctx.set_forkserver_preload(["torch", "gdn_equiv.properties", "gdn_equiv.backends.torch_backend", *families])
+    return ctx
+
+
+def _how(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class WorkerPool:
+    """One worker process at a time (examples run one after another), replaced when it dies.
+
+    ``call(fn, example, **kwargs)`` runs ``properties.<fn.__name__>(example, **kwargs)`` in the worker
+    and returns its value or raises its exception; a death raises :class:`WorkerDied`, an example
+    that takes longer than ``timeout`` seconds :class:`WorkerTimedOut`. ``deaths`` counts both.
+    """
+
+    def __init__(self, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            raise InvalidArgument(f"the per-example timeout must be a finite number of seconds > 0, got {timeout!r}")
+        self.timeout = float(timeout)
+        self.deaths = 0
+        self.started = 0
+        self._process: Any = None
+        self._conn: Any = None
+
+    def _start(self) -> None:
+        import torch
+
+        ctx = _context()
+        parent, child = ctx.Pipe()
+        env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        process = ctx.Process(
+            target=_serve, args=(child, env, torch.get_num_threads()), daemon=True, name="gdn-equiv-worker"
+        )
+        process.start()
+        child.close()
+        self._process, self._conn = process, parent
+        self.started += 1
+
+    def _discard(self, *, kill: bool) -> int | None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if conn is not None:
+            conn.close()
+        if process is None:
+            return None
+        if kill and process.is_alive():
+            process.kill()
+        process.join(5)
+        return process.exitcode  # type: ignore[no-any-return]
+
+    def call(self, fn: Callable[..., Any] | str, example: Example, **kwargs: Any) -> Any:
+        from gdn_equiv import compare
+
+        if self._process is None or not self._process.is_alive():
+            self._discard(kill=True)
+            self._start()
+        name = fn if isinstance(fn, str) else fn.__name__
+        where = f"{name} on {example.short()}"
+        try:
+            self._conn.send((name, example.to_json(), kwargs))
+            if not self._conn.poll(self.timeout):
+                self._discard(kill=True)
+                self.deaths += 1
+                raise WorkerTimedOut(f"the example ran past the {self.timeout:g} s time limit (worker killed): {where}")
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            self.deaths += 1
+            raise WorkerDied(f"the worker running the example {_how(self._discard(kill=True))}: {where}") from None
+        *result, reports = reply
+        for observer in compare._OBSERVERS:  # the reports the worker's comparisons made, as if made here
+            observer.extend(reports)
+        if result[0] == "ok":
+            return result[1]
+        _, exc, text = result
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"raised in the worker process:\n{text}")
+        raise exc
+
+    def close(self) -> None:
+        self._discard(kill=True)
+
+
+_POOL: WorkerPool | None = None
+
+
+def configure(timeout: float | None) -> WorkerPool | None:
+    """Switch isolation on for :func:`call` with this per-example ``timeout`` (``None``: off). The
+    pytest plugin does this for ``--gdn-isolate``; ``check``/``fuzz`` too, for ``--isolate``."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.close()
+    _POOL = None if timeout is None else WorkerPool(timeout=timeout)
+    return _POOL
+
+
+def call(fn: Callable[..., Any], example: Example, **kwargs: Any) -> Any:
+    """``fn(example, **kwargs)`` (``fn`` a function of :mod:`gdn_equiv.properties`): in a worker when
+    isolation is on (:func:`configure`), else here."""
+    if _POOL is None:
+        return fn(example, **kwargs)
+    return _POOL.call(fn, example, **kwargs)
+
+
+@atexit.register
+def _shutdown() -> None:
+    if _POOL is not None:
+        _POOL.close()
