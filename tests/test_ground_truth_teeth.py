@@ -1,0 +1,109 @@
+"""The ground truth inside the gate, and why it must be independent.
+
+The properties of :mod:`gdn_equiv.suite.test_ground_truth` run here by import (edit them there).
+Below, a torch-backend-like kernel with a subtle defect is registered *as* ``torch``: the
+torch-relative conformance suite then compares it with itself and passes, while the fp64
+``F.conv1d`` ground truth finds, by itself, a call it gets wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, find, settings
+
+from gdn_equiv.backends import get_backend, register_backend
+from gdn_equiv.backends import torch_backend as tb
+from gdn_equiv.compare import Mismatch
+from gdn_equiv.strategies import conv_calls
+from gdn_equiv.suite import test_conformance as conformance
+from gdn_equiv.suite import test_ground_truth as ground_truth
+from gdn_equiv.suite.test_ground_truth import *  # noqa: F403
+
+SEARCH = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)
+
+
+def _reversed_taps_forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """Tap ``j`` multiplies the input ``j`` steps before the current one instead of ``W-1-j``."""
+    return tb.forward(x, weight.flip(-1), bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+def _reversed_taps_update(x, state, weight, bias, activation):
+    return tb.update(x, state, weight.flip(-1), bias, activation)
+
+
+def _shifted(state):
+    """The state read one slot off: slot ``j`` is taken from slot ``j-1`` (zero for the first)."""
+    return None if state is None else torch.nn.functional.pad(state[..., :-1], (1, 0))
+
+
+def _state_off_by_one_forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    y, final = tb.forward(x, weight, bias, activation, _shifted(initial_state), output_final_state, cu_seqlens)
+    return y, final
+
+
+def _state_off_by_one_update(x, state, weight, bias, activation):
+    return tb.update(x, _shifted(state), weight, bias, activation)
+
+
+DEFECTS = {
+    "reversed_taps": (_reversed_taps_forward, _reversed_taps_update),
+    "state_off_by_one": (_state_off_by_one_forward, _state_off_by_one_update),
+}
+
+
+@pytest.fixture(params=sorted(DEFECTS))
+def broken_torch(request):
+    """The ``torch`` backend replaced by a defective copy for one test, then restored."""
+    original = get_backend("torch")
+    forward, update = DEFECTS[request.param]
+    register_backend(dataclasses.replace(original, forward=forward, update=update), replace=True)
+    try:
+        yield request.param
+    finally:
+        register_backend(original, replace=True)
+
+
+def test_torch_relative_conformance_passes_a_shared_defect(broken_torch):
+    """The defective torch backend compared with itself: every conformance property passes."""
+    for prop in (
+        conformance.test_backend_forward_matches_torch,
+        conformance.test_backend_varlen_matches_torch,
+        conformance.test_backend_gradients_match_torch,
+        conformance.test_backend_update_matches_torch_and_keeps_state,
+    ):
+        prop(gdn_backend="torch", device="cpu")
+
+
+@pytest.mark.parametrize(
+    "check, options",
+    [
+        (ground_truth.check_forward, {"varlen": False}),
+        (ground_truth.check_forward, {"varlen": True}),
+        (ground_truth.check_gradients, {}),
+        (ground_truth.check_update, {"varlen": False, "initial_state": True, "max_seq_len": 1}),
+    ],
+    ids=["forward", "varlen", "gradients", "update"],
+)
+def test_ground_truth_catches_a_shared_defect(broken_torch, check, options):
+    """The fp64 ground truth finds, by itself, a call the defective torch backend gets wrong."""
+
+    def wrong(call) -> bool:
+        try:
+            check(call, "torch", "cpu")
+        except Mismatch:
+            return True
+        return False
+
+    call = find(conv_calls(widths=(1, 4), **options), wrong, settings=SEARCH)
+    print(f"{broken_torch}: ground truth caught {call}")
+    if broken_torch == "state_off_by_one":  # only a state can be read off by one slot
+        assert call.initial_state and call.W >= 2
