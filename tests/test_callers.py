@@ -14,13 +14,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from _gen import count_example, cu_from_lens, randn
-from hypothesis import given, note, settings
+from hypothesis import HealthCheck, Phase, find, given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.cache import Cache
-from gdn_equiv.compare import assert_equivalent, assert_tree_equivalent
+from gdn_equiv.compare import Mismatch, assert_equivalent, assert_tree_equivalent
 from gdn_equiv.example import Example, build_layer
 from gdn_equiv.families import get_family, known_families
 from gdn_equiv.strategies import layer_configs
@@ -82,9 +84,14 @@ def test_cache_holds_offset_and_last_conv_inputs_computed_from_the_inputs(case, 
     """offset = tokens fed (each call's ``x.shape[1]``, fla's ``q_len``: a packed prefix counts all its
     tokens); conv state = the last W conv inputs of each sequence."""
     family, config, seed = case
-    layout, B, T, valid, side, P = call
     count_example()
-    layer = _layer(family, config, seed, cls)
+    check_bookkeeping(_layer(family, config, seed, cls), family, config, seed, call, grad)
+
+
+def check_bookkeeping(layer, family: str, config, seed: int, call, grad: bool) -> None:
+    """Feed ``layer`` a prefix (if any) and the call, then measure its cache against the inputs."""
+    layout, B, T, valid, side, P = call
+    cls = type(layer).__name__
     H = config.hidden_size
     N = len(valid) if layout == "cu_seqlens" else B
     note(f"{family}: layout={layout} B={B} T={T} valid={valid} side={side} prefix={P}")
@@ -131,6 +138,41 @@ def test_cache_holds_offset_and_last_conv_inputs_computed_from_the_inputs(case, 
         assert_equivalent(
             got, torch.stack(expected), name=f"{slot} conv_state", paths=("cache", "inputs"), exact=False, context=ctx
         )
+
+
+class ForgetsConvState:
+    """A planted defect: each call's convs start from zeros instead of the cached conv state (the
+    recurrent state and offset are kept), as if a cache were handed over without its conv part."""
+
+    def _prepare(self, *args, **kwargs):
+        call = super()._prepare(*args, **kwargs)
+        if call.last_state is None:
+            return call
+        return dataclasses.replace(call, last_state={**call.last_state, "conv_state": None})
+
+
+def test_bookkeeping_catches_a_layer_that_forgets_its_conv_state():
+    def wrong(args) -> bool:
+        (family, config, seed), call, grad = args
+        planted = type("Forgets", (ForgetsConvState, get_family(family).layer_cls), {})
+        layer = _layer(family, config, seed)
+        broken = build_layer(Example(config=config, family=family, dtype="float64", seed=seed), planted)
+        broken.load_state_dict(layer.state_dict(), strict=True)
+        try:
+            check_bookkeeping(broken, family, config, seed, call, grad)
+        except Mismatch:
+            return True
+        return False
+
+    search = settings(
+        max_examples=200,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],  # any failing call makes the point; no shrinking
+    )
+    _, call, _ = find(st.tuples(family_layers(), calls(), st.booleans()), wrong, settings=search)
+    assert call[-1] > 0, "only a call after a prefix has a conv state to forget"
 
 
 # --- generation as Hugging Face calls it --------------------------------------------------------
