@@ -2,8 +2,10 @@
 
 - ``test_properties``: P2-P5 (path taken, fused == separate forward and gradients, exact fallback)
 - ``test_necessity``: P6 (every guard condition has a state where forcing fusion is wrong)
-- ``test_conformance``: the backend against the torch ground truth, call by call (forward, gradients,
+- ``test_conformance``: the backend against the torch backend, call by call (forward, gradients,
   update, varlen, final state within the §6 table; fused channel slices bitwise)
+- ``test_ground_truth``: every backend, torch included, against an independently written fp64
+  ``F.conv1d`` conv (:mod:`gdn_equiv.ground_truth`): a defect shared with the torch backend shows here
 
 The options, fixtures and Hypothesis profiles come from the installed pytest plugin
 (:mod:`gdn_equiv.pytest_plugin`). In this repository ``tests/`` runs the same modules by import.
