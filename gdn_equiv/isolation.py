@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 60.0  # seconds per example: a cold GPU's first triton compile fits well inside
+START_TIMEOUT = 120.0  # a worker that is not ready by then is our failure, not the example's
 BUILTIN_BACKENDS = ("torch", "triton", "cuda")
 # what the worker must see as the parent does (the fork server may have started before they were set)
 _ENV_PREFIXES = ("GDN_", "TRITON_", "CUDA_VISIBLE_DEVICES")
@@ -72,6 +73,7 @@ def _serve(conn: Any, env: dict[str, str], threads: int) -> None:
     from gdn_equiv.compare import observe
 
     torch.set_num_threads(threads)
+    conn.send("ready")  # the time limit starts with the examples, not with the imports
     while True:
         try:
             function, example_json, kwargs = conn.recv()
@@ -145,6 +147,12 @@ class WorkerPool:
         child.close()
         self._process, self._conn = process, parent
         self.started += 1
+        try:
+            ready = parent.poll(START_TIMEOUT) and parent.recv() == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            raise RuntimeError(f"a gdn-equiv worker process did not start ({_how(self._discard(kill=True))})")
 
     def _discard(self, *, kill: bool) -> int | None:
         process, conn = self._process, self._conn

@@ -91,6 +91,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="append each failing test's report to PATH the moment it fails (for time-boxed runs that may be "
         "cut off before pytest's summary, e.g. a cold GPU); with xdist the controller writes it",
     )
+    group.addoption(
+        "--gdn-isolate",
+        action="store_true",
+        default=False,
+        help="run each example of the suite's properties in a worker process: a kernel that crashes or hangs "
+        "fails that example (shrunk by Hypothesis) instead of ending the run",
+    )
+    group.addoption(
+        "--gdn-example-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --gdn-isolate: an example running longer fails and its worker is killed (default 60)",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -135,6 +149,21 @@ def pytest_configure(config: pytest.Config) -> None:
     except InvalidArgument as exc:  # refused before any test runs, like a bad option
         raise pytest.UsageError(str(exc)) from exc
     _load_backends(config)
+    _isolate(config)
+
+
+def _isolate(config: pytest.Config) -> None:
+    timeout = config.getoption("gdn_example_timeout")
+    if timeout is not None and not config.getoption("gdn_isolate"):
+        raise pytest.UsageError("--gdn-example-timeout needs --gdn-isolate")
+    if config.getoption("gdn_isolate"):
+        from gdn_equiv import isolation
+        from gdn_equiv.errors import InvalidArgument
+
+        try:
+            isolation.configure(isolation.DEFAULT_TIMEOUT if timeout is None else timeout)
+        except InvalidArgument as exc:
+            raise pytest.UsageError(f"--gdn-example-timeout: {exc}") from exc
 
 
 def _load_backends(config: pytest.Config) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from gdn_equiv import isolation
 from gdn_equiv import properties as P
 from gdn_equiv.example import Example
 from gdn_equiv.guard import Condition
@@ -23,7 +24,7 @@ def _run(prop, example: Example, device: str, *, may_not_apply: bool = False):
     count_example()
     note(example.short())
     try:
-        return prop(example, device=device)
+        return isolation.call(prop, example, device=device)  # in a worker under --gdn-isolate
     except P.NotApplicable as exc:
         if may_not_apply:
             return None

@@ -1,0 +1,172 @@
+"""A kernel that kills the process is a finding, not the end of the run (SPEC §10, issue #16).
+
+Planted plug-in kernels die (``os._exit``, SIGSEGV) or hang on wide calls: more than 16 channels,
+which only the fused prologue's one concatenated q/k/v call reaches in the tiny examples drawn
+here, and only in float32, so the bfloat16 row shows the run going on. Each run is ``python -m
+gdn_equiv`` in a subprocess: if isolation failed, the death would be the runner's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import find, settings
+
+import gdn_equiv
+from gdn_equiv import cli, isolation
+from gdn_equiv import properties as P
+from gdn_equiv.example import Example
+
+KERNELS = textwrap.dedent(
+    '''
+    """Kernels that kill their process on a float32 call with more than 16 channels."""
+    import os, signal, sys, time
+
+    import torch
+
+    from gdn_equiv.backends import get_backend
+
+    _torch = get_backend("torch").forward
+
+
+    def _deadly(x):
+        if x.shape[-1] > 16 and x.dtype == torch.float32:
+            print(f"dying at {x.shape[-1]} channels", file=sys.stderr, flush=True)
+            return True
+        return False
+
+
+    def exits(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        if _deadly(x):
+            os._exit(1)
+        return _torch(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+    def segfaults(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        if _deadly(x):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return _torch(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+    def hangs(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        if x.dtype == torch.float32:
+            time.sleep(3600)
+        return _torch(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    '''
+)
+# P2 (the cheapest property) in float32 (dies) and bfloat16 (runs); few examples, short sequences
+RUN = ["--property", "P2-path-taken", "--profile", "dev", "--examples", "6", "--max-seq-len", "3", "--skip-necessity"]
+DTYPES = ["--dtype", "float32", "--dtype", "bfloat16", "--device", "cpu"]
+
+
+@pytest.fixture
+def gdn(tmp_path: Path):
+    """``gdn(*argv) -> CompletedProcess``: ``python -m gdn_equiv`` in ``tmp_path``, the kernels importable."""
+    (tmp_path / "deadly_kernels.py").write_text(KERNELS)
+    env = dict(os.environ)
+    here = str(Path(gdn_equiv.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), here, env.get("PYTHONPATH")) if p)
+    env.pop("HYPOTHESIS_PROFILE", None)
+
+    def run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gdn_equiv", *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    return run
+
+
+def _rows(tmp_path: Path) -> dict[str, dict]:
+    summary = json.loads((tmp_path / "gdn-equiv-report" / "summary.json").read_text())
+    return {f"{row['property']}-{row['dtype']}": row for row in summary["checks"]}
+
+
+def _channels(stderr: str) -> int:
+    """The channel count of the last deadly call: Hypothesis replays the shrunk example last."""
+    return int(re.findall(r"dying at (\d+) channels", stderr)[-1])
+
+
+@pytest.mark.parametrize(
+    ("kernel", "how", "status"),
+    [("exits", "exited with status 1", 1), ("segfaults", "killed by signal SIGSEGV", -signal.SIGSEGV)],
+    ids=["os._exit", "sigsegv"],
+)
+def test_a_crashing_kernel_fails_its_example_shrunk_and_the_run_goes_on(gdn, tmp_path, kernel, how, status) -> None:
+    done = gdn("check", "--backend", f"deadly_kernels:{kernel}", *RUN, *DTYPES)
+    assert done.returncode == cli.EXIT_FAILED, done.stdout + done.stderr
+    assert "isolated" in done.stdout  # on by default: the backend is a plug-in
+    rows = _rows(tmp_path)
+    dead, alive = rows["P2-path-taken-float32"], rows["P2-path-taken-bfloat16"]
+    assert dead["result"] == "FAIL" and f"WorkerDied: the worker running the example {how}" in dead["failure"]
+    assert alive["result"] == "pass" and alive["examples"] >= 1, alive  # the run went on after the deaths
+    # shrunk: the fused call's q+k+v channels just past 16 (2 x key_dim + value_dim, so 18 or 20)
+    assert 16 < _channels(done.stderr) <= 20, done.stderr
+    failure = tmp_path / dead["repro_json"]
+    assert json.loads(failure.read_text())["example"]["dtype"] == "float32"
+    if kernel == "exits":  # the saved example, replayed in one process, kills it the same way
+        assert gdn("repro", str(failure)).returncode == status
+
+
+def test_a_hanging_example_fails_after_the_timeout_and_the_next_runs_in_a_fresh_worker(tmp_path, monkeypatch) -> None:
+    """The pool itself (a check of a hanging kernel shrinks through a timeout per candidate: minutes)."""
+    (tmp_path / "deadly_kernels.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers get this process's sys.path
+    from gdn_equiv.strategies import examples
+
+    def simplest(dtype: str) -> Example:
+        drawn = examples(backends=("deadly_kernels:hangs",), fusable=True, max_seq_len=2, dtypes=(dtype,))
+        return find(drawn, lambda _: True, settings=settings(database=None))
+
+    pool = isolation.WorkerPool(timeout=2)
+    try:
+        runs, hangs = simplest("bfloat16"), simplest("float32")
+        assert pool.call(P.check_path_taken, runs, device="cpu").fuse
+        started = time.perf_counter()
+        with pytest.raises(isolation.WorkerTimedOut, match="ran past the 2 s time limit"):
+            pool.call(P.check_path_taken, hangs, device="cpu")
+        assert time.perf_counter() - started < 2 + 3
+        assert pool.call(P.check_path_taken, runs, device="cpu").fuse  # in a fresh worker
+        assert (pool.started, pool.deaths) == (2, 1)
+    finally:
+        pool.close()
+
+
+def test_a_suite_run_with_gdn_isolate_survives_a_crashing_kernel(tmp_path) -> None:
+    """Under pytest (one process, no xdist) ``--gdn-isolate`` makes a dying kernel a failed test."""
+    (tmp_path / "deadly_kernels.py").write_text(KERNELS)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
+    env["HYPOTHESIS_PROFILE"] = "dev"
+    test = "gdn_equiv.suite.test_properties::test_auto_launches_one_conv_iff_guard_fuses"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--pyargs", test,
+         "--gdn-backend", "deadly_kernels:segfaults", "--gdn-family", "gated_deltanet", "--gdn-isolate", "-q"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out  # tests failed; pytest itself finished (a crash would be -11)
+    assert "WorkerDied" in out and "killed by signal SIGSEGV" in out and "1 failed" in out, out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--example-timeout", "0"],
+        ["--example-timeout", "nan"],
+        ["--example-timeout", "1", "--no-isolate"],
+        ["--example-timeout", "1", "--backend", "torch"],  # a built-in: not isolated by default
+    ],
+    ids=["zero", "nan", "no-isolate", "builtin"],
+)
+def test_example_timeout_is_refused_where_it_cannot_apply(argv, capsys) -> None:
+    assert cli.main(["check", *argv, "--device", "cpu"]) == cli.EXIT_USAGE
+    assert "--example-timeout" in capsys.readouterr().err
