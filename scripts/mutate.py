@@ -53,6 +53,21 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
     ),
 }
 SUITE = ["gdn_equiv/suite"]
+
+
+def tree_tests(name: str, rev: str) -> list[str]:
+    """The preset's tests plus ``tests/test_mutants_<name>.py`` (the tests written for its
+    survivors, docs/mutation.md) where ``rev`` has it."""
+    extra = f"tests/test_mutants_{name}.py"
+    if rev == "WORKTREE":
+        exists = (ROOT / extra).exists()
+    else:
+        exists = (
+            subprocess.run(["git", "cat-file", "-e", f"{rev}:{extra}"], cwd=ROOT, capture_output=True).returncode == 0
+        )
+    return PRESETS[name][1] + ([extra] if exists else [])
+
+
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
 
 
@@ -327,12 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs = []
     for name in args.targets:
         if name in PRESETS:
-            target, tree = PRESETS[name]
+            target, tree = PRESETS[name][0], tree_tests(name, args.rev)
         else:
             match = [k for k, (t, _) in PRESETS.items() if t == name]
             if not match and not args.tests:
                 p.error(f"{name}: not a preset ({', '.join(PRESETS)}); give --tests for other modules")
-            target, tree = name, (PRESETS[match[0]][1] if match else [])
+            target, tree = name, (tree_tests(match[0], args.rev) if match else [])
         tree = args.tests or tree
         for against in args.against.split(","):
             if against not in ("tree", "suite"):
