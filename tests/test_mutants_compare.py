@@ -26,3 +26,15 @@ def test_a_comparison_that_measured_no_values_reports_no_difference(actual, expe
     report = compare(actual, expected)
     assert report.max_abs == 0.0 and report.max_rel == 0.0
     assert report.ok == (actual is None and expected is None)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.9])
+def test_tolerance_used_is_the_greatest_difference_over_what_the_tolerance_allows(fraction: float) -> None:
+    """``tol_used`` (what check tables show next to a tolerance) is max |a - e| / (atol + rtol * |e|):
+    a difference of 90% of the allowance reads 0.9, whatever the magnitude of the values."""
+    rtol, atol = 1e-5, 1e-5
+    expected = torch.tensor([10.0, -20.0, 0.5, 300.0], dtype=torch.float64)
+    actual = expected + fraction * (atol + rtol * expected.abs())
+    report = compare(actual, expected, rtol=rtol, atol=atol)
+    assert report.ok
+    assert report.tol_used == pytest.approx(fraction, rel=1e-6, abs=1e-12)
