@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gdn_equiv.compare import compare, mismatch_kind
+from gdn_equiv.compare import Mismatch, assert_tree_equivalent, compare, mismatch_kind
 
 
 @pytest.mark.parametrize("kind", ["", None, 3, b"bias"], ids=["empty", "None", "int", "bytes"])
@@ -38,3 +38,14 @@ def test_tolerance_used_is_the_greatest_difference_over_what_the_tolerance_allow
     report = compare(actual, expected, rtol=rtol, atol=atol)
     assert report.ok
     assert report.tol_used == pytest.approx(fraction, rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "actual, expected", [([1.0], 1.0), (1.0, (1.0,)), ((2,), "x")], ids=["list-float", "float-tuple", "tuple-str"]
+)
+def test_a_sequence_against_a_non_sequence_is_a_structure_mismatch(actual, expected) -> None:
+    """One path returning a sequence where the other returns a scalar is a finding about that leaf
+    (a ``Mismatch`` naming the path and both kinds), not an internal error of the comparison."""
+    with pytest.raises(Mismatch, match="types differ") as info:
+        assert_tree_equivalent({"cache": actual}, {"cache": expected}, name="out", paths=("fused", "separate"))
+    assert "out.cache" in str(info.value)
