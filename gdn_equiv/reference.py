@@ -238,7 +238,7 @@ class ShortConvLayer(nn.Module):
     def _build(self, config: Any, factory: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _input_linears(self) -> list[tuple[str, nn.Linear]]:
+    def _input_linears(self) -> list[tuple[str, Any]]:
         """``(name, bias-free Linear)`` in matmul order; the conv slots first, named by slot."""
         raise NotImplementedError
 

@@ -58,7 +58,7 @@ class Family:
     def fused_cls(self) -> type[ShortConvLayer]:
         from gdn_equiv.fused import fused_variant
 
-        return fused_variant(self.layer_cls)
+        return fused_variant(self.layer_cls)  # type: ignore[arg-type]  # classes hash; mypy sees nn.Module.__hash__
 
     @property
     def mask(self) -> str:

@@ -174,6 +174,8 @@ class GatedDeltaNet(ShortConvLayer):
     """Reference GDN layer; ``forward`` returns ``(o, None, past_key_values)`` like fla's."""
 
     config_cls = GDNConfig
+    A_log: nn.Parameter
+    dt_bias: nn.Parameter
 
     def _build(self, c: GDNConfig, factory: dict[str, Any]) -> None:
         self.expand_v, self.head_dim = c.expand_v, c.head_dim
@@ -195,7 +197,7 @@ class GatedDeltaNet(ShortConvLayer):
             self.o_norm = RMSNorm(self.head_v_dim, c.norm_eps, None, device=factory["device"], dtype=torch.float32)
         self.o_proj = nn.Linear(self.value_dim, c.hidden_size, bias=False, **factory)
 
-    def _input_linears(self) -> list[tuple[str, nn.Linear]]:
+    def _input_linears(self) -> list[tuple[str, Any]]:
         linears = [("q", self.q_proj), ("k", self.k_proj), ("v", self.v_proj), ("a", self.a_proj), ("b", self.b_proj)]
         return [*linears, ("g", self.g_proj)] if self.use_gate else linears
 

@@ -130,7 +130,7 @@ class GatedLinearAttention(ShortConvLayer):
             self.g_norm = RMSNorm(self.head_v_dim, c.norm_eps, None, device=factory["device"], dtype=torch.float32)
         self.gate_fn = c.gate_fn
 
-    def _input_linears(self) -> list[tuple[str, nn.Linear]]:
+    def _input_linears(self) -> list[tuple[str, Any]]:
         linears = [("q", self.q_proj), ("k", self.k_proj), ("v", self.v_proj), ("gk", self.gk_proj[0])]
         return [*linears, ("g", self.g_proj)] if self.use_output_gate else linears
 

@@ -44,6 +44,9 @@ class KimiDeltaAttention(ShortConvLayer):
     """Reference KDA layer."""
 
     config_cls = KDAConfig
+    A_log: nn.Parameter
+    dt_bias: nn.Parameter
+    f_proj: nn.Sequential
 
     def _build(self, c: KDAConfig, factory: dict[str, Any]) -> None:
         self.num_heads, self.num_v_heads = c.num_heads, c.n_v_heads
@@ -68,7 +71,7 @@ class KimiDeltaAttention(ShortConvLayer):
         self.o_norm = RMSNorm(self.head_v_dim, c.norm_eps, "sigmoid", **factory)
         self.o_proj = nn.Linear(self.value_dim, c.hidden_size, bias=False, **factory)
 
-    def _input_linears(self) -> list[tuple[str, nn.Linear]]:
+    def _input_linears(self) -> list[tuple[str, Any]]:
         return [
             ("q", self.q_proj),
             ("k", self.k_proj),

@@ -90,7 +90,7 @@ class LightNetAttention(ShortConvLayer):
         self.g_norm = RMSNorm(c.hidden_size, c.norm_eps, "swish", **factory)
         self.o_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False, **factory)
 
-    def _input_linears(self) -> list[tuple[str, nn.Linear]]:
+    def _input_linears(self) -> list[tuple[str, Any]]:
         return [("q", self.q_proj), ("k", self.k_proj), ("v", self.v_proj), ("g", self.g_proj[0])]
 
     def recurrent_state_shape(self, num_seqs: int) -> tuple[int, ...]:

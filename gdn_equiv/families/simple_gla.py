@@ -60,7 +60,7 @@ class SimpleGatedLinearAttention(ShortConvLayer):
             self.g_norm = RMSNorm(self.head_v_dim, c.norm_eps, None, device=factory["device"], dtype=torch.float32)
         self.o_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False, **factory)
 
-    def _input_linears(self) -> list[tuple[str, nn.Linear]]:
+    def _input_linears(self) -> list[tuple[str, Any]]:
         # gk_proj's bias is added after the shared matmul
         return [("q", self.q_proj), ("k", self.k_proj), ("v", self.v_proj), ("g", self.g_proj), ("gk", self.gk_proj)]
 
