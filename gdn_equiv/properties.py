@@ -116,8 +116,18 @@ def _compare_grads(a: Outcome, b: Outcome, paths: tuple[str, str], context: str,
 def check_path_taken(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
     """P2: ``auto`` takes the fused path exactly when the guard fuses (in-house: one conv launch vs one
     per slot, counted through the backend registry; fla: conv-module calls); the forced paths are
-    the ones asked for."""
+    the ones asked for. For a target whose guard gives a :class:`Decision` (ours), that guard must also
+    be the spec's: otherwise a guard that never fuses would pass P3/P4 vacuously (found by mutation
+    testing of the installed suite, docs/mutation.md)."""
     handle, inputs, decision = _setup(example, device, target)
+    if hasattr(handle, "decision"):
+        spec = decide(handle.layer_facts(), handle.call_facts(inputs))
+        if spec.fuse != decision.fuse:
+            raise Mismatch(
+                f"P1 guard = spec: the layer's guard says fuse={decision.fuse} ({decision}), the spec "
+                f"fuse={spec.fuse} ({spec})\nExample: {example.short()}",
+                Report("guard", ("layer", "spec"), False, 1, problem=f"{decision.fuse} != {spec.fuse}"),
+            )
     short = example.config.use_short_conv
     expected = {"auto": ("fused" if decision.fuse else "separate") if short else "none"}
     expected["separate"] = "separate" if short else "none"

@@ -16,7 +16,7 @@ from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.example import Example
 from gdn_equiv.families import known_families
-from gdn_equiv.guard import Decision, decide, decide_upstream
+from gdn_equiv.guard import Condition, Decision, decide, decide_upstream
 from gdn_equiv.strategies import examples
 from gdn_equiv.targets import get_target
 
@@ -238,3 +238,14 @@ def test_forward_property_catches_channel_count_dependent_backend(broken_backend
 def test_forward_property_catches_update_kernel_that_drops_bias(broken_backends):
     example = _caught(P.check_forward_exact, examples(backends=("teeth_update",), fusable=True, grad=False))
     assert example.seq_len == 1 and not example.grad
+
+
+class GuardNeverFuses:
+    """Always falls back: P3/P4 would hold vacuously; the installed suite must still notice."""
+
+    guard = staticmethod(lambda layer, call: Decision(False, (Condition.G1,)))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_path_property_catches_a_guard_that_never_fuses(family):
+    _caught(P.check_path_taken, examples(fusable=True, family=family), GuardNeverFuses)
