@@ -418,8 +418,9 @@ def _subprocess_env(planted: Path) -> dict[str, str]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) -> None:
     argv = [sys.executable, "-m", "gdn_equiv", "fuzz", *TINY, "--property", "P3-forward-exact", "--seconds", "60"]
+    env = {**_subprocess_env(planted), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=_subprocess_env(planted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     rows = tmp_path / REPORT / "rows.jsonl"
     try:
@@ -429,18 +430,24 @@ def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) 
             assert time.monotonic() < deadline, "no finished check was reported within 45 s"
             time.sleep(0.1)
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # still running: faulthandler prints where it is stuck
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"still running 30 s after {sig.name}; its stacks:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == cli.EXIT_INTERRUPTED, (out, err)
-    assert "interrupted; report so far:" in _one_line(err)
+    assert "interrupted; report so far:" in _one_line(err), err
     summary = _summary(tmp_path)
     logged = [json.loads(line) for line in rows.read_text().splitlines()]
-    assert summary["status"] == "interrupted" and summary["checks"]
+    assert summary["status"] == "interrupted" and summary["checks"], (summary, err)
     # complete up to the last finished check: the summary holds exactly what the log holds
-    assert sum(r["examples"] for r in summary["checks"]) == sum(r["examples"] for r in logged) > 0
+    counts = [r["examples"] for r in summary["checks"]], [r["examples"] for r in logged]
+    assert sum(counts[0]) == sum(counts[1]) > 0, (counts, err)
 
 
 # ---- repro: the failure file is validated, then replayed -----------------------------------------------
