@@ -260,6 +260,15 @@ def plan_run(args: argparse.Namespace) -> Plan:
             raise UsageError(f"--target {args.target} searches its guard's gaps; {', '.join(unused)} do not apply")
         target_options = {"core": args.fla_core or "fla"} if args.target == "fla" else {}
         families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        if args.fla_core == "reference":
+            from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
+
+            other = [f for f in families if f not in REFERENCE_CORE_FAMILIES]
+            if other:  # refused here, not at the first gap found (H200, 2026-12-04: every non-GDN demo failed)
+                raise UsageError(
+                    f"--fla-core reference swaps in the core of {', '.join(REFERENCE_CORE_FAMILIES)} only; "
+                    f"--family {','.join(other)} would run with fla's core: drop --fla-core, or pick those families"
+                )
         backends, properties, conditions = ["-"], [], []
         isolate, example_timeout = False, None
     # the properties' own argument checks need the device settled (triton's interpreter on CPU)

@@ -142,6 +142,10 @@ USAGE_ERRORS = {
     "property-unknown": (["check", *TINY, "--property", "P99"], "--property 'P99' is not a property; known: P2-"),
     "family-unknown": (["check", *TINY, "--family", "nosuch"], "--family 'nosuch': unknown family 'nosuch'"),
     "fla-core-without-fla": (["check", *TINY, "--fla-core", "reference"], "--fla-core 'reference' applies to"),
+    "fla-core-reference-kda": (
+        ["fuzz", "--target", "fla", "--fla-core", "reference", "--family", "gated_deltanet,kda", "--seconds", "5"],
+        "--fla-core reference swaps in the core of gated_deltanet only; --family kda would run with fla's core",
+    ),
     "fla-ignores-dtype": (["check", "--target", "fla", "--dtype", "float32"], "--dtype do not apply"),
     "skip-necessity-vs-P6": (["check", *TINY, "--property", "P6-necessity"], "--skip-necessity contradicts"),
     "device-unknown": (["check", *TINY, "--device", "tpu"], "--device 'tpu'"),

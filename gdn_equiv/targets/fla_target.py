@@ -325,6 +325,10 @@ def reference_core(
     return o.to(q.dtype), (state if output_final_state else None)
 
 
+# the families whose core ``core="reference"`` can swap in (the others run fla's own core)
+REFERENCE_CORE_FAMILIES = ("gated_deltanet",)
+
+
 @contextmanager
 def _core(core: str, family: str = "gated_deltanet"):
     """Run fla's layer with ``core``; ``reference`` swaps the two core names in fla's Gated DeltaNet
@@ -332,7 +336,7 @@ def _core(core: str, family: str = "gated_deltanet"):
     if core == "fla":
         yield
         return
-    if family != "gated_deltanet":
+    if family not in REFERENCE_CORE_FAMILIES:
         raise InvalidArgument(f"--fla-core reference restates Gated DeltaNet's core only, not {family!r}'s")
     import fla.layers.gated_deltanet as mod
 
