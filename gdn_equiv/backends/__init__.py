@@ -52,11 +52,14 @@ __all__ = [
 
 Tensor = torch.Tensor
 
-# Built-ins load lazily so that importing the registry never imports triton or causal_conv1d.
+# Built-ins load lazily so that importing the registry never imports triton, causal_conv1d or fla.
 _BUILTIN = {
     "torch": "gdn_equiv.backends.torch_backend:BACKEND",
     "triton": "gdn_equiv.backends.triton_backend:BACKEND",
     "cuda": "gdn_equiv.backends.cuda_backend:BACKEND",
+    "fla-triton": "gdn_equiv.backends.fla_backend:TRITON",
+    "fla-cuda": "gdn_equiv.backends.fla_backend:CUDA",
+    "fla-gluon": "gdn_equiv.backends.fla_backend:GLUON",
 }
 _REGISTRY: dict[str, Backend] = {}
 _ENTRY_POINTS_LOADED = False
@@ -137,6 +140,7 @@ def as_backend(obj: object, name: str, origin: str = "") -> Backend:
             update=getattr(obj, "update", None),
             unavailable=unavailable if callable(unavailable) else (lambda: None),
             description=(getattr(obj, "__doc__", None) or "").strip().split("\n")[0],
+            unused_state_slots=getattr(obj, "unused_state_slots", 0),
         )
     elif callable(obj) and not inspect.isclass(obj):
         backend = Backend(name=name, forward=obj)

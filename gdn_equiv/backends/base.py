@@ -44,6 +44,8 @@ class ConvBackend(Protocol):
             -> (y, final_state)                             # required
         update(x, state, weight, bias, activation) -> (y, new_state)   # optional
         unavailable() -> str | None                         # optional: why it cannot run here
+        unused_state_slots: int                             # optional: leading state slots it leaves
+                                                            # meaningless (0; fla: 1, see Backend)
 
     Arguments are passed positionally, in the order of SPEC §3. Parameter names are free, but a
     SPEC name at another position is refused at load time (it would receive the wrong argument;
@@ -115,13 +117,30 @@ class Backend:
     #: Whether ``initial_state`` may come with ``cu_seqlens`` (per-sequence states of packed sequences);
     #: a backend without it must refuse that call with :class:`InvalidArgument`, and strategies do not draw it.
     varlen_initial_state: bool = True
+    #: The backend's state convention: how many leading slots of a ``[N, D, W]`` state carry no meaning
+    #: for it. ``0``: all ``W`` slots are the last ``W`` inputs, forward and backward. ``1``: only the last
+    #: ``W - 1`` are, all a width-``W`` conv ever reads back (fla: its backward drops the gradient of a
+    #: final state's slot 0). Conformance compares the final state, the gradient through it and the
+    #: step's new state on the meaningful slots only; the continuation properties (a final state fed back
+    #: as the next call's initial state, or to the step kernel) catch a declaration that hides a slot
+    #: the conv needs.
+    unused_state_slots: int = 0
 
     def check(self) -> Backend:
         """Refuse a forward/update whose signature cannot take SPEC §3's arguments; returns ``self``."""
         check_signature(self.forward, FORWARD_PARAMS, f"conv backend {self.name!r}: forward")
         if self.update is not None:
             check_signature(self.update, UPDATE_PARAMS, f"conv backend {self.name!r}: update")
+        if not isinstance(self.unused_state_slots, int) or self.unused_state_slots < 0:
+            raise InvalidArgument(
+                f"conv backend {self.name!r}: unused_state_slots must be a non-negative int, "
+                f"got {self.unused_state_slots!r}"
+            )
         return self
+
+    def state_slots(self, W: int) -> slice:
+        """The meaningful slots of a width-``W`` state (last axis of ``[N, D, W]``), per the declaration."""
+        return slice(min(self.unused_state_slots, W), W)
 
 
 def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
