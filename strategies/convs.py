@@ -10,6 +10,47 @@ from hypothesis import strategies as st
 
 from gdn_equiv.example import DTYPES
 
+#: How a tensor of a call is laid out in memory (:func:`apply_layout`); the first is the default and
+#: where shrinking goes.
+LAYOUTS = ("contiguous", "sliced", "strided", "transposed", "expanded")
+#: The tensors of a call that take a layout: the inputs, and the cotangents of y and of the final state.
+LAYOUT_TENSORS = ("x", "weight", "bias", "initial_state", "dy", "dfinal")
+
+
+def apply_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """``t`` (contiguous) in ``layout``; differentiable, so gradients flow back to ``t``.
+
+    - ``contiguous``: ``t`` itself.
+    - ``sliced``: a view into a larger buffer, offset by one element in every dimension, the last
+      dimension 3 wider (a channel slice of q|k|v, a column of a wider state): last stride 1, the
+      others not the contiguous ones, storage offset not 0.
+    - ``strided``: every other element of a buffer twice as large in every dimension (last stride 2).
+    - ``transposed``: the last two dimensions stored in swapped order: channel-last for ``[N, D, W]``
+      states (causal-conv1d's layout), time-fastest for ``[B, T, D]``; a 1-D tensor stays as it is.
+    - ``expanded``: the first row broadcast along dimension 0 (stride 0): the values change (every
+      batch row, sequence state or channel weight equals the first), both backends see the same.
+
+    Buffer elements outside the view are NaN, so a kernel that reads storage with the wrong strides
+    reads NaN (or another element) and the comparison shows it.
+    """
+    if layout == "contiguous" or t.dim() == 0:
+        return t
+    if layout == "transposed":
+        return t if t.dim() < 2 else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "expanded":
+        return t.narrow(0, 0, min(1, t.shape[0])).expand(t.shape)
+    if layout == "sliced":
+        shape = [n + 1 for n in t.shape[:-1]] + [t.shape[-1] + 3]
+        index = tuple([slice(1, None)] * (t.dim() - 1) + [slice(1, 1 + t.shape[-1])])
+    elif layout == "strided":
+        shape = [2 * n for n in t.shape]
+        index = tuple([slice(None, None, 2)] * t.dim())
+    else:
+        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    buffer = torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
+    buffer[index] = t  # differentiable: the view below carries t's gradient
+    return buffer[index]
+
 
 @dataclass(frozen=True)
 class ConvCall:
@@ -28,13 +69,22 @@ class ConvCall:
     initial_state: bool = False
     seq_lens: tuple[int, ...] = ()
     seed: int = 0
+    #: ``(tensor, layout)`` pairs (:data:`LAYOUT_TENSORS`, :data:`LAYOUTS`); a tensor not named is contiguous
+    layouts: tuple[tuple[str, str], ...] = ()
 
     @property
     def num_seqs(self) -> int:
         return len(self.seq_lens) if self.seq_lens else self.B
 
-    def tensors(self, device: str = "cpu") -> dict[str, torch.Tensor | None]:
-        """``x [B,T,D]``, ``weight [D,W]``, ``bias [D]|None``, ``initial_state [N,D,W]|None``, ``cu_seqlens``."""
+    def layout(self, name: str) -> str:
+        """The layout of tensor ``name`` in this call (``contiguous`` unless :attr:`layouts` says otherwise)."""
+        return dict(self.layouts).get(name, "contiguous")
+
+    def tensors(self, device: str = "cpu", *, grad: bool = False) -> dict[str, torch.Tensor | None]:
+        """``x [B,T,D]``, ``weight [D,W]``, ``bias [D]|None``, ``initial_state [N,D,W]|None``, ``cu_seqlens``,
+        each in its :meth:`layout`. With ``grad``, each floating input is a view of a contiguous leaf
+        that requires grad, under ``"leaf." + name`` (differentiate with respect to the leaves: a
+        layout's buffer is not a leaf)."""
         gen = torch.Generator().manual_seed(self.seed)
         dtype = DTYPES[self.dtype]
 
@@ -48,7 +98,23 @@ class ConvCall:
         cu = None
         if self.seq_lens:
             cu = torch.tensor([0, *self.seq_lens], dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
-        return {"x": x, "weight": weight, "bias": bias, "initial_state": state, "cu_seqlens": cu}
+        out: dict[str, torch.Tensor | None] = {"cu_seqlens": cu}
+        for name, t in (("x", x), ("weight", weight), ("bias", bias), ("initial_state", state)):
+            if t is not None and grad:
+                t = t.requires_grad_()
+                out[f"leaf.{name}"] = t
+            out[name] = None if t is None else apply_layout(t, self.layout(name))
+        return out
+
+    def cotangents(self, device: str = "cpu", *, unused_state_slots: int = 0) -> dict[str, torch.Tensor]:
+        """``dy [B,T,D]`` and ``dfinal [N,D,W]`` (seeded from :attr:`seed`), each in its :meth:`layout`;
+        ``dfinal`` is zero in the first ``unused_state_slots`` slots (a backend's state convention)."""
+        gen = torch.Generator().manual_seed(self.seed + 7)
+        dtype = DTYPES[self.dtype]
+        dy = torch.randn(self.B, self.T, self.D, generator=gen).to(dtype).to(device)
+        dfinal = torch.randn(self.num_seqs, self.D, self.W, generator=gen).to(dtype).to(device)
+        dfinal[..., : min(unused_state_slots, self.W)] = 0
+        return {"dy": apply_layout(dy, self.layout("dy")), "dfinal": apply_layout(dfinal, self.layout("dfinal"))}
 
 
 #: channel counts where kernels change code path: block and warp multiples (the fused call carries
@@ -94,6 +160,7 @@ def conv_calls(
     varlen_initial_state: bool = True,
     wide_channels: int | None = None,
     long_seq_len: int | None = None,
+    layouts: Sequence[str] = ("contiguous",),
 ) -> ConvCall:
     """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
     (give a backend's :func:`gdn_equiv.backends.supported_widths`). Shrinks towards fp32, one channel,
@@ -102,7 +169,9 @@ def conv_calls(
     adds channel counts at block edges up to it (where real kernels change code path), ``long_seq_len``
     lengths at tile edges up to it; lengths around the kernel width are always drawn. Without
     ``varlen_initial_state`` (a backend that refuses per-sequence states, e.g. causal-conv1d), varlen
-    calls carry no initial state."""
+    calls carry no initial state. ``layouts`` are the memory layouts (:data:`LAYOUTS`) each tensor of
+    :data:`LAYOUT_TENSORS` may be drawn in, independently (inputs and cotangents); they shrink to
+    contiguous, and one draw in three keeps every tensor contiguous."""
     W = draw(st.integers(*widths))
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
@@ -122,4 +191,16 @@ def conv_calls(
         and (varlen_initial_state or not use_varlen),
         seq_lens=lens,
         seed=draw(st.integers(0, 2**16)),
+        layouts=_layouts(draw, layouts),
     )
+
+
+def _layouts(draw: st.DrawFn, kinds: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    unknown = [k for k in kinds if k not in LAYOUTS]
+    if unknown:
+        raise ValueError(f"unknown layouts {unknown}; known: {', '.join(LAYOUTS)}")
+    kinds = ["contiguous", *(k for k in kinds if k != "contiguous")]
+    if len(kinds) == 1 or draw(st.integers(0, 2)) == 0:
+        return ()
+    chosen = ((name, draw(st.sampled_from(kinds))) for name in LAYOUT_TENSORS)
+    return tuple((name, kind) for name, kind in chosen if kind != "contiguous")
