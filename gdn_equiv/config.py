@@ -10,9 +10,13 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
+from gdn_equiv.conv_ops import ActivationNames, normalize_extras, validate_extras
+from gdn_equiv.conv_ops import canonical_activation as _canonical
 from gdn_equiv.errors import InvalidArgument
 
-CONV_ACTIVATIONS = ("silu", "swish", None)
+#: The registered conv activations (a live view of :mod:`gdn_equiv.conv_ops`; ``silu, swish, None``
+#: first, then ``relu``, ``relu2`` and whatever plug-ins register).
+CONV_ACTIVATIONS = ActivationNames()
 GATE_ACTIVATIONS = ("swish", "silu", "sigmoid")
 CORE_MODES = ("chunk", "recurrent")
 CONV_NAMES = ("q", "k", "v")
@@ -20,10 +24,9 @@ PARAM_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 def canonical_activation(activation: str | None) -> str | None:
-    """``silu`` and ``swish`` are one function; the guard and the backends compare this form."""
-    if activation not in CONV_ACTIVATIONS:
-        raise InvalidArgument(f"conv activation must be one of {CONV_ACTIVATIONS}, got {activation!r}")
-    return "silu" if activation == "swish" else activation
+    """``silu`` and ``swish`` are one function; the guard and the backends compare this form (a
+    registered alias maps to its target the same way)."""
+    return _canonical(activation)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,18 @@ class ConvSpec:
     kernel_size: int | None = None
     bias: bool | None = None
     dtype: str | None = None
+    #: registered per-conv facts (:func:`gdn_equiv.conv_ops.register_conv_fact`) as sorted
+    #: ``(parameter, value)`` pairs, defaults left out: ``(("head_dim", 4), ("norm", "l2"))``
+    extras: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extras", normalize_extras(self.extras, "ConvSpec"))
+
+    def extra(self, name: str) -> Any:
+        """A registered fact parameter's value (its default where not set)."""
+        from gdn_equiv.conv_ops import fact_params
+
+        return dict(self.extras).get(name, fact_params()[name])
 
 
 def _check_positive_int(owner: str, name: str, value: Any) -> None:
@@ -123,6 +138,12 @@ class LayerConfig:
                 _check_bool(owner, f"{name}_conv.bias", spec.bias)
             if spec.dtype is not None and spec.dtype not in PARAM_DTYPES:
                 raise InvalidArgument(f"{name}_conv.dtype must be one of {PARAM_DTYPES}, got {spec.dtype!r}")
+            if spec.extras:
+                try:
+                    channels: int | None = self.conv_channels(name)
+                except Exception:  # noqa: BLE001 - the family's own validation names a bad dim
+                    channels = None
+                validate_extras(spec.extras, channels, f"{name}_conv")
 
     def replace(self, **changes: Any) -> Any:
         return replace(self, **changes)
@@ -160,6 +181,11 @@ class ConvFacts:
     weight_dtype: str
     bias_dtype: str | None
     device: str
+    #: registered per-conv facts as sorted ``(parameter, value)`` pairs, defaults left out
+    extras: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extras", normalize_extras(self.extras, "ConvFacts"))
 
 
 @dataclass(frozen=True)

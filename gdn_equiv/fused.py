@@ -3,8 +3,8 @@ separate path as fallback.
 
 ``forward(..., prologue="auto" | "fused" | "separate")`` chooses the path by argument. ``"fused"``
 runs the fused path even where the guard says no, with upstream's semantics (PR #972/#977: bias
-concatenated only when the layer's ``conv_bias`` flag is on, the first slot's activation and
-backend, no cache, no ``cu_seqlens``, a dense mask multiplied into the input), so the suite can
+concatenated only when the layer's ``conv_bias`` flag is on, the first slot's activation,
+registered per-conv facts (the L2 norm: branch fuse-conv-l2 would fuse that way) and backend, no cache, no ``cu_seqlens``, a dense mask multiplied into the input), so the suite can
 show what goes wrong (SPEC P6): a wrong result, or the error that path really raises.
 """
 
@@ -18,6 +18,7 @@ import torch
 
 from gdn_equiv.backends import causal_conv1d
 from gdn_equiv.config import CallFacts
+from gdn_equiv.conv_ops import apply_conv_facts
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.guard import Decision, decide
 from gdn_equiv.reference import ConvStates, Projections, ShortConv, ShortConvLayer, _Call
@@ -39,6 +40,7 @@ def fused_short_conv(
     if mask is not None:
         x = x * mask.unsqueeze(-1)
     y, _ = causal_conv1d(x, weight, bias, first.activation, backend=first.backend)
+    y = apply_conv_facts(y, first.extras())  # the first slot's norm over every slot's heads (G10)
     return tuple(part.contiguous() for part in torch.split(y, [c.channels for c in convs], dim=-1))
 
 

@@ -2,39 +2,118 @@
 
 Conditions G1–G7 are PR #972's (fla 0.6.0); G8 and G9 are the ones this suite proved necessary
 (SPEC P1, P6). A decision lists *every* failed condition; ``reason`` is the first, in G-order.
-Activations are compared in canonical form (``silu`` is ``swish``), so the guard never falls back
-where fusion is exact.
+Activations are compared in canonical form (``silu`` is ``swish``; any registered activation or
+alias the same way), so the guard never falls back where fusion is exact. After G9 come the
+conditions of registered per-conv facts (:mod:`gdn_equiv.conv_ops`: the L2-norm conv's G10), each
+"the convs agree on the fact's key"; the guard's core does not name them.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from gdn_equiv.config import CallFacts, ConvFacts, LayerFacts, canonical_activation
+from gdn_equiv.conv_ops import ConvFact
+from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
 
 
-class Condition(enum.Enum):
-    """One guard condition; ``value`` is its short id, ``rule`` what must hold for fusion."""
+class _ConditionRegistry(type):
+    """Iterating :class:`Condition` gives G1–G9, then one condition per registered per-conv fact
+    (:func:`gdn_equiv.conv_ops.register_conv_fact`), so every consumer that lists the conditions
+    (the necessity searches, the command line, the strategies, the oracle tests) sees them."""
 
-    G1 = ("G1", "short_conv", "use_short_conv must be on")
-    G2 = ("G2", "cached_state", "no cached state for this layer (fused path would ignore it)")
-    G3 = ("G3", "use_cache", "use_cache must be off (fused path writes no conv cache)")
-    G4 = ("G4", "varlen", "no cu_seqlens, given or from an attention_mask (fused path would leak across sequences)")
-    G5 = ("G5", "backend", "q/k/v convs must share one backend")
-    G6 = ("G6", "activation", "q/k/v convs must share one activation (silu == swish)")
-    G7 = ("G7", "kernel_size", "q/k/v convs must share one kernel size")
-    G8 = ("G8", "bias_parity", "each conv's bias presence must equal the others' and the layer's conv_bias flag")
-    G9 = ("G9", "param_dtype_device", "q/k/v weights (and biases) must share one dtype and one device")
+    def __iter__(cls) -> Iterator[Condition]:
+        return iter(cls._all())
 
-    def __init__(self, id_: str, short: str, rule: str) -> None:
+    def __len__(cls) -> int:
+        return len(cls._all())
+
+    def __getitem__(cls, id_: str) -> Condition:
+        for c in cls._all():
+            if c.id == id_:
+                return c
+        raise KeyError(id_)
+
+    def __contains__(cls, item: object) -> bool:
+        return item in cls._all()
+
+
+class Condition(metaclass=_ConditionRegistry):
+    """One guard condition: ``id`` (``G1``...), ``short`` name and ``rule`` (what must hold for fusion).
+
+    G1–G9 are class attributes (``Condition.G8``); a registered per-conv fact's condition is
+    ``Condition[fact.condition_id]`` and carries the fact (``fact``). Compared by identity, like
+    enum members; ``name`` is the id and ``value`` the ``(id, short, rule)`` triple, as they were
+    when this was an enum.
+    """
+
+    _builtin: ClassVar[list[Condition]] = []
+    _for_fact: ClassVar[dict[str, Condition]] = {}
+    G1: ClassVar[Condition]
+    G2: ClassVar[Condition]
+    G3: ClassVar[Condition]
+    G4: ClassVar[Condition]
+    G5: ClassVar[Condition]
+    G6: ClassVar[Condition]
+    G7: ClassVar[Condition]
+    G8: ClassVar[Condition]
+    G9: ClassVar[Condition]
+
+    def __init__(self, id_: str, short: str, rule: str, fact: ConvFact | None = None) -> None:
         self.id = id_
         self.short = short
         self.rule = rule
+        self.fact = fact
+
+    @property
+    def name(self) -> str:
+        return self.id
+
+    @property
+    def value(self) -> tuple[str, str, str]:
+        return (self.id, self.short, self.rule)
 
     def __str__(self) -> str:
         return f"{self.id} {self.short}"
+
+    def __repr__(self) -> str:
+        return f"<Condition.{self.id}: {self.rule!r}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_condition, (self.id,))  # the registered instance in the receiving process too
+
+    @classmethod
+    def _all(cls) -> list[Condition]:
+        return [*cls._builtin, *(cls.of_fact(f) for f in registered_conv_facts())]
+
+    @classmethod
+    def of_fact(cls, fact: ConvFact) -> Condition:
+        """The condition a registered per-conv fact needs (one instance per fact registration)."""
+        c = cls._for_fact.get(fact.name)
+        if c is None or c.fact is not fact:
+            c = cls._for_fact[fact.name] = Condition(fact.condition_id, fact.condition_short, fact.condition_rule, fact)
+        return c
+
+
+def _condition(id_: str) -> Condition:
+    return Condition[id_]
+
+
+for _id, _short, _rule in (
+    ("G1", "short_conv", "use_short_conv must be on"),
+    ("G2", "cached_state", "no cached state for this layer (fused path would ignore it)"),
+    ("G3", "use_cache", "use_cache must be off (fused path writes no conv cache)"),
+    ("G4", "varlen", "no cu_seqlens, given or from an attention_mask (fused path would leak across sequences)"),
+    ("G5", "backend", "q/k/v convs must share one backend"),
+    ("G6", "activation", "q/k/v convs must share one activation (silu == swish)"),
+    ("G7", "kernel_size", "q/k/v convs must share one kernel size"),
+    ("G8", "bias_parity", "each conv's bias presence must equal the others' and the layer's conv_bias flag"),
+    ("G9", "param_dtype_device", "q/k/v weights (and biases) must share one dtype and one device"),
+):
+    Condition._builtin.append(Condition(_id, _short, _rule))
+    setattr(Condition, _id, Condition._builtin[-1])
 
 
 @dataclass(frozen=True)
@@ -80,6 +159,9 @@ def _conv_conditions(conv_bias: bool, convs: Sequence[ConvFacts]) -> list[Condit
     bias_dtypes = [c.bias_dtype for c in convs if c.has_bias]
     if not (_all_equal(dtypes) and _all_equal(bias_dtypes or [None]) and _all_equal([c.device for c in convs])):
         failed.append(Condition.G9)
+    for fact in registered_conv_facts():
+        if not _all_equal([fact.key(fact.values(c.extras)) for c in convs]):
+            failed.append(Condition.of_fact(fact))
     return failed
 
 

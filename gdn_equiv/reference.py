@@ -29,6 +29,7 @@ from torch import nn
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, check_cu_seqlens
 from gdn_equiv.cache import Cache, check_layer_state
 from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerConfig, LayerFacts
+from gdn_equiv.conv_ops import apply_conv_facts, fact_params, normalize_extras, validate_extras
 from gdn_equiv.errors import InvalidArgument
 
 Tensor = torch.Tensor
@@ -45,6 +46,9 @@ class ShortConv(nn.Module):
 
     ``backend`` and ``activation`` are plain attributes and may be reassigned; the kernel size is
     the weight's last dim, and the bias may be set to ``None`` or to a new ``nn.Parameter``.
+    Registered per-conv facts (:mod:`gdn_equiv.conv_ops`) are plain attributes too, under their
+    parameter names (fla's: ``norm``, ``head_dim``, ``norm_eps``), given as keyword arguments; their
+    maths runs on the conv's output, after the activation, on both the sequence and the step path.
     """
 
     def __init__(
@@ -57,8 +61,15 @@ class ShortConv(nn.Module):
         backend: str = "torch",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        **extras: Any,
     ) -> None:
         super().__init__()
+        params = fact_params()
+        unknown = sorted(set(extras) - set(params))
+        if unknown:
+            raise InvalidArgument(f"ShortConv got unknown arguments {unknown}; registered conv facts take {sorted(params)}")
+        for name, default in params.items():
+            setattr(self, name, extras.get(name, default))
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel_size, device=device, dtype=dtype))
         self.bias: nn.Parameter | None
         if bias:
@@ -93,10 +104,17 @@ class ShortConv(nn.Module):
             raise InvalidArgument(f"a depthwise conv weight must have shape [D, 1, W], got {tuple(w.shape)}")
         return w[:, 0]
 
+    def extras(self) -> tuple[tuple[str, Any], ...]:
+        """The registered per-conv facts' current values, checked (defaults left out)."""
+        extras = normalize_extras({p: getattr(self, p, d) for p, d in fact_params().items()}, "ShortConv")
+        validate_extras(extras, self.channels, "ShortConv")
+        return extras
+
     def facts(self) -> ConvFacts:
         if self.activation not in CONV_ACTIVATIONS:
             raise InvalidArgument(f"conv activation must be one of {CONV_ACTIVATIONS}, got {self.activation!r}")
         return ConvFacts(
+            extras=self.extras(),
             backend=str(self.backend),
             activation=self.activation,
             kernel_size=self.kernel_size,
@@ -119,17 +137,19 @@ class ShortConv(nn.Module):
         """``x [B, T, D]``; ``mask [B, T]`` (the dense path) is multiplied into the input, out of place;
         ``step`` runs the single-token update (one token per sequence)."""
         weight = self.depthwise_weight()
+        extras = self.extras()
         if mask is not None:
             x = x * mask.unsqueeze(-1)
         if not step:
-            return causal_conv1d(
+            y, final = causal_conv1d(
                 x, weight, self.bias, self.activation, cache, output_final_state, cu_seqlens, backend=self.backend
             )
+            return apply_conv_facts(y, extras), final
         B, T, D = x.shape
         tokens = x.reshape(B * T, D)  # one token per sequence: [B, 1, D] or packed [1, N, D] -> [N, D]
         state = cache if cache is not None else tokens.new_zeros(B * T, D, self.kernel_size)
         y, new_state = causal_conv1d_update(tokens, state, weight, self.bias, self.activation, backend=self.backend)
-        return y.reshape(B, T, D), (new_state if output_final_state else None)
+        return apply_conv_facts(y.reshape(B, T, D), extras), (new_state if output_final_state else None)
 
 
 class RMSNorm(nn.Module):
@@ -273,6 +293,7 @@ class ShortConvLayer(nn.Module):
                 backend=c.conv_backend if spec.backend is None else spec.backend,
                 device=factory["device"],
                 dtype=factory["dtype"] if spec.dtype is None else getattr(torch, spec.dtype),
+                **dict(spec.extras),
             )
             self.add_module(f"{name}_conv1d", conv)
 

@@ -24,7 +24,22 @@ from gdn_equiv.testing import count_example
 # ---- the oracle ----------------------------------------------------------------------------
 
 # silu and swish are one function (x * sigmoid(x)); None is the identity.
-ACTIVATION_FUNCTION = {"silu": "x*sigmoid(x)", "swish": "x*sigmoid(x)", None: "identity"}
+ACTIVATION_FUNCTION = {
+    "silu": "x*sigmoid(x)",
+    "swish": "x*sigmoid(x)",
+    None: "identity",
+    "relu": "max(x,0)",  # branch conv-relu
+    "relu2": "max(x,0)^2",
+}
+
+
+def _conv_norm(c: ConvFacts) -> tuple[object, ...]:
+    """Branch fuse-conv-l2's norm as the spec states it: off, or l2 over heads of head_dim with norm_eps
+    (head_dim and eps mean nothing while the norm is off)."""
+    e = dict(c.extras)
+    if e.get("norm") is None:
+        return ("off",)
+    return ("l2", e.get("head_dim"), float(e.get("norm_eps", 1e-5)))
 
 
 def _convs(layer: LayerFacts) -> tuple[ConvFacts, ...]:
@@ -53,6 +68,7 @@ SPEC: dict[str, Callable[[LayerFacts, CallFacts], bool]] = {
             or _differ([c.bias_dtype for c in _convs(layer) if c.has_bias])
         )
     ),
+    "G10": lambda layer, call: not _differ([_conv_norm(c) for c in _convs(layer)]),
 }
 
 
@@ -113,6 +129,12 @@ SHAPE_PLACE_TYPE = [
     for backend in ("torch", "triton")
     for dt in ("float32", "bfloat16")
 ]
+NORM_ACTIVATION = [
+    _conv(activation=a, extras=e)
+    for a in ("relu", "relu2")
+    for e in ((), (("norm", "l2"), ("head_dim", 4)), (("norm", "l2"), ("head_dim", 2)), (("norm_eps", 1e-3),),
+              (("norm", "l2"), ("head_dim", 4), ("norm_eps", 1e-3)))
+]
 BIAS_DTYPE_DEVICE = [
     _conv(has_bias=b, bias_dtype=bdt if b else None, device=dev)
     for b in (False, True)
@@ -123,8 +145,13 @@ BIAS_DTYPE_DEVICE = [
 
 @pytest.mark.parametrize(
     ("table", "size"),
-    [(BIAS_ACTIVATION, 6 * 6 * 6 * 4 * 8), (SHAPE_PLACE_TYPE, 8 * 8 * 8 * 4 * 8), (BIAS_DTYPE_DEVICE, 6**3 * 4 * 8)],
-    ids=["bias x activation", "kernel x backend x dtype", "bias dtype x device"],
+    [
+        (BIAS_ACTIVATION, 6 * 6 * 6 * 4 * 8),
+        (SHAPE_PLACE_TYPE, 8 * 8 * 8 * 4 * 8),
+        (BIAS_DTYPE_DEVICE, 6**3 * 4 * 8),
+        (NORM_ACTIVATION, 10**3 * 4 * 8),
+    ],
+    ids=["bias x activation", "kernel x backend x dtype", "bias dtype x device", "conv norm x relu activations"],
 )
 def test_guard_matches_spec_on_the_exhaustive_table(table: list[ConvFacts], size: int) -> None:
     n = 0
@@ -137,7 +164,7 @@ def test_guard_matches_spec_on_the_exhaustive_table(table: list[ConvFacts], size
 
 def test_every_condition_fails_somewhere_in_the_tables() -> None:
     seen: set[str] = set()
-    for table in (BIAS_ACTIVATION, SHAPE_PLACE_TYPE, BIAS_DTYPE_DEVICE):
+    for table in (BIAS_ACTIVATION, SHAPE_PLACE_TYPE, BIAS_DTYPE_DEVICE, NORM_ACTIVATION):
         for layer in _layers(table):
             for call in _calls():
                 seen.update(oracle(layer, call))

@@ -135,9 +135,17 @@ def _preact(
 
 @triton.jit
 def _activate(a, ACT: tl.constexpr):
-    """silu as ``a / (1 + exp(-a))``: the torch backend's formula; shared by the sequence and step kernels."""
-    if ACT:
+    """The activation by code (``ACT_CODES`` in triton_backend: 0 none, 1 silu, 2 relu, 3 relu2), each
+    the registered reference maths of :mod:`gdn_equiv.conv_ops` spelled the same way: silu as
+    ``a / (1 + exp(-a))``, relu as ``where(a < 0, 0, a)`` (NaN and -0.0 kept), relu2 as ``r * r``.
+    Shared by the sequence and step kernels."""
+    if ACT == 1:
         a = a / (1.0 + tl.exp(-a))
+    elif ACT == 2:
+        a = tl.where(a < 0, 0.0, a)
+    elif ACT == 3:
+        a = tl.where(a < 0, 0.0, a)
+        a = a * a
     return a
 
 
@@ -257,10 +265,19 @@ def _final_state_kernel(
 
 
 @triton.jit
-def _act_grad(g, a):
-    """``g * silu'(a)`` as ``g * (sig * (1 + a * (1 - sig)))`` with ``sig = 1 / (1 + exp(-a))``."""
-    sig = 1.0 / (1.0 + tl.exp(-a))
-    return g * (sig * (1.0 + a * (1.0 - sig)))
+def _act_grad(g, a, ACT: tl.constexpr):
+    """``g * act'(a)``. silu: ``g * (sig * (1 + a * (1 - sig)))`` with ``sig = 1 / (1 + exp(-a))``;
+    relu: ``where(a < 0, 0, g)``; relu2: ``where(a < 0, 0, t + t)`` with ``t = g * relu(a)``, the bits
+    torch's autograd gives for ``r * r`` (``g * r`` to each factor, summed)."""
+    if ACT == 1:
+        sig = 1.0 / (1.0 + tl.exp(-a))
+        g = g * (sig * (1.0 + a * (1.0 - sig)))
+    elif ACT == 2:
+        g = tl.where(a < 0, 0.0, g)
+    elif ACT == 3:
+        t = g * tl.where(a < 0, 0.0, a)
+        g = tl.where(a < 0, 0.0, t + t)
+    return g
 
 
 @triton.jit
@@ -293,8 +310,9 @@ def _grad_preact(
     HAS_BIAS: tl.constexpr,
     HAS_STATE: tl.constexpr,
     CDT: tl.constexpr,
+    ACT: tl.constexpr,
 ):
-    """``g_r = dy_r * silu'(a_r)`` at relative rows ``r`` (0 outside ``[0, L)``), ``a_r`` from ``_preact``."""
+    """``g_r = dy_r * act'(a_r)`` at relative rows ``r`` (0 outside ``[0, L)``), ``a_r`` from ``_preact``."""
     gmask = rmask & (r >= 0) & (r < L)
     g = tl.load(dy_ptr + dy_base + (bos + r).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
     a = _preact(
@@ -322,7 +340,7 @@ def _grad_preact(
         HAS_STATE,
         CDT,
     )
-    return _act_grad(g.to(CDT), a)
+    return _act_grad(g.to(CDT), a, ACT)
 
 
 @triton.jit
@@ -355,7 +373,7 @@ def _grad_outside(
             a = a + zero * w
         if HAS_BIAS:
             a = a + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
-        g = _act_grad(g, a)
+        g = _act_grad(g, a, ACT)
     return g
 
 
@@ -390,8 +408,9 @@ def _grad_kernel(
     CDT: tl.constexpr,
     BT: tl.constexpr,
     BD: tl.constexpr,
+    ACT: tl.constexpr,
 ):
-    """Backward pass 1 (with an activation): ``g = dy * silu'(a)`` for every token, into ``g [B, T, D]`` (CDT)."""
+    """Backward pass 1 (with an activation): ``g = dy * act'(a)`` for every token, into ``g [B, T, D]`` (CDT)."""
     pid_t = tl.program_id(0)
     pid_d = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -440,6 +459,7 @@ def _grad_kernel(
         HAS_BIAS,
         HAS_STATE,
         CDT,
+        ACT,
     )
     tl.store(g_ptr + (pid_b.to(tl.int64) * T + r) * D + d, g, mask=rmask & dmask)
 

@@ -4,7 +4,8 @@ Every operation here is elementwise per channel, so a channel's result does not 
 channels share the call: that is what makes fused == separate bitwise (SPEC P3). ``F.silu`` is not
 used on purpose: on CPU its scalar tail loop and its vector body round differently (measured on
 torch 2.13: 12 of 1000 outputs change when the same values sit at another offset), while
-``exp``, ``add`` and ``div`` give the same bits at every offset.
+``exp``, ``add`` and ``div`` give the same bits at every offset. Activations come from the registry
+(:mod:`gdn_equiv.conv_ops`), so a registered one runs here with no change to this file.
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ from __future__ import annotations
 import torch
 
 from gdn_equiv.backends.base import Backend, compute_dtype
+from gdn_equiv.conv_ops import apply_activation, silu
 
 Tensor = torch.Tensor
-
-
-def silu(x: Tensor) -> Tensor:
-    """``x * sigmoid(x)`` built from offset-independent ops (see the module docstring)."""
-    return x / (torch.exp(-x) + 1)
+__all__ = ["BACKEND", "forward", "silu", "update"]
 
 
 def _activate(y: Tensor, activation: str | None) -> Tensor:
-    return y if activation is None else silu(y)
+    """The registered reference maths (:mod:`gdn_equiv.conv_ops`): silu as above, relu, relu2, plug-ins."""
+    return apply_activation(y, activation)
 
 
 def _taps(window: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None, length: int) -> Tensor:

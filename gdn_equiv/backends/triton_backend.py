@@ -20,6 +20,11 @@ results there can be one bf16 ulp off torch's; on GPU the cast rounds to nearest
 
 The input ``x`` may be any strided view (e.g. a channel slice of the q|k|v projection): it is read in
 place, never copied.
+
+Activations: the kernels compute ``silu``/``swish``, ``relu`` and ``relu2`` (branch ``conv-relu``) in
+the formulas of :mod:`gdn_equiv.conv_ops` (``ACT_CODES``); any other registered activation runs the
+kernel without one on compute-dtype operands and applies the registered torch maths after it
+(``_torch_activation``): same arithmetic, one extra round trip, documented rather than hidden.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from types import ModuleType
 import torch
 
 from gdn_equiv.backends.base import Backend, compute_dtype, token_sequence_ids
+from gdn_equiv.conv_ops import apply_activation, canonical_activation
 from gdn_equiv.errors import InvalidArgument
 
 Tensor = torch.Tensor
@@ -147,7 +153,7 @@ def _forward_impl(
         k._fwd_kernel[(_cdiv(T, BT), _cdiv(D, BD), B)](
             x, weight, b, state, y, vl.seq, vl.cu, T, D,
             x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss,
-            W=W, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None, ACT=activation is not None,
+            W=W, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None, ACT=_act_code(activation),
             VARLEN=vl.on, CDT=cdt, BT=BT, BD=BD, num_warps=warps, enable_fp_fusion=False,
         )  # fmt: skip
     final = None
@@ -186,7 +192,7 @@ def _backward_impl(
     df = dfinal if dfinal is not None else x
     ss, sdf = _strides3(initial_state), _strides3(dfinal)
     xs, ws = (x.stride(0), x.stride(1), x.stride(2)), (weight.stride(0), weight.stride(1), b.stride(0))
-    # pass 1: g = dy * silu'(a), a computed once per token; without an activation g is dy, read in place
+    # pass 1: g = dy * act'(a), a computed once per token; without an activation g is dy, read in place
     g = dy
     if activation is not None:
         g = torch.empty((B, T, D), dtype=cdt_torch, device=x.device)
@@ -195,13 +201,13 @@ def _backward_impl(
             k._grad_kernel[(_cdiv(T, BT1), _cdiv(D, BD1), B)](
                 x, weight, b, state, dy, g, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *_strides3(dy),
                 W=W, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None, VARLEN=vl.on, CDT=cdt,
-                BT=BT1, BD=BD1, num_warps=warps1, enable_fp_fusion=False,
+                BT=BT1, BD=BD1, ACT=_act_code(activation), num_warps=warps1, enable_fp_fusion=False,
             )  # fmt: skip
     sg = _strides3(g)
     dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
     n_t = _cdiv(T, BT)
     part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
-    flags = dict(W=W, HAS_BIAS=bias is not None, ACT=activation is not None, HAS_DF=dfinal is not None,
+    flags = dict(W=W, HAS_BIAS=bias is not None, ACT=_act_code(activation), HAS_DF=dfinal is not None,
                  VARLEN=vl.on, CDT=cdt, BD=BD, num_warps=warps, enable_fp_fusion=False)  # fmt: skip
     if B * T * D > 0:
         k._bwd_kernel[(n_t, _cdiv(D, BD), B)](
@@ -250,6 +256,39 @@ class _CausalConv1d(torch.autograd.Function):
                 dstate if need[3] else None, None, None, None)  # fmt: skip
 
 
+#: Activations the kernels compute (``ACT`` constexpr), by canonical name. Any other registered
+#: activation (:func:`gdn_equiv.conv_ops.register_activation`) runs through :func:`_torch_activation`.
+ACT_CODES: dict[str | None, int] = {None: 0, "silu": 1, "relu": 2, "relu2": 3}
+
+
+def _act_code(activation: str | None) -> int:
+    return ACT_CODES[canonical_activation(activation)]
+
+
+def _torch_activation(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: Tensor | None,
+) -> tuple[Tensor, Tensor | None]:
+    """A registered activation the kernels have no code for: the kernel computes the pre-activation
+    in the compute dtype (operands cast up, so the taps are the same fp32 arithmetic), then the
+    registered torch maths runs on it and the result is cast to ``x.dtype``; autograd carries the
+    gradient through the torch part. Slower (a compute-dtype round trip), never silently different
+    maths: before the registry, any activation other than ``None`` ran as silu here."""
+    cdt = compute_dtype(x, weight)
+    b = None if bias is None else bias.to(cdt)
+    h0 = None if initial_state is None else initial_state.to(cdt)
+    a, final = forward(x.to(cdt), weight.to(cdt), b, None, h0, output_final_state, cu_seqlens)
+    y = apply_activation(a, activation).to(x.dtype)
+    if final is not None:  # the state holds inputs: the cast back is exact
+        final = final.to(x.dtype if initial_state is None else initial_state.dtype)
+    return y, final
+
+
 def forward(
     x: Tensor,
     weight: Tensor,
@@ -260,6 +299,8 @@ def forward(
     cu_seqlens: Tensor | None,
 ) -> tuple[Tensor, Tensor | None]:
     _check_device(x)
+    if canonical_activation(activation) not in ACT_CODES:
+        return _torch_activation(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
     grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, initial_state))
     if grads:
         return _CausalConv1d.apply(x, weight, bias, initial_state, cu_seqlens, activation, output_final_state)
@@ -271,7 +312,10 @@ def update(
 ) -> tuple[Tensor, Tensor]:
     """One step for ``N`` sequences; returns a new state (``state`` is only read)."""
     _check_device(x)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, state, weight, bias)):
+    kernel_act = canonical_activation(activation) in ACT_CODES
+    if not kernel_act or (
+        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, state, weight, bias))
+    ):
         # differentiable path: the sequence kernel over one token computes the same bits
         y, new_state = forward(x.unsqueeze(1), weight, bias, activation, state, True, None)
         assert new_state is not None
@@ -285,7 +329,7 @@ def update(
         _kernels()._update_kernel[(N, _cdiv(D, _STEP_BLOCK_D))](
             x, state, weight, b, y, new_state, D, x.stride(0), x.stride(1), *_strides3(state),
             weight.stride(0), weight.stride(1), b.stride(0),
-            W=W, HAS_BIAS=bias is not None, ACT=activation is not None, CDT=_tl_dtype(compute_dtype(x, weight)),
+            W=W, HAS_BIAS=bias is not None, ACT=_act_code(activation), CDT=_tl_dtype(compute_dtype(x, weight)),
             BD=_STEP_BLOCK_D, num_warps=4, enable_fp_fusion=False,
         )  # fmt: skip
     return y, new_state
