@@ -82,9 +82,9 @@ class ConvCall:
 
     def tensors(self, device: str = "cpu", *, grad: bool = False) -> dict[str, torch.Tensor | None]:
         """``x [B,T,D]``, ``weight [D,W]``, ``bias [D]|None``, ``initial_state [N,D,W]|None``, ``cu_seqlens``,
-        each in its :meth:`layout`. With ``grad``, each floating input is a view of a contiguous leaf
-        that requires grad, under ``"leaf." + name`` (differentiate with respect to the leaves: a
-        layout's buffer is not a leaf)."""
+        each in its :meth:`layout`. With ``grad``, each input is made from a contiguous leaf that
+        requires grad (also returned, under ``"leaf." + name``), so the laid-out tensor carries a
+        gradient too: differentiate with respect to either."""
         gen = torch.Generator().manual_seed(self.seed)
         dtype = DTYPES[self.dtype]
 
