@@ -14,12 +14,12 @@ from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY, get_family, known_families
 
 from .facts import DTYPE_NAMES, _nonempty, rare
-from .layers import layer_configs
+from .layers import CONV_REASONS, fact_reasons, layer_configs
 
 __all__ = ["CALL_REASONS", "REASONS", "attention_mask_lens", "cu_seqlens_for", "examples", "seq_lens"]
 
 CALL_REASONS = ("G1", "G2", "G3", "G4")
-REASONS = ("G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9")
+REASONS = ("G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9", *CONV_REASONS[5:])  # + registered facts' (G10)
 CHUNK = 64  # the chunked core's chunk size: lengths around it and its multiples matter
 SCALES = (1.0, 0.0, 100.0, 1e4)
 
@@ -239,12 +239,12 @@ def _allowed_reasons(
     if varlen is not False:
         out.append("G4")
     if use_short_conv is not False:
-        out += ["G6", "G7", "G8"]
+        out += ["G6", "G7", "G8", *fact_reasons()]
         if len(set(backends)) > 1:
             out.append("G5")
         if any(c != d for d in dtypes for c in conv_dtypes):
             out.append("G9")
-    return tuple(sorted(out))
+    return tuple(sorted(out, key=lambda r: int(r[1:]) if r[1:].isdigit() else 99))
 
 
 @dataclass(frozen=True)
@@ -282,7 +282,7 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
         broken = frozenset(p.reasons)
     else:
         broken = frozenset(draw(st.lists(st.sampled_from(p.allowed), min_size=1, max_size=3, unique=True)))
-    conv_broken = sorted(broken & {"G5", "G6", "G7", "G8", "G9"})
+    conv_broken = sorted(broken & {"G5", "G6", "G7", "G8", "G9", *fact_reasons()})
     layer_dtypes = p.dtypes
     if "G9" in broken:  # the layer's dtype must leave another conv dtype to break G9 with
         layer_dtypes = [d for d in p.dtypes if any(c != d for c in p.conv_dtypes)]

@@ -14,9 +14,12 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerFacts
+from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda:0", "cuda:1")
+#: the channel count registered facts' values are drawn for (a head_dim must divide it)
+FACT_CHANNELS = (8,)
 BACKEND_NAMES = ("torch", "triton", "cuda")
 
 __all__ = ["call_facts", "conv_facts", "dtypes", "layer_facts", "rare"]
@@ -64,9 +67,11 @@ def conv_facts(
     devices: Sequence[str] = DEVICES,
 ) -> st.SearchStrategy[ConvFacts]:
     """One conv's facts, every field independent (a bias may even differ in dtype from its weight).
+    ``activations`` defaults to every registered one (:mod:`gdn_equiv.conv_ops`); registered per-conv
+    facts (the L2 norm) are drawn by their own strategies.
 
     Shrinks towards the first backend and activation, ``min_kernel_size``, no bias, the first dtype
-    and device.
+    and device, every registered fact at its default.
     """
     return _conv_facts(_fields(backends, activations, min_kernel_size, max_kernel_size, dtypes, devices))
 
@@ -87,7 +92,24 @@ def _fields(
         st.integers(min_kernel_size, max_kernel_size),
         st.sampled_from(_nonempty("dtypes", dtypes)),
         st.sampled_from(_nonempty("devices", devices)),
+        extras_strategy(FACT_CHANNELS),
     )
+
+
+def extras_strategy(channels: Sequence[int]) -> st.SearchStrategy[tuple[tuple[str, object], ...]]:
+    """Values of every registered per-conv fact for convs of ``channels`` (``ConvSpec.extras`` /
+    ``ConvFacts.extras`` form); each fact's own ``draw`` shrinks to its defaults (no norm)."""
+    facts = registered_conv_facts()
+
+    @st.composite
+    def extras(draw: st.DrawFn) -> tuple[tuple[str, object], ...]:
+        out: dict[str, object] = {}
+        for fact in facts:
+            out.update(fact.draw(draw, channels))
+        defaults = {p: d for f in facts for p, d in f.params}
+        return tuple(sorted((k, v) for k, v in out.items() if v != defaults[k]))
+
+    return extras()
 
 
 class _Fields(NamedTuple):
@@ -98,6 +120,7 @@ class _Fields(NamedTuple):
     kernel_size: st.SearchStrategy[int]
     dtype: st.SearchStrategy[str]
     device: st.SearchStrategy[str]
+    extras: st.SearchStrategy[tuple[tuple[str, object], ...]]
 
 
 def _bias(draw: st.DrawFn, f: _Fields, weight_dtype: str) -> tuple[bool, str | None]:
@@ -118,6 +141,7 @@ def _conv_facts(draw: st.DrawFn, f: _Fields) -> ConvFacts:
         weight_dtype=weight_dtype,
         bias_dtype=bias_dtype,
         device=draw(f.device),
+        extras=draw(f.extras),
     )
 
 
@@ -130,6 +154,7 @@ def _varied(draw: st.DrawFn, base: ConvFacts, f: _Fields, vary: st.SearchStrateg
         ("kernel_size", f.kernel_size),
         ("weight_dtype", f.dtype),
         ("device", f.device),
+        ("extras", f.extras),
     ):
         if draw(vary):
             changes[name] = draw(strategy)

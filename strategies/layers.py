@@ -9,15 +9,23 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig
+from gdn_equiv.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_activation
+from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
+from gdn_equiv.conv_ops import supported_activations
 from gdn_equiv.families import DEFAULT_FAMILY, get_family
 
-from .facts import DTYPE_NAMES, _nonempty, rare
+from .facts import DTYPE_NAMES, _nonempty, extras_strategy, rare
 
 __all__ = ["CONV_REASONS", "conv_specs", "layer_configs"]
 
-# The guard conditions a config alone can break (given short conv is on).
-CONV_REASONS = ("G5", "G6", "G7", "G8", "G9")
+# The guard conditions a config alone can break (given short conv is on): G5-G9, then each registered
+# per-conv fact's (G10: the L2-norm conv), as they were registered when this module was imported.
+CONV_REASONS = ("G5", "G6", "G7", "G8", "G9", *(f.condition_id for f in registered_conv_facts()))
+
+
+def fact_reasons() -> tuple[str, ...]:
+    """The condition ids of the registered per-conv facts, now (plug-ins may register after import)."""
+    return tuple(f.condition_id for f in registered_conv_facts())
 _SILU_CLASS = ("silu", "swish")
 
 
@@ -77,12 +85,13 @@ def _break(
     dtypes: Sequence[str],
     min_kernel_size: int,
     max_kernel_size: int,
+    activations: Sequence[str | None] = CONV_ACTIVATIONS,
 ) -> ConvSpec:
     """``spec`` changed so that its conv disagrees with the layer's values on ``reason``'s field."""
     if reason == "G5":
         return replace(spec, backend=draw(st.sampled_from([b for b in backends if b != backend])))
     if reason == "G6":
-        other = [a for a in CONV_ACTIVATIONS if (a in _SILU_CLASS) != (activation in _SILU_CLASS)]
+        other = [a for a in activations if canonical_activation(a) != canonical_activation(activation)]
         return replace(spec, activation=draw(st.sampled_from(other)))
     if reason == "G7":
         sizes = [k for k in range(min_kernel_size, max_kernel_size + 1) if k != conv_size]
@@ -95,12 +104,12 @@ def _break(
 
 
 def _breakable(backends: Sequence[str], dtypes: Sequence[str], dtype: str | None) -> tuple[str, ...]:
-    out = ["G6", "G7", "G8"]
+    out = ["G6", "G7", "G8", *fact_reasons()]
     if len(set(backends)) > 1:
         out.insert(0, "G5")
     if dtype is not None and any(d != dtype for d in dtypes):
         out.append("G9")
-    return tuple(sorted(out))
+    return tuple(sorted(out, key=lambda r: int(r[1:]) if r[1:].isdigit() else 99))
 
 
 def layer_configs(
@@ -167,8 +176,12 @@ def layer_configs(
     return _configs(
         _ConfigParams(
             family=family,
-            # the family's own conv activation first: shrinking goes there
-            activations=(own := fam.config_cls().q_conv.activation, *(a for a in CONV_ACTIVATIONS if a != own)),
+            # the family's own conv activation first: shrinking goes there; then every registered one
+            # that all of ``backends`` run (relu/relu2 on torch and triton, not on causal-conv1d)
+            activations=(
+                own := fam.config_cls().q_conv.activation,
+                *(a for a in supported_activations(tuple(backends)) if a != own),
+            ),
             dims=fam.dims(max_heads=max_heads, hidden_sizes=tuple(range(min_hidden_size, max_hidden_size + 1))),
             use_short_conv=use_short_conv,
             conv_bias=conv_bias,
@@ -222,6 +235,7 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
     # The vary flag is drawn whether or not short convs exist: the shrinker prefers fewer choices,
     # and a short skipped draw would make "no short conv" look simpler than the default layer.
     vary = draw(rare(p.vary_convs))
+    reasons: Sequence[str] = ()
     if short and p.fusable_convs is None:
         if vary:
             spec_st = conv_specs(
@@ -246,6 +260,8 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
             if reasons is None:
                 reasons = draw(st.lists(st.sampled_from(p.breakable), min_size=1, max_size=2, unique=True))
             for reason in sorted(reasons):
+                if reason in fact_reasons():
+                    continue  # broken once the facts are drawn (_with_facts)
                 i = draw(st.integers(0, 2))
                 specs[i] = _break(
                     draw,
@@ -255,9 +271,10 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
                     dtypes=p.conv_dtypes,
                     min_kernel_size=p.min_conv_size,
                     max_kernel_size=max_kernel_size,
+                    activations=p.activations,
                     **layer,
                 )
-    return get_family(p.family).config_cls(
+    config = get_family(p.family).config_cls(
         **dims,
         use_short_conv=short,
         conv_size=conv_size,
@@ -268,3 +285,30 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
         k_conv=specs[1],
         v_conv=specs[2],
     )
+    if not registered_conv_facts():
+        return config
+    # drawn with or without short convs, like ``vary``: else "no short conv" shrinks better
+    with_facts = _with_facts(draw, config, p, vary, reasons)
+    return with_facts if short else config
+
+
+def _with_facts(
+    draw: st.DrawFn, config: LayerConfig, p: _ConfigParams, vary: bool, reasons: Sequence[str]
+) -> LayerConfig:
+    """Registered per-conv facts (the L2 norm): one layer-wide draw shared by every conv (as the
+    activation is), then, free, each conv redrawn rarely; or one conv changed so that each pinned fact
+    condition breaks. Drawn after the rest, so shrinking takes them to their defaults first."""
+    slots = config.SLOTS
+    channels = [config.conv_channels(n) for n in slots]
+    shared = draw(extras_strategy(channels))
+    extras = [dict(shared) for _ in slots]
+    if p.fusable_convs is None and vary:
+        extras = [dict(draw(extras_strategy(channels))) if draw(st.booleans()) else e for e in extras]
+    broken = [f for f in registered_conv_facts() if p.fusable_convs is False and f.condition_id in reasons]
+    for fact in broken:
+        i = draw(st.integers(0, len(slots) - 1))
+        values = fact.violate(draw, fact.values(extras[i]), channels)
+        extras[i] = {**extras[i], **values}
+    specs = {f"{n}_conv": replace(config.conv_spec(n), extras=tuple(e.items())) for n, e in zip(slots, extras)}
+    return config.replace(**specs)
+

@@ -29,7 +29,8 @@ def violating(
     max_seq_len: int = 12,
     family: str = "gated_deltanet",
 ) -> Example:
-    """A fusable example changed so that ``condition`` (and, by construction, only it) fails.
+    """A fusable example changed so that ``condition`` (and, by construction, only it) fails; a
+    registered per-conv fact's condition (G10) by the fact's own ``violate``.
 
     Shrinks towards the smallest fusable example with the smallest change: q's conv is the one
     changed, towards no bias and no cache.
@@ -93,6 +94,14 @@ def violating(
     if condition is Condition.G9:
         current = c.conv_spec(name).dtype or base.dtype
         return _with_conv(base, name, dtype=_OTHER_DTYPE[current])
+    if condition.fact is not None:
+        # a registered per-conv fact (the L2 norm): the fact says how one conv disagrees with the
+        # others (the base is fusable, so they agree); shrinks to its simplest disagreement
+        fact = condition.fact
+        channels = [c.conv_channels(n) for n in c.SLOTS]
+        spec = c.conv_spec(name)
+        values = fact.violate(draw, fact.values(spec.extras), channels)
+        return _with_conv(base, name, extras=tuple({**dict(spec.extras), **values}.items()))
     raise AssertionError(condition)
 
 
