@@ -888,21 +888,30 @@ def _prepare_process(args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job cancelled, a pod stopped) ends the run like Ctrl-C: the report is closed."""
+def _signals_as_interrupt() -> Iterator[None]:
+    """Ctrl-C and SIGTERM (a CI job cancelled, a pod stopped) end the run, the report closed: each
+    raises ``KeyboardInterrupt`` and is remembered, so the runners stop before their next example even
+    if that exception was swallowed on its way up (seen once under load: a fuzz run went on for 30 s
+    after its SIGINT)."""
+    from gdn_equiv.report import clear_interrupts, note_interrupt
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
+        note_interrupt(signum)
         raise KeyboardInterrupt(f"signal {signum}")
 
+    clear_interrupts()
+    # a SIGINT its parent ignores (a background job of a non-interactive shell) stays ignored
+    signals = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        previous = {s: signal.signal(s, interrupt) for s in signals}
     except ValueError:  # not the main thread: the caller owns the signals
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @contextmanager
@@ -944,7 +953,7 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"gdn-equiv {args.command}"
     report = Path(getattr(args, "report", DEFAULT_REPORT))
     try:
-        with _sigterm_as_interrupt():
+        with _signals_as_interrupt():
             try:
                 _prepare_process(args)
                 plan = args.prepare(args)

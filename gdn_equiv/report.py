@@ -220,6 +220,24 @@ def caused_by_interrupt(exc: BaseException | None) -> bool:
     return False
 
 
+_INTERRUPTS: list[int] = []  # Ctrl-C / SIGTERM received by this process (see ``note_interrupt``)
+
+
+def note_interrupt(signum: int) -> None:
+    """Remember that ``signum`` asked this run to stop: the runners check :func:`interrupt_pending`
+    before each example, so the run ends even if the ``KeyboardInterrupt`` raised for it was swallowed
+    on its way up (code under test that catches ``BaseException``, a C++ frame that rewraps it)."""
+    _INTERRUPTS.append(signum)
+
+
+def interrupt_pending() -> bool:
+    return bool(_INTERRUPTS)
+
+
+def clear_interrupts() -> None:
+    _INTERRUPTS.clear()
+
+
 @contextmanager
 def deferred_signals() -> Iterator[None]:
     """Ctrl-C and SIGTERM that arrive inside the block are delivered when it ends, so a report is
@@ -234,6 +252,7 @@ def deferred_signals() -> Iterator[None]:
 
     def hold(signum: int, frame: types.FrameType | None) -> None:
         received.append(signum)
+        note_interrupt(signum)
 
     previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

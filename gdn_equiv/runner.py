@@ -30,7 +30,7 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY
 from gdn_equiv.guard import Condition
-from gdn_equiv.report import Check, Failure
+from gdn_equiv.report import Check, Failure, interrupt_pending
 
 alias_strategies()  # the CLI imports gdn_equiv.strategies from here, installed or not
 
@@ -52,6 +52,13 @@ class _BudgetSpent(BaseException):
 
 def _spent(deadline: float | None) -> bool:
     return deadline is not None and time.perf_counter() >= deadline
+
+
+def _stop_if_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C / SIGTERM arrived earlier. Called before each example
+    (shrinking included), so an interrupt that something swallowed on its way up still ends the run."""
+    if interrupt_pending():
+        raise KeyboardInterrupt("interrupted (a signal arrived during an earlier example)")
 
 
 def _strategy(
@@ -113,6 +120,7 @@ def run_property(
     )
     @given(_strategy(kind, backend, max_seq_len, dtype, family))
     def prop(example: Example) -> None:
+        _stop_if_interrupted()
         if not last_failing and _spent(deadline):
             raise _BudgetSpent
         check.examples += 1
@@ -186,6 +194,7 @@ def find_counterexample(
     last_not_applicable: list[str] = []
 
     def wrong(example: Example) -> bool:
+        _stop_if_interrupted()
         if not found and _spent(deadline):
             raise _BudgetSpent
         check.examples += 1
@@ -309,6 +318,7 @@ def search_gaps(
         )
         @given(strategy)
         def prop(example: Example) -> None:
+            _stop_if_interrupted()
             if not found and spent():
                 raise _BudgetSpent  # out of time: ends the round at once (not a failure to shrink)
             clean.examples += 1

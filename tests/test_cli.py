@@ -24,6 +24,7 @@ import pytest
 
 import gdn_equiv
 from gdn_equiv import cli, runner
+from gdn_equiv import properties as P
 from gdn_equiv.report import Check, ReportWriter
 
 PLANTED = textwrap.dedent(
@@ -452,6 +453,28 @@ def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) 
     # complete up to the last finished check: the summary holds exactly what the log holds
     counts = [r["examples"] for r in summary["checks"]], [r["examples"] for r in logged]
     assert sum(counts[0]) == sum(counts[1]) > 0, (counts, err)
+
+
+def test_an_interrupt_that_was_swallowed_still_ends_the_run_before_the_next_example(monkeypatch) -> None:
+    """The signal handler remembers the interrupt; the runner checks before every example, so code
+    under test that swallows the ``KeyboardInterrupt`` (here: the handler ran, nothing was raised)
+    cannot keep a fuzz run going."""
+    from gdn_equiv.report import clear_interrupts, note_interrupt
+
+    calls = []
+
+    def swallows(example, device="cpu"):
+        calls.append(example)
+        note_interrupt(signal.SIGINT)  # what the handler records before it raises
+        return P.check_forward_exact(example, device=device)
+
+    monkeypatch.setitem(runner.SPECS, "P3-forward-exact", (swallows, runner.SPECS["P3-forward-exact"][1]))
+    try:
+        with pytest.raises(KeyboardInterrupt, match="a signal arrived during an earlier example"):
+            runner.run_property("P3-forward-exact", "torch", max_examples=20, dtype="float32", max_seq_len=4)
+    finally:
+        clear_interrupts()
+    assert len(calls) == 1
 
 
 # ---- repro: the failure file is validated, then replayed -----------------------------------------------
