@@ -1,0 +1,226 @@
+"""The open registry of conv activations and per-conv facts (gdn_equiv.conv_ops; SPEC §8's in-flight
+branches conv-relu and fuse-conv-l2): reference maths, backends, the guard's registered condition
+(G10), its necessity, and a plug-in activation that needs no edit anywhere else."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
+
+from gdn_equiv import properties as P
+from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvSpec, canonical_activation
+from gdn_equiv.conv_ops import (
+    NORM,
+    apply_activation,
+    get_activation,
+    l2_norm_heads,
+    register_activation,
+    supported_activations,
+    unregister_activation,
+)
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.example import Example, build_layer
+from gdn_equiv.families import get_family
+from gdn_equiv.guard import Condition, decide
+from gdn_equiv.strategies import layer_facts, violating
+from gdn_equiv.testing import count_example
+
+PLAIN = CallFacts(has_cached_state=False, use_cache=False, varlen=False)
+SEARCH = settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+def _gdn(**convs: ConvSpec) -> Example:
+    cfg = get_family("gated_deltanet").config_cls(hidden_size=8, head_dim=4, num_heads=2, conv_size=3)
+    return Example(config=cfg.replace(**convs), batch=2, seq_len=5)
+
+
+def _norm(head_dim: int = 4, eps: float = 1e-5, activation: str | None = "silu") -> ConvSpec:
+    return ConvSpec(activation=activation, extras={"norm": "l2", "head_dim": head_dim, "norm_eps": eps})
+
+
+# ---- the registry ---------------------------------------------------------------------------
+
+
+def test_core_activations_come_first_and_config_name_is_a_live_view() -> None:
+    assert tuple(CONV_ACTIVATIONS)[:5] == ("silu", "swish", None, "relu", "relu2")
+    try:
+        register_activation("test_tanh", torch.tanh)
+        assert "test_tanh" in CONV_ACTIVATIONS and canonical_activation("test_tanh") == "test_tanh"
+    finally:
+        unregister_activation("test_tanh")
+    assert "test_tanh" not in CONV_ACTIVATIONS
+    with pytest.raises(InvalidArgument, match="conv activation must be one of .*'gelu'"):
+        canonical_activation("gelu")
+
+
+def test_reference_maths_of_the_branch_activations() -> None:
+    x = torch.tensor([-2.0, -0.0, 0.0, 0.5, 3.0, float("nan")])
+    assert torch.equal(apply_activation(x, "relu")[:5], torch.tensor([0.0, -0.0, 0.0, 0.5, 3.0]))
+    assert torch.equal(apply_activation(x, "relu2")[:5], torch.tensor([0.0, 0.0, 0.0, 0.25, 9.0]))
+    assert apply_activation(x, "relu")[5].isnan() and apply_activation(x, "relu2")[5].isnan()
+    y = torch.randn(3, 8, dtype=torch.float64)
+    assert torch.allclose(l2_norm_heads(y, 4, 1e-6), torch.nn.functional.normalize(y.view(3, 2, 4), dim=-1, eps=0).view(3, 8))
+
+
+def test_alias_fuses_and_other_activations_do_not() -> None:
+    try:
+        register_activation("silu_alias", same_as="swish")
+        assert get_activation("silu_alias").canonical == "silu"
+        assert canonical_activation("silu_alias") == canonical_activation("swish")
+    finally:
+        unregister_activation("silu_alias")
+    assert canonical_activation("relu") != canonical_activation("relu2") != canonical_activation("silu")
+
+
+def test_only_backends_that_run_an_activation_are_sent_it() -> None:
+    assert {"relu", "relu2"} <= set(supported_activations(("torch", "triton")))
+    assert set(supported_activations(("torch", "cuda"))) == {"silu", "swish", None}
+
+
+def test_registered_fact_condition_follows_g9() -> None:
+    ids = [c.id for c in Condition]
+    assert ids[:9] == [f"G{i}" for i in range(1, 10)] and Condition["G10"].fact is NORM
+    assert ids.index("G10") == 9
+
+
+# ---- backends -------------------------------------------------------------------------------
+
+needs_triton = pytest.mark.skipif(
+    not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
+    reason="triton backend needs CUDA or TRITON_INTERPRET=1",
+)
+
+
+@pytest.mark.parametrize("activation", ["relu", "relu2", "test_cube"])
+def test_triton_matches_torch_on_registered_activations(activation: str) -> None:
+    """relu/relu2 in the kernels; a registered activation without kernel code (test_cube) in torch after it."""
+    pytest.importorskip("triton")
+    from gdn_equiv.backends.triton_backend import unavailable
+
+    if unavailable():
+        pytest.skip(unavailable())
+    register_activation("test_cube", lambda t: t * t * t, replace=True)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 6, 5, generator=gen, requires_grad=True)
+        w = torch.randn(5, 3, generator=gen, requires_grad=True)
+        b = torch.randn(5, generator=gen, requires_grad=True)
+        h0 = torch.randn(2, 5, 3, generator=gen)
+        out = {}
+        for be in ("torch", "triton"):
+            y, final = causal_conv1d(x, w, b, activation, h0, True, None, backend=be)
+            grads = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel()).view(y.shape)).sum(), (x, w, b))
+            y1, s1 = causal_conv1d_update(x[:, 0].detach(), h0, w.detach(), b.detach(), activation, backend=be)
+            out[be] = (y, final, *grads, y1, s1)
+        for name, a, e in zip(("y", "final", "dx", "dw", "db", "step y", "step state"), out["triton"], out["torch"]):
+            torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{activation} {n}: {m}")
+        assert torch.equal(out["triton"][0], out["torch"][0]) or activation == "test_cube"
+    finally:
+        unregister_activation("test_cube")
+
+
+# ---- the layer ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("activation", ["relu", "relu2"])
+def test_l2_norm_conv_fuses_bitwise_and_separate_path_normalises(activation: str) -> None:
+    spec = _norm(activation=activation)
+    ex = dataclasses.replace(_gdn(q_conv=spec, k_conv=spec, v_conv=spec), grad=True)
+    assert P.check_forward_exact(ex).fuse
+    conv = build_layer(ex).q_conv1d
+    x = torch.randn(1, 4, conv.channels)
+    y, _ = conv(x)
+    conv.norm = None  # a plain attribute, as fla's
+    h = conv(x)[0].double().view(1, 4, -1, 4)
+    expected = (h / (h.pow(2).sum(-1, keepdim=True) + 1e-5).sqrt()).view_as(y)
+    torch.testing.assert_close(y.double(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_norm_without_a_whole_number_of_heads_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="head_dim=3"):
+        _gdn(q_conv=_norm(head_dim=3))
+    with pytest.raises(InvalidArgument, match="unknown parameters"):
+        ConvSpec(extras={"nrom": "l2"})
+
+
+def test_example_with_conv_facts_round_trips_through_json() -> None:
+    ex = _gdn(q_conv=_norm(eps=1e-3), k_conv=_norm(head_dim=2))
+    assert Example.from_json(ex.to_json()) == ex
+
+
+# ---- the guard and the spec ------------------------------------------------------------------
+
+
+def _spec_norm(extras: tuple) -> tuple:
+    """SPEC §8 (fuse-conv-l2): the norm, and its head_dim and eps only while it is on."""
+    e = dict(extras)
+    return ("off",) if e.get("norm") is None else ("l2", e["head_dim"], float(e.get("norm_eps", 1e-5)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(layer=layer_facts(use_short_conv=True))
+def test_g10_fails_exactly_when_the_convs_norms_differ(layer) -> None:
+    count_example()
+    differ = len({_spec_norm(c.extras) for c in layer.convs}) > 1
+    assert (Condition["G10"] in decide(layer, PLAIN).failed) == differ, layer
+
+
+def test_g10_alone_shrinks_to_one_normalised_conv() -> None:
+    layer = find(
+        layer_facts(use_short_conv=True),
+        lambda ly: [c.id for c in decide(ly, PLAIN).failed] == ["G10"],
+        settings=settings(SEARCH, max_examples=3000, derandomize=True),
+    )
+    assert sum(bool(c.extras) for c in layer.convs) == 1, layer
+
+
+def test_eps_and_head_dim_of_a_norm_that_is_off_do_not_block_fusion() -> None:
+    """Completeness: only what the fused conv would compute differently may refuse fusion."""
+    odd = ConvSpec(extras={"norm_eps": 1e-3})
+    assert build_layer(_gdn(k_conv=odd)).decide(PLAIN).fuse
+
+
+@pytest.mark.parametrize(
+    "k_conv",
+    [_norm(eps=1e-3), _norm(head_dim=2), ConvSpec(), _norm(head_dim=8)],
+    ids=["eps", "head_dim", "no norm on k", "one head over all of k"],
+)
+def test_forced_fusion_over_mismatched_norms_is_wrong(k_conv: ConvSpec) -> None:
+    """G10 is necessary: the fused conv applies q's norm to every slot (planted: forced fusion)."""
+    ex = _gdn(q_conv=_norm(), k_conv=k_conv, v_conv=_norm())
+    assert Condition["G10"] in build_layer(ex).decide(PLAIN).failed
+    assert P.forced_fusion_error(ex) is not None
+
+
+def test_g10_necessity_is_found_by_search() -> None:
+    """What gdn_equiv.suite.test_necessity does for every registered condition, on G10 alone."""
+
+    def wrong(ex: Example) -> bool:
+        count_example()
+        try:
+            return P.forced_fusion_error(ex) is not None
+        except P.NotApplicable:
+            return False
+
+    found = find(
+        violating(Condition["G10"], max_seq_len=6),
+        wrong,
+        settings=settings(SEARCH, phases=[Phase.explicit, Phase.generate]),
+    )
+    assert Condition["G10"] in build_layer(found).decide(PLAIN).failed
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_examples_pinned_to_g10_break_it(data: st.DataObject) -> None:
+    from gdn_equiv.strategies import examples
+
+    count_example()
+    ex = data.draw(examples(fusable=False, reasons=["G10"], max_seq_len=4))
+    assert "G10" in [c.id for c in build_layer(ex).decide(PLAIN).failed]
