@@ -89,7 +89,7 @@ class Plan:
 
     command: str
     target: str
-    target_options: dict[str, str]
+    target_options: dict[str, Any]
     backends: list[str]
     properties: list[str]
     conditions: list[Condition]
@@ -244,7 +244,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if args.target == "gdn_equiv":
         if args.fla_core is not None:
             raise UsageError(f"--fla-core {args.fla_core!r} applies to --target fla only")
-        target_options: dict[str, str] = {}
+        target_options: dict[str, Any] = {}
         backends = _backends(args.backend if args.backend is not None else "torch")
         families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
         properties, conditions = _properties(args)
@@ -543,7 +543,7 @@ def plan_repro(args: argparse.Namespace) -> ReproPlan:
     config = failure.example.config
     backends = {failure.backend, config.conv_backend}
     for slot in getattr(config, "SLOTS", ("q", "k", "v")):
-        backends.add(getattr(getattr(config, f"{slot}_conv", None), "backend", None))
+        backends.add(str(getattr(getattr(config, f"{slot}_conv", None), "backend", None) or ""))
     for name in sorted(b for b in backends if b and b != "-"):
         _backends(name, flag=f"{where} backend")
     if failure.target != "gdn_equiv":

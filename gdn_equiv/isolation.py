@@ -91,7 +91,7 @@ def _serve(conn: Any, env: dict[str, str], threads: int) -> None:
 def _portable(exc: Exception) -> Exception:
     """``exc`` if it survives pickling, else a ``RuntimeError`` that names it."""
     try:
-        return pickle.loads(pickle.dumps(exc))  # type: ignore[no-any-return]
+        return pickle.loads(pickle.dumps(exc))
     except Exception:
         return RuntimeError(f"{type(exc).__qualname__}: {exc}")
 
@@ -164,7 +164,7 @@ class WorkerPool:
         if kill and process.is_alive():
             process.kill()
         process.join(5)
-        return process.exitcode  # type: ignore[no-any-return]
+        return process.exitcode
 
     def call(self, fn: Callable[..., Any] | str, example: Example, **kwargs: Any) -> Any:
         from gdn_equiv import compare

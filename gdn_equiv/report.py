@@ -258,10 +258,10 @@ def deferred_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for s in dict.fromkeys(received):
-            signal.raise_signal(s)  # now handled as it would have been
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)  # now handled as it would have been
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -604,7 +604,7 @@ def _check_fields(where: str, path: str, payload: dict[str, Any], cls: type) -> 
             continue
         if _fits(value, hint) is False:
             raise InvalidFailureFile(f"{where}: {path}.{name} must be {_hint_name(hint)}, got {json.dumps(value)}")
-        nested = [h for h in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(h)]
+        nested = [h for h in (hint, *typing.get_args(hint)) if isinstance(h, type) and dataclasses.is_dataclass(h)]
         if nested and isinstance(value, dict):
             _check_fields(where, f"{path}.{name}", value, nested[0])
 

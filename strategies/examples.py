@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 from hypothesis import settings, target
 from hypothesis import strategies as st
@@ -69,7 +70,7 @@ def attention_mask_lens(
         raise InvalidArgument(f"need batch >= 1 and seq_len >= 1, got {batch}, {seq_len}")
     if not 0 <= min_tokens <= batch * seq_len:
         raise InvalidArgument(f"min_tokens must be in [0, {batch * seq_len}], got {min_tokens}")
-    return _mask_lens(batch, seq_len, min_tokens, tuple(_nonempty("pad_sides", pad_sides)))
+    return _mask_lens(batch, seq_len, min_tokens, tuple(str(side) for side in _nonempty("pad_sides", pad_sides)))
 
 
 @st.composite
@@ -283,12 +284,12 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     else:
         broken = frozenset(draw(st.lists(st.sampled_from(p.allowed), min_size=1, max_size=3, unique=True)))
     conv_broken = sorted(broken & {"G5", "G6", "G7", "G8", "G9", *fact_reasons()})
-    layer_dtypes = p.dtypes
+    layer_dtypes: Sequence[str] = p.dtypes
     if "G9" in broken:  # the layer's dtype must leave another conv dtype to break G9 with
         layer_dtypes = [d for d in p.dtypes if any(c != d for c in p.conv_dtypes)]
     dtype = draw(st.sampled_from(layer_dtypes))
     family = draw(st.sampled_from(p.families))
-    common = {
+    common: dict[str, Any] = {
         "family": family,
         "backends": p.backends,
         "max_heads": p.max_heads,

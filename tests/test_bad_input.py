@@ -221,7 +221,11 @@ CONFIG_CASES: list[tuple[str, Callable[[], Any], str]] = [
     # issue #16's probes: each was silently accepted or raised a bare KeyError/TypeError/OverflowError
     ("negative layer_idx", lambda: GDNConfig(**TINY, layer_idx=-1), "-1"),
     ("string layer_idx", lambda: GDNConfig(**TINY, layer_idx="0"), "'0'"),
-    ("negative layer_idx in a cache", lambda: Cache().update(-1, recurrent_state=None, conv_state=None, offset=1), "-1"),
+    (
+        "negative layer_idx in a cache",
+        lambda: Cache().update(-1, recurrent_state=None, conv_state=None, offset=1),
+        "-1",
+    ),
     ("cache state without offset", lambda: _call(past_key_values=_without(_cache1(), "offset"))(), "offset"),
     ("cache state of the wrong type", lambda: _call(past_key_values=_replaced(_cache1(), [1, 2]))(), "list"),
     ("cache offset not an integer", lambda: _call(past_key_values=_with_state(_cache1(), offset="3"))(), "'3'"),
