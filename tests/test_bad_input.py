@@ -205,7 +205,7 @@ CONFIG_CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("unknown conv backend in config", lambda: _layer(SMALL.replace(conv_backend="tpu-magic"))(_x()), "'tpu-magic'"),
     ("unknown conv activation", _set_conv_attr("activation", "gelu"), "'gelu'"),
     ("unknown conv activation, fused layer facts", lambda: _fused_with_activation("gelu"), "'gelu'"),
-    ("unknown conv activation in config", lambda: GDNConfig(k_conv=SMALL.k_conv.__class__(activation="relu")), "relu"),
+    ("unknown conv activation in config", lambda: GDNConfig(k_conv=SMALL.k_conv.__class__(activation="tanh")), "tanh"),
     ("non-integer value_dim expand_v=0.3", lambda: GDNConfig(hidden_size=8, head_dim=4, expand_v=0.3), "0.3"),
     ("non-integer head_v_dim expand_v=0.25", lambda: GDNConfig(**TINY, expand_v=0.25), "0.25"),
     ("indivisible heads 3/2", lambda: GDNConfig(**TINY, num_v_heads=3), "3"),
