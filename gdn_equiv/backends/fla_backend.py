@@ -190,14 +190,15 @@ def accept_int_masks() -> None:
             return mask
         return interp.TensorHandle(mask.data.astype(np.bool_), interp.tl.int1)
 
-    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):  # type: ignore[no-untyped-def]
-        return load(self, ptrs, as_bool(mask), other, cache_policy, is_volatile)
+    # the trailing cache/eviction arguments differ between Triton versions (3.8: five, 3.9: four)
+    def create_masked_load(self, ptrs, mask, *rest):
+        return load(self, ptrs, as_bool(mask), *rest)
 
-    def create_masked_store(self, ptrs, value, mask, cache_policy):  # type: ignore[no-untyped-def]
-        return store(self, ptrs, value, as_bool(mask), cache_policy)
+    def create_masked_store(self, ptrs, value, mask, *rest):
+        return store(self, ptrs, value, as_bool(mask), *rest)
 
-    builder.create_masked_load = create_masked_load  # type: ignore[method-assign]
-    builder.create_masked_store = create_masked_store  # type: ignore[method-assign]
+    builder.create_masked_load = create_masked_load
+    builder.create_masked_store = create_masked_store
     _MASK_SHIM = True
 
 
