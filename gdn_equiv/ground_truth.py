@@ -11,7 +11,9 @@ Semantics (SPEC §3), per sequence ``s`` with inputs ``x_s [T_s, D]`` and state 
 
 - the conv input is ``h_s[:, 1:]`` (the last ``W-1`` inputs before the sequence) followed by ``x_s``:
   the causal left padding of ``W-1``, filled from the state instead of zeros;
-- ``y_s = act(conv1d(that, weight, bias))``, ``act`` = ``F.silu`` for ``silu``/``swish``;
+- ``y_s = act(conv1d(that, weight, bias))``, ``act`` = ``F.silu`` for ``silu``/``swish``, ``F.relu``
+  for ``relu``, its square for ``relu2`` (written here again, not taken from the registry); a plug-in
+  activation has no second definition, so its registered maths is used (in fp64);
 - the final state is the last ``W`` columns of ``h_s`` followed by ``x_s`` (an empty sequence keeps
   its state; one shorter than ``W`` keeps the state's tail, or zeros, in front);
 - ``update`` is ``forward`` of one token with ``initial_state = state``.
@@ -21,6 +23,8 @@ come from the same definition.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,9 +40,25 @@ def _one_sequence(x: Tensor, weight: Tensor, bias: Tensor | None, activation: st
     if x.shape[0] == 0:  # an empty sequence: no output (conv1d refuses an input shorter than W)
         return x, seq[:, -W:]
     y = F.conv1d(seq[:, 1:].unsqueeze(0), weight.unsqueeze(1), bias, groups=D)[0]  # [D, T]
-    if activation is not None:
-        y = F.silu(y)
-    return y.t(), seq[:, -W:]
+    return _activate(y, activation).t(), seq[:, -W:]
+
+
+_OWN_ACTIVATIONS: dict[str | None, Any] = {
+    None: lambda y: y,
+    "silu": F.silu,
+    "swish": F.silu,
+    "relu": F.relu,
+    "relu2": lambda y: F.relu(y).square(),
+}
+
+
+def _activate(y: Tensor, activation: str | None) -> Tensor:
+    own = _OWN_ACTIVATIONS.get(activation)
+    if own is not None:
+        return own(y)  # type: ignore[no-any-return]
+    from gdn_equiv.conv_ops import get_activation
+
+    return get_activation(activation).fn(y)  # a plug-in's activation: its registered maths
 
 
 def conv1d_truth(

@@ -107,3 +107,21 @@ def test_ground_truth_catches_a_shared_defect(broken_torch, check, options):
     print(f"{broken_torch}: ground truth caught {call}")
     if broken_torch == "state_off_by_one":  # only a state can be read off by one slot
         assert call.initial_state and call.W >= 2
+
+
+@pytest.mark.parametrize("activation", ["relu", "relu2", "silu", None])
+def test_ground_truth_computes_each_builtin_activation_on_its_own(activation):
+    """The ground truth's activations are its own (``F.relu``, its square, ``F.silu``): they agree with
+    the registry's maths that the torch backend applies, and relu is not silu (it once applied silu
+    to every activation but ``None``)."""
+    from gdn_equiv.ground_truth import conv1d_truth
+
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((2, 5, 6), (6, 3), (6,)))
+    truth, _ = conv1d_truth(x, w, b, activation)
+    ours, _ = tb.forward(x, w, b, activation, None, False, None)
+    torch.testing.assert_close(truth, ours, rtol=1e-12, atol=1e-12)
+    if activation in ("relu", "relu2"):
+        silu, _ = conv1d_truth(x, w, b, "silu")
+        assert not torch.allclose(truth, silu)
+        assert (truth >= 0).all()
