@@ -15,8 +15,9 @@ Each run starts from an empty Hypothesis database in its own working directory a
 ``--hypothesis-seed``, so "seconds to first failure" is the suite unaided (no replayed example) and
 repeatable. The "before" run stops at the first failing property (``-x``); its time is measured from
 the start of pytest to the moment ``--gdn-failure-log`` receives that failure's report (found and
-shrunk). The "after" run starts from a copy of the "before" run's database, so the shrunk example is
-replayed first against the fixed build, then it explores as usual.
+shrunk). On the fixed build, the "before" run's shrunk example is replayed exactly first (its
+``@reproduce_failure`` blob, set on the collected test by a plugin: no test file is edited; a pass
+shows as Hypothesis' ``DidNotReproduce``), then every property of the selection runs unaided.
 
 Trees whose ``fla/__init__.py`` says < 0.6.0 import only with ``triton<3.9``: they run under
 ``--python-old`` (a virtual environment with triton<3.9, torch and gdn-equiv installed); others under
@@ -33,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -103,6 +105,7 @@ class Run:
     error: str | None = None  # the first line of the assertion
     summary: str = ""  # pytest's last line
     row: str | None = None  # the backend's version-table row the build ran under
+    blob: tuple[str, str] | None = None  # (hypothesis version, reproduce_failure blob) of the first failure
 
     @property
     def red(self) -> bool:
@@ -169,14 +172,9 @@ def install(python: str, wheels: list[Path], site: Path) -> None:
 # that row: a -p plugin written into the run directory adds the build's version to the table with the
 # row's module paths (the backend's code is not touched). A build that lacks one is not run, and the
 # table says which modules are missing.
-#
-# The same plugin switches off the backend's int-mask shim where the interpreter's masked load/store
-# do not have Triton 3.9's signature (Triton 3.8, which the trees < 0.6.0 need, passes cache_modifier
-# and eviction_policy: the shim's wrapper then raises TypeError on every masked load). Triton 3.8's
-# interpreter takes fla's int32 masks as they are, so nothing is lost there.
+
 _PLUGIN = """# written by scripts/replay_upstream.py (see its comments): run fla {version} under row {row!r}
 import dataclasses
-import inspect
 
 from gdn_equiv.backends import fla_backend
 
@@ -184,31 +182,20 @@ _table = fla_backend.CONV_VERSIONS
 if {version!r} not in _table:
     _table[{version!r}] = dataclasses.replace(_table[{row!r}], version={version!r})
 
-try:
-    from triton.runtime.interpreter import InterpreterBuilder
-except ImportError:
-    InterpreterBuilder = None
-if InterpreterBuilder is not None:
-    _load = list(inspect.signature(InterpreterBuilder.create_masked_load).parameters)
-    if _load != ["self", "ptrs", "mask", "other", "cache_policy", "is_volatile"]:
-        fla_backend._MASK_SHIM = True  # not Triton 3.9's builder: the shim's wrapper would not fit it
-
 {replay}
 """
 
-# "--replay-only": the examples in the database (the "before" run's failure), nothing generated
-_REUSE_ONLY = """import os
-
-import pytest
+# the shrunk example of the "before" run, replayed exactly (Hypothesis' reproduce_failure, set on the
+# collected test as the decorator would; a seeded run saves nothing to the example database). It raises
+# DidNotReproduce when the example passes: on the fixed build that is the wanted outcome.
+_REPRODUCE = """import pytest
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    from hypothesis import Phase, settings
-
-    settings.register_profile("replay", parent=settings.get_profile(settings.get_current_profile_name()),
-                              phases=(Phase.explicit, Phase.reuse))
-    settings.load_profile("replay")
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.originalname == {test!r}:
+            item.obj._hypothesis_internal_use_reproduce_failure = ({hypothesis!r}, {blob!r})
 """
 
 
@@ -274,15 +261,12 @@ def run_properties(
     seed: int,
     budget: float,
     stop_first: bool,
-    database_from: Path | None = None,
     row: tuple[str, str] | None = None,
-    reuse_only: bool = False,
+    reproduce: tuple[str, str, str] | None = None,
 ) -> Run:
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    if database_from is not None and (database_from / ".hypothesis").exists():
-        shutil.copytree(database_from / ".hypothesis", workdir / ".hypothesis")
     log = workdir / "failures.log"
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "gdn_equiv.suite"]
     cmd += ["--gdn-backend", backend, "-k", select, f"--hypothesis-seed={seed}", "--gdn-failure-log", str(log)]
@@ -292,7 +276,7 @@ def run_properties(
         cmd[3:3] = ["-p", "gdn_equiv.pytest_plugin"]
     if row is not None:
         (workdir / "replay_fla_row.py").write_text(
-            _PLUGIN.format(version=row[0], row=row[1], replay=_REUSE_ONLY if reuse_only else "")
+            _PLUGIN.format(version=row[0], row=row[1], replay=_reproduce_plugin(reproduce))
         )
         cmd[3:3] = ["-p", "replay_fla_row"]
     path = os.pathsep.join(map(str, (site, ROOT, workdir)))
@@ -303,21 +287,24 @@ def run_properties(
     start = time.monotonic()
     with open(workdir / "pytest.out", "w") as out:
         proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT)
-        while proc.poll() is None:
-            if result.first_failure_s is None and log.exists():
-                result.first_failure_s = time.monotonic() - start
-            if time.monotonic() - start > budget:
+        try:
+            while proc.poll() is None:
+                if result.first_failure_s is None and log.exists():
+                    result.first_failure_s = time.monotonic() - start
+                if time.monotonic() - start > budget:
+                    result.rc = -1
+                    break
+                time.sleep(0.5)
+            else:
+                result.rc = proc.returncode
+        finally:  # cut at the budget, or this script interrupted: the run does not outlive it
+            if proc.poll() is None:
                 proc.terminate()
                 try:
                     proc.wait(30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-                result.rc = -1
-                break
-            time.sleep(0.5)
-        else:
-            result.rc = proc.returncode
     result.seconds = time.monotonic() - start
     if result.first_failure_s is None and log.exists():
         result.first_failure_s = result.seconds
@@ -329,6 +316,13 @@ def run_properties(
     return result
 
 
+def _reproduce_plugin(reproduce: tuple[str, str, str] | None) -> str:
+    if reproduce is None:
+        return ""
+    test, version, blob = reproduce
+    return _REPRODUCE.format(test=test, hypothesis=version, blob=blob.encode())
+
+
 def _read_failure(result: Run, report: str) -> None:
     """The first failure's test, shrunk example (the call the property noted) and assertion line."""
     first = report.split("\n==== FAILED ")[0]
@@ -338,6 +332,8 @@ def _read_failure(result: Run, report: str) -> None:
     result.example = calls[-1] if calls else None
     errors = [ln[1:].strip() for ln in first.splitlines() if ln.startswith("E ") and ln[1:].strip()]
     result.error = errors[0] if errors else None
+    m = re.search(r"@reproduce_failure\('([^']+)', b'([^']+)'\)", first)
+    result.blob = (m.group(1), m.group(2)) if m else None
 
 
 # ---- the table -----------------------------------------------------------------------------
@@ -350,6 +346,8 @@ def _cell(text: str | None) -> str:
 def _verdict(run: Run | None) -> str:
     if run is None:
         return "not run"
+    if run.error and "DidNotReproduce" in run.error:
+        return "yes (passes: Hypothesis' DidNotReproduce)"
     if run.green:
         return "yes"
     if run.rc == -1 and not run.red:
@@ -395,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the rows and exit")
     p.add_argument("--json", type=Path, default=None, help="also write the measured runs as JSON here")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the running pytest is ended
 
     out = args.out.resolve()
     if out == ROOT or ROOT in out.parents:
@@ -443,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 _progress(row.before)
                 continue
-            if row.before is not None and row.before.failed_test:
+            if row.before is not None and row.before.failed_test and row.before.blob:
                 # the shrunk example (from the "before" database) and nothing else, on the fixed build
                 test = row.before.failed_test.split("[")[0]
                 row.replay = run_properties(
@@ -452,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                     out / label / "replay",
                     select=f"{args.select} and {test}",
                     stop_first=True,
-                    database_from=out / f"pr{fix.pr}.pre" / "run",
-                    reuse_only=True,
+                    reproduce=(test, *row.before.blob),
                     **common,
                 )
                 _progress(row.replay)
