@@ -178,12 +178,13 @@ def _backends(option: str, *, flag: str = "--backend", baselines: tuple[str, ...
     return list(dict.fromkeys(names))
 
 
-def _families(option: str) -> list[str]:
+def _families(option: str, *, fla_only: bool = False) -> list[str]:
+    """``--family``: in-house families; with ``fla_only`` (``--target fla``) the fla-only ones too."""
     from gdn_equiv.errors import InvalidArgument
     from gdn_equiv.families import parse_families
 
     try:
-        return parse_families(option)
+        return parse_families(option, fla_only=fla_only)
     except InvalidArgument as exc:
         raise UsageError(f"--family {option!r}: {_one_line(str(exc))}") from None
 
@@ -259,7 +260,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         if unused:
             raise UsageError(f"--target {args.target} searches its guard's gaps; {', '.join(unused)} do not apply")
         target_options = {"core": args.fla_core or "fla"} if args.target == "fla" else {}
-        families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        families = _families(args.family if args.family is not None else DEFAULT_FAMILY, fla_only=args.target == "fla")
         if args.fla_core == "reference":
             from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
 
@@ -712,9 +713,9 @@ def cmd_bench(plan: Any) -> int:
 
 
 def cmd_families(args: argparse.Namespace) -> int:
-    from gdn_equiv.families import get_family, known_families
+    from gdn_equiv.families import fla_only_families, get_family, known_families
 
-    for name in known_families():
+    for name in [*known_families(), *fla_only_families()]:  # the fla-only ones say so in their line
         try:
             family = get_family(name)
         except ImportError as exc:  # a family whose module (or its extra) is not installed

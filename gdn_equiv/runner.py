@@ -28,7 +28,7 @@ from gdn_equiv._source import alias_strategies
 from gdn_equiv.compare import Mismatch, Report, observe, worst
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
-from gdn_equiv.families import DEFAULT_FAMILY
+from gdn_equiv.families import DEFAULT_FAMILY, example_family
 from gdn_equiv.guard import Condition
 from gdn_equiv.report import Check, Failure, interrupt_pending
 
@@ -290,7 +290,10 @@ def search_gaps(
     """
     from gdn_equiv.strategies import examples
 
-    strategy = st.one_of(examples(fusable=True, family=family), examples(fusable=False, family=family))
+    drawn = example_family(family)
+    strategy = st.one_of(examples(fusable=True, family=drawn), examples(fusable=False, family=drawn))
+    if drawn != family:  # an fla-only family: the borrowed family's examples, under its own name
+        strategy = strategy.map(lambda example: dataclasses.replace(example, family=family))
     started = clock()
     known: set[type] = set()
     row: dict[str, Any] = {

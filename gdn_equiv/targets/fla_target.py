@@ -56,7 +56,7 @@ from gdn_equiv.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.families import get_family
+from gdn_equiv.families import fla_only_families, get_family, is_fla_only
 from gdn_equiv.reference import ShortConvLayer
 
 Tensor = torch.Tensor
@@ -101,7 +101,7 @@ VERSIONS: dict[str, FlaVersion] = {
     "0.5.2+pr977": FlaVersion(
         "0.5.2+pr977",
         "helper",
-        ("gated_deltanet", "kda", "gla", "lightnet", "simple_gla"),
+        ("gated_deltanet", "kda", "gla", "lightnet", "simple_gla", *fla_only_families()),
         "first",
         "fla.modules.convolution.can_fuse_qkv_short_conv, imported into each fla.layers.<family> (PR #977)",
     ),
@@ -212,6 +212,14 @@ def _conv_module(channels: int, kernel_size: int, bias: bool, activation: str | 
     return conv
 
 
+def fla_conv_channels(family: str, config: LayerConfig, name: str) -> int:
+    """Channels of fla's ``<name>_conv1d`` for ``config``: the config's own count for an in-house
+    family; an fla-only family's record says how its class sizes the conv from the borrowed config
+    (GatedDeltaProduct's k/v convs are ``num_householder`` times wider, ABC's k/v are not grouped)."""
+    fam = get_family(family)
+    return fam.conv_channels(config, name) if is_fla_only(fam) else config.conv_channels(name)
+
+
 def _construct(cls: type, family: str, config: LayerConfig) -> tuple[Any, dict[str, Any]]:
     """fla's layer from our config: the family's fla arguments that the class declares (a version
     may lack one: PR #977's Gated DeltaNet has no ``output_gate_activation``); returns the layer and
@@ -236,7 +244,7 @@ def build_fla_layer(
         for name in config.SLOTS:
             spec = config.conv_spec(name)
             conv = _conv_module(
-                config.conv_channels(name),
+                fla_conv_channels(family, config, name),
                 config.conv_size if spec.kernel_size is None else spec.kernel_size,
                 config.conv_bias if spec.bias is None else spec.bias,
                 spec.activation,
@@ -428,7 +436,16 @@ class FlaHandle:
         return ("auto", "fused", "separate") if self.family in self.row.fusing else ("auto", "separate")
 
     def inputs(self) -> Inputs:
-        """The example's inputs; a populated cache is filled by our reference layer (same weights)."""
+        """The example's inputs; a populated cache is filled by our reference layer (same weights).
+
+        An fla-only family's ``reference`` is the borrowed family's layer: its inputs (x, mask,
+        ``cu_seqlens``) fit, but a cache it fills has that family's state layout, not fla's class's;
+        such an example is refused rather than fed to fla (its guard refuses a cached state anyway)."""
+        if self.example.cache == "populated" and is_fla_only(self.family):
+            raise InvalidArgument(
+                f"{self.family!r} is fla-only: a populated cache would come from {get_family(self.family).like!r}'s "
+                "reference layer, whose state layout is not fla's; give the example cache='none' or 'empty'"
+            )
         return materialize(self.example, self.reference, self.device)
 
     def run(self, inputs: Inputs, prologue: str = "auto") -> tuple[Tensor, Any]:
@@ -525,12 +542,37 @@ class FlaTarget:
         return reason
 
     def build(self, example: Example, device: str | torch.device = "cpu") -> FlaHandle:
+        """fla's layer for ``example`` with our reference's state_dict. An fla-only family has no
+        reference of its own: the borrowed family's layer makes the inputs and reads the call facts
+        (same mask handling), and fla's layer keeps its own initialisation (from the example's
+        seed), cast to the example's dtype except where a conv's facts name another (G9)."""
         family = get_family(example.family)
-        reference = build_layer(example, family.layer_cls, device=device)
-        layer = build_fla_layer(example.config, device, family=example.family)
-        load_reference_state(layer, reference.state_dict())
+        if not is_fla_only(family):
+            reference = build_layer(example, family.layer_cls, device=device)
+            layer = build_fla_layer(example.config, device, family=example.family)
+            load_reference_state(layer, reference.state_dict())
+        else:
+            reference = build_layer(example, get_family(family.like).layer_cls, device=device)
+            gen_state = torch.random.get_rng_state()
+            torch.manual_seed(example.seed)
+            try:
+                layer = build_fla_layer(example.config, device, family=example.family)
+            finally:
+                torch.random.set_rng_state(gen_state)
+            _cast(layer, example.config, example.torch_dtype)
         layer.train(example.train)
         return FlaHandle(example, layer, reference, device, self.core, version_row())
+
+
+def _cast(layer: torch.nn.Module, config: LayerConfig, dtype: torch.dtype) -> None:
+    """Every parameter in ``dtype``, but a conv whose facts name a dtype keeps it (as the reference's
+    state_dict would leave it for an in-house family)."""
+    layer.to(dtype)
+    if config.use_short_conv:
+        for name in config.SLOTS:
+            spec = config.conv_spec(name)
+            if spec.dtype is not None:
+                getattr(layer, f"{name}_conv1d").to(getattr(torch, spec.dtype))
 
 
 TARGET = FlaTarget()

@@ -1,0 +1,204 @@
+"""fla-only families: the seven PR #977 families (SPEC §8) that the suite drives as fla targets only.
+
+An in-house family is a reference layer and core written here; these seven are not (each has its
+own core and feature maps; writing and running them would double the suite for what the fla target
+asks of them: fla's guard against the spec). What the fla target needs of a family is its fla class,
+how to build it and which conv layout it has, and an example strategy that draws that layout. So an
+fla-only family is a record that *borrows* the example strategy of the in-house family whose conv
+layout is the same (``like``: q/k/v channel structure and mask handling) and says how the borrowed
+config becomes its fla class's constructor arguments:
+
+- ``gdn2``, ``comba``, ``delta_net``: Gated DeltaNet's examples (K / K / V, silu, unpad).
+- ``gated_deltaproduct``: Gated DeltaNet's examples with ``num_householder`` fixed at fla's default 2
+  (k/v convs 2K / 2V wide): Gated DeltaNet's config has no field a householder count could honestly
+  be read from, and the guard does not depend on channel counts (SPEC §8: the split comes from the
+  weights).
+- ``multiscale_retention``, ``gsa``: GLA's examples (K / K/g / V/g, grouped k/v, unpad).
+- ``abc``: SimpleGLA's examples (silu convs, dense mask). ABC has no kv heads, so its k/v convs are
+  K and V wide whatever ``num_kv_heads`` the borrowed config draws (the record's
+  :meth:`FlaOnlyFamily.conv_channels` says so; the fla target builds the convs that wide).
+
+Examples of an fla-only family carry its name (``Example.family = "gdn2"``) and the borrowed
+family's config class, so reports, the example database and ``repro`` keep them apart. They are not
+in :func:`gdn_equiv.families.known_families` (the in-house families every property, planted defect
+and pytest run iterates; there is no reference layer to run them against), only in
+:func:`gdn_equiv.families.fla_only_families`, which ``--family`` accepts for ``--target fla``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gdn_equiv.config import LayerConfig
+from gdn_equiv.families.base import GAPS, fla_mode
+
+#: fla's default; see the module docstring for why it is fixed
+NUM_HOUSEHOLDER = 2
+
+
+@dataclass(frozen=True)
+class FlaOnlyFamily:
+    """One family that exists as an fla class only.
+
+    ``like``: the in-house family whose example strategy (``dims``, ``config_cls``, ``small``) and
+    mask handling it borrows. ``fla_kwargs``: the borrowed config -> the fla class's constructor
+    arguments (each one the class declares in every version of :data:`fla_target.VERSIONS`).
+    ``channels``: the borrowed config -> q/k/v conv channel counts of the fla layer built from those
+    arguments (``tests/test_fla_target.py`` checks them against the layer fla builds). ``known_gaps``
+    as :attr:`gdn_equiv.families.base.Family.known_gaps`.
+    """
+
+    name: str
+    fla_class: str
+    like: str
+    fla_kwargs: Callable[[Any], dict[str, Any]]
+    channels: Callable[[Any], tuple[int, int, int]]
+    description: str
+    known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    fla_only = True
+
+    @property
+    def _like(self) -> Any:
+        from gdn_equiv.families import get_family
+
+        return get_family(self.like)
+
+    @property
+    def config_cls(self) -> type[LayerConfig]:
+        return self._like.config_cls
+
+    @property
+    def dims(self) -> Any:
+        return self._like.dims
+
+    @property
+    def small(self) -> Mapping[str, Any]:
+        return self._like.small
+
+    @property
+    def mask(self) -> str:
+        return self._like.mask
+
+    def conv_channels(self, config: LayerConfig, name: str) -> int:
+        """Channels of fla's ``<name>_conv1d`` for the borrowed ``config``."""
+        return dict(zip(("q", "k", "v"), self.channels(config), strict=True))[name]
+
+    def describe(self, config: LayerConfig | None = None) -> str:
+        """One line like :meth:`Family.describe`, marked fla-only, naming the borrowed examples."""
+        c = config if config is not None else self.config_cls()
+        slots = ", ".join(f"{n}={self.conv_channels(c, n)} ({c.conv_spec(n).activation})" for n in c.SLOTS)
+        return (
+            f"{self.name:<16} fla {self.fla_class:<34} mask {self.mask:<5}  convs {slots}  {self.description} "
+            f"[fla-only: --target fla, {self.like}'s examples]"
+        )
+
+
+def _expand(channels: int, hidden: int) -> float:
+    """An ``expand_*`` for which fla's ``int(hidden * expand)`` is ``channels`` exactly (``8/12*12``
+    rounds to 7.999... and would truncate to 7)."""
+    expand = channels / hidden
+    while int(hidden * expand) < channels:
+        expand = math.nextafter(expand, math.inf)
+    return expand
+
+
+_KNOWN = {"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS}
+
+
+# ---- Gated DeltaNet's layout (K / K / V, silu, unpad) ----------------------------------------------
+def _value_heads(c: Any) -> dict[str, Any]:
+    keys = ("hidden_size", "expand_v", "head_dim", "num_heads", "num_v_heads", "use_short_conv", "conv_size")
+    return {k: getattr(c, k) for k in (*keys, "conv_bias", "layer_idx", "norm_eps")} | {"mode": fla_mode(c)}
+
+
+def _kkv(c: Any) -> tuple[int, int, int]:
+    return c.key_dim, c.key_dim, c.value_dim
+
+
+def _gdn2_kwargs(c: Any) -> dict[str, Any]:
+    return _value_heads(c) | {"allow_neg_eigval": c.allow_neg_eigval}
+
+
+def _comba_kwargs(c: Any) -> dict[str, Any]:
+    return _value_heads(c) | {"use_output_gate": c.use_gate}
+
+
+def _gdp_kwargs(c: Any) -> dict[str, Any]:
+    return _value_heads(c) | {
+        "use_output_gate": c.use_gate,
+        "allow_neg_eigval": c.allow_neg_eigval,
+        "num_householder": NUM_HOUSEHOLDER,
+    }
+
+
+def _gdp_channels(c: Any) -> tuple[int, int, int]:
+    return c.key_dim, c.key_dim * NUM_HOUSEHOLDER, c.value_dim * NUM_HOUSEHOLDER
+
+
+def _qk_activation(c: Any) -> str:
+    """DeltaNet builds its q/k convs with silu only for ``qk_activation='silu'`` (else none); the
+    borrowed config's q conv activation picks the constructor argument that matches it."""
+    act = c.conv_spec("q").activation
+    return {"silu": "silu", "swish": "silu", "relu": "relu"}.get(act, "identity")
+
+
+def _delta_net_kwargs(c: Any) -> dict[str, Any]:
+    """DeltaNet sizes its convs as ``hidden * expand_k`` / ``hidden * expand_v`` over ``num_heads``
+    heads (no separate value heads): Gated DeltaNet's K and V expressed that way."""
+    keys = ("hidden_size", "num_heads", "use_gate", "use_short_conv", "conv_size", "conv_bias", "allow_neg_eigval")
+    return {k: getattr(c, k) for k in (*keys, "layer_idx", "norm_eps")} | {
+        "expand_k": _expand(c.key_dim, c.hidden_size),
+        "expand_v": _expand(c.value_dim, c.hidden_size),
+        "qk_activation": _qk_activation(c),
+        "mode": fla_mode(c),
+    }
+
+
+# ---- GLA's layout (K / K/g / V/g, silu, unpad) ----------------------------------------------------
+def _grouped(c: Any) -> dict[str, Any]:
+    keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "use_short_conv", "conv_size")
+    return {k: getattr(c, k) for k in (*keys, "conv_bias", "norm_eps", "layer_idx")} | {"mode": fla_mode(c)}
+
+
+def _grouped_channels(c: Any) -> tuple[int, int, int]:
+    return c.key_dim, c.key_dim // c.groups, c.value_dim // c.groups
+
+
+def _msr_kwargs(c: Any) -> dict[str, Any]:
+    return _grouped(c) | {"use_output_gate": c.use_output_gate, "gate_fn": c.gate_fn}
+
+
+def _gsa_kwargs(c: Any) -> dict[str, Any]:
+    return _grouped(c) | {"use_output_gate": c.use_output_gate, "gate_logit_normalizer": c.gate_logit_normalizer}
+
+
+# ---- SimpleGLA's examples (silu, dense mask), ABC's K / K / V ---------------------------------------
+def _abc_kwargs(c: Any) -> dict[str, Any]:
+    keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "use_short_conv", "conv_size", "conv_bias")
+    return {k: getattr(c, k) for k in (*keys, "gate_logit_normalizer", "norm_eps", "layer_idx")}
+
+
+FAMILIES: dict[str, FlaOnlyFamily] = {
+    f.name: f
+    for f in (
+        FlaOnlyFamily("gdn2", "fla.layers.gdn2.GatedDeltaNet2", "gated_deltanet", _gdn2_kwargs, _kkv,
+                      "gated delta rule, v2 gates", _KNOWN),
+        FlaOnlyFamily("comba", "fla.layers.comba.Comba", "gated_deltanet", _comba_kwargs, _kkv,
+                      "delta rule with output correction", _KNOWN),
+        FlaOnlyFamily("gated_deltaproduct", "fla.layers.gated_deltaproduct.GatedDeltaProduct", "gated_deltanet",
+                      _gdp_kwargs, _gdp_channels, f"{NUM_HOUSEHOLDER} householder steps per token (k/v convs x2)",
+                      _KNOWN),
+        FlaOnlyFamily("delta_net", "fla.layers.delta_net.DeltaNet", "gated_deltanet", _delta_net_kwargs, _kkv,
+                      "delta rule; q/k conv silu only with qk_activation='silu'", _KNOWN),
+        FlaOnlyFamily("multiscale_retention", "fla.layers.multiscale_retention.MultiScaleRetention", "gla",
+                      _msr_kwargs, _grouped_channels, "retention, grouped k/v convs", _KNOWN),
+        FlaOnlyFamily("gsa", "fla.layers.gsa.GatedSlotAttention", "gla", _gsa_kwargs, _grouped_channels,
+                      "gated slot attention, grouped k/v convs", _KNOWN),
+        FlaOnlyFamily("abc", "fla.layers.abc.ABCAttention", "simple_gla", _abc_kwargs, _kkv,
+                      "slot attention, dense mask (k/v ungrouped)", _KNOWN),
+    )
+}  # fmt: skip
