@@ -328,7 +328,7 @@ def _read_failure(result: Run, report: str) -> None:
     first = report.split("\n==== FAILED ")[0]
     m = re.match(r"==== FAILED (\S+)", first)
     result.failed_test = m.group(1).split("::")[-1] if m else None
-    calls = re.findall(r"ConvCall\([^\n]*\)(?:, slices \[[^\]]*\])?", first)
+    calls = re.findall(r"ConvCall\([^\n]*\)(?:, (?:slices \[[^\]]*\]|split at \d+))?", first)
     result.example = calls[-1] if calls else None
     errors = [ln[1:].strip() for ln in first.splitlines() if ln.startswith("E ") and ln[1:].strip()]
     result.error = errors[0] if errors else None
