@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.example import DTYPES
 
@@ -161,6 +162,7 @@ def conv_calls(
     wide_channels: int | None = None,
     long_seq_len: int | None = None,
     layouts: Sequence[str] = ("contiguous",),
+    activations: Sequence[str | None] = (None, "silu", "swish"),
 ) -> ConvCall:
     """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
     (give a backend's :func:`gdn_equiv.backends.supported_widths`). Shrinks towards fp32, one channel,
@@ -171,7 +173,9 @@ def conv_calls(
     ``varlen_initial_state`` (a backend that refuses per-sequence states, e.g. causal-conv1d), varlen
     calls carry no initial state. ``layouts`` are the memory layouts (:data:`LAYOUTS`) each tensor of
     :data:`LAYOUT_TENSORS` may be drawn in, independently (inputs and cotangents); they shrink to
-    contiguous, and one draw in three keeps every tensor contiguous."""
+    contiguous, and one draw in three keeps every tensor contiguous. ``activations`` are drawn from
+    (give :func:`gdn_equiv.conv_ops.supported_activations` of the backends compared: registered ones
+    such as ``relu`` only where every one runs them); they shrink to the first."""
     W = draw(st.integers(*widths))
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
@@ -186,7 +190,7 @@ def conv_calls(
         W=W,
         dtype=draw(st.sampled_from(list(dtypes))),
         bias=draw(st.booleans()),
-        activation=draw(st.sampled_from([None, "silu", "swish"])),
+        activation=draw(st.sampled_from(list(_nonempty_activations(activations)))),
         initial_state=(draw(st.booleans()) if initial_state is None else initial_state)
         and (varlen_initial_state or not use_varlen),
         seq_lens=lens,
@@ -195,10 +199,21 @@ def conv_calls(
     )
 
 
+def _nonempty_activations(activations: Sequence[str | None]) -> Sequence[str | None]:
+    from gdn_equiv.conv_ops import activation_names
+
+    if not activations:
+        raise InvalidArgument("activations must not be empty")
+    unknown = [a for a in activations if a not in activation_names()]
+    if unknown:
+        raise InvalidArgument(f"activations {unknown} are not registered; known: {list(activation_names())}")
+    return activations
+
+
 def _layouts(draw: st.DrawFn, kinds: Sequence[str]) -> tuple[tuple[str, str], ...]:
     unknown = [k for k in kinds if k not in LAYOUTS]
     if unknown:
-        raise ValueError(f"unknown layouts {unknown}; known: {', '.join(LAYOUTS)}")
+        raise InvalidArgument(f"unknown layouts {unknown}; known: {', '.join(LAYOUTS)}")
     kinds = ["contiguous", *(k for k in kinds if k != "contiguous")]
     if len(kinds) == 1 or draw(st.integers(0, 2)) == 0:
         return ()

@@ -11,9 +11,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument as StrategyArgument
+from hypothesis.errors import NoSuchExample
 
 from gdn_equiv import properties as P
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvSpec, canonical_activation
 from gdn_equiv.conv_ops import (
     NORM,
@@ -55,7 +58,7 @@ def test_core_activations_come_first_and_config_name_is_a_live_view() -> None:
     finally:
         unregister_activation("test_tanh")
     assert "test_tanh" not in CONV_ACTIVATIONS
-    with pytest.raises(InvalidArgument, match="conv activation must be one of .*'gelu'"):
+    with pytest.raises(InvalidArgument, match=r"conv activation must be one of .*'gelu'"):
         canonical_activation("gelu")
 
 
@@ -65,7 +68,8 @@ def test_reference_maths_of_the_branch_activations() -> None:
     assert torch.equal(apply_activation(x, "relu2")[:5], torch.tensor([0.0, 0.0, 0.0, 0.25, 9.0]))
     assert apply_activation(x, "relu")[5].isnan() and apply_activation(x, "relu2")[5].isnan()
     y = torch.randn(3, 8, dtype=torch.float64)
-    assert torch.allclose(l2_norm_heads(y, 4, 1e-6), torch.nn.functional.normalize(y.view(3, 2, 4), dim=-1, eps=0).view(3, 8))
+    expected = torch.nn.functional.normalize(y.view(3, 2, 4), dim=-1, eps=0).view(3, 8)
+    assert torch.allclose(l2_norm_heads(y, 4, 1e-6), expected)
 
 
 def test_alias_fuses_and_other_activations_do_not() -> None:
@@ -81,6 +85,46 @@ def test_alias_fuses_and_other_activations_do_not() -> None:
 def test_only_backends_that_run_an_activation_are_sent_it() -> None:
     assert {"relu", "relu2"} <= set(supported_activations(("torch", "triton")))
     assert set(supported_activations(("torch", "cuda"))) == {"silu", "swish", None}
+
+
+def test_a_backend_is_never_sent_an_activation_it_does_not_run() -> None:
+    """fla's conv treats an activation it does not know as none at all: the registry refuses to pass
+    relu to a backend not declared to run it (here a plug-in without an ``activations`` declaration),
+    naming the backend and what it runs, while the backends that do run it get it."""
+    from gdn_equiv import backends as registry
+    from gdn_equiv.backends import Backend, register_backend
+
+    register_backend(Backend("acts-undeclared", forward=tb.forward), replace=True)
+    try:
+        x, w = torch.randn(1, 3, 2), torch.randn(2, 3)
+        for act in ("relu", "relu2"):
+            with pytest.raises(InvalidArgument, match=f"'acts-undeclared' does not run activation '{act}'"):
+                causal_conv1d(x, w, None, act, backend="acts-undeclared")
+            with pytest.raises(InvalidArgument, match="does not run activation"):
+                causal_conv1d_update(x[:, 0], torch.zeros(1, 2, 3), w, None, act, backend="acts-undeclared")
+        causal_conv1d(x, w, None, "silu", backend="acts-undeclared")  # the core ones go to every backend
+        for backend in ("torch", "triton"):
+            y, _ = causal_conv1d(x, w, None, "relu", backend=backend)
+            assert (y >= 0).all()
+    finally:
+        registry._REGISTRY.pop("acts-undeclared", None)
+
+
+def test_conv_calls_draw_the_activations_they_are_given() -> None:
+    from gdn_equiv.strategies import conv_calls
+
+    seen = {find_any_activation(conv_calls(activations=("relu", "silu")), a) for a in ("relu", "silu")}
+    assert seen == {"relu", "silu"}
+    default = conv_calls()
+    with pytest.raises(NoSuchExample):
+        find(default, lambda c: c.activation in ("relu", "relu2"), settings=settings(max_examples=300, database=None))
+    with pytest.raises(StrategyArgument, match="not registered"):
+        conv_calls(activations=("tanh",)).example()
+
+
+def find_any_activation(strategy, activation):
+    found = find(strategy, lambda c: c.activation == activation, settings=settings(max_examples=300, database=None))
+    return found.activation
 
 
 def test_registered_fact_condition_follows_g9() -> None:
@@ -118,7 +162,8 @@ def test_triton_matches_torch_on_registered_activations(activation: str) -> None
             grads = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel()).view(y.shape)).sum(), (x, w, b))
             y1, s1 = causal_conv1d_update(x[:, 0].detach(), h0, w.detach(), b.detach(), activation, backend=be)
             out[be] = (y, final, *grads, y1, s1)
-        for name, a, e in zip(("y", "final", "dx", "dw", "db", "step y", "step state"), out["triton"], out["torch"]):
+        names = ("y", "final", "dx", "dw", "db", "step y", "step state")
+        for name, a, e in zip(names, out["triton"], out["torch"], strict=True):
             torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{activation} {n}: {m}")
         assert torch.equal(out["triton"][0], out["torch"][0]) or activation == "test_cube"
     finally:

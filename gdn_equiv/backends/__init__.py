@@ -236,6 +236,7 @@ def causal_conv1d(
     """Depthwise causal conv through ``backend`` (one counted launch); arguments are checked first."""
     check_forward_args(x, weight, bias, activation, initial_state, cu_seqlens)
     impl = _runnable(backend)
+    _check_runs_activation(impl.name, activation)
     _record(impl.name, "forward")
     y, final = impl.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
     _check_outputs(impl.name, x, y, final, output_final_state, weight.shape[1], cu_seqlens, initial_state)
@@ -254,6 +255,7 @@ def causal_conv1d_update(
     """One decode step for ``N`` sequences; ``state`` is left as it was (checked, not trusted)."""
     check_update_args(x, state, weight, bias, activation)
     impl = _runnable(backend)
+    _check_runs_activation(impl.name, activation)
     if impl.update is None:
         # A plug-in without a step kernel: the full kernel over a one-token window is the same maths.
         y, new_state = causal_conv1d(x.unsqueeze(1), weight, bias, activation, state, True, None, backend=impl.name)
@@ -264,6 +266,18 @@ def causal_conv1d_update(
     y, new_state = impl.update(x, state, weight, bias, activation)
     _check_update_outputs(impl.name, x, state, version, y, new_state)
     return y, new_state
+
+
+def _check_runs_activation(backend: str, activation: str | None) -> None:
+    """A registered activation the backend is not known to run is refused, not passed on: fla's conv
+    treats an activation it does not know as none at all, silently (relu would come back unactivated)."""
+    from gdn_equiv.conv_ops import supported_activations
+
+    runs = supported_activations([backend])
+    if activation not in runs:
+        raise InvalidArgument(
+            f"conv backend {backend!r} does not run activation {activation!r}; it runs {', '.join(map(str, runs))}"
+        )
 
 
 def _describe(t: object) -> str:

@@ -62,10 +62,14 @@ def _state_name(backend: str, W: int, name: str) -> str:
 def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
     """The conv calls the backend's declared scope covers: its kernel widths (causal-conv1d: 2..4) and,
     for packed sequences, initial states only where it supports them (its refusal is checked in
-    tests/test_backends_cuda.py); every tensor in any of :data:`LAYOUTS`."""
+    tests/test_backends_cuda.py); every tensor in any of :data:`LAYOUTS`; every activation both it
+    and the torch reference run (registered ones such as relu included)."""
+    from gdn_equiv.conv_ops import supported_activations
+
     lo, hi = supported_widths([backend])
     varlen_state = get_backend(backend).varlen_initial_state
-    options = {**_reach(backend), "layouts": LAYOUTS, **options}
+    acts = supported_activations([backend, "torch"])
+    options = {**_reach(backend), "layouts": LAYOUTS, "activations": acts, **options}
     return conv_calls(widths=(lo, min(hi, 4)), varlen_initial_state=varlen_state, **options)
 
 
@@ -156,9 +160,7 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
         y, final = _continued(call, t, name, split)
         names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
         cot = call.cotangents(device, unused_state_slots=unused)
-        grads = torch.autograd.grad(
-            (y, final), [t[n] for n in names], (cot["dy"], cot["dfinal"]), allow_unused=True
-        )
+        grads = torch.autograd.grad((y, final), [t[n] for n in names], (cot["dy"], cot["dfinal"]), allow_unused=True)
         results.append((y, final, dict(zip(names, grads, strict=True))))
     (y, final, grads), (y_ref, final_ref, grads_ref) = results
     _close(y, y_ref, "continued.y", backend, context)
