@@ -4,7 +4,10 @@ CPU (fla imports there; its layer is built but not run):
 - fla's ``_use_fused_qkv_conv``, called directly on layers built from generated configs with per-conv
   facts and on generated call facts, against the spec oracle below (a decision table written here,
   independently of :mod:`gdn_equiv.guard`). Hypothesis finds fla 0.6.0's two SPEC §1 gaps by itself:
-  one property per value of the layer's ``conv_bias`` flag, nothing else pinned.
+  one property per value of the layer's ``conv_bias`` flag, nothing else pinned. Every family of SPEC §8
+  the installed fla has: the five in-house ones and the seven fla-only records
+  (:mod:`gdn_equiv.families.fla_only`, borrowed examples, few of them: same helper, cheap CPU), each with
+  its version-keyed strict xfails; the fla-only records' constructor and conv mapping checked too.
 
 GPU (fla's Triton conv and norm kernels):
 - fla(auto) vs our reference (same state_dict) for output, dx and parameter gradients: fla must be as
@@ -33,11 +36,20 @@ from gdn_equiv import properties as P
 from gdn_equiv.config import CallFacts, ConvSpec, LayerConfig
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
-from gdn_equiv.families import get_family, known_families
+from gdn_equiv.families import fla_only_families, get_family, is_fla_only, known_families
 from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import get_target
-from gdn_equiv.targets.fla_target import build_fla_layer, fla_guard, fla_layer_facts, fla_version, version_row
+from gdn_equiv.targets.fla_target import (
+    _construct,
+    _fla_class,
+    build_fla_layer,
+    fla_conv_channels,
+    fla_guard,
+    fla_layer_facts,
+    fla_version,
+    version_row,
+)
 
 Tensor = torch.Tensor
 FLA = get_target("fla")
@@ -51,7 +63,26 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
 ]
 ON_060 = FLA_VERSION == "0.6.0"
-FAMILIES = tuple(known_families())
+
+
+def _class_exists(family: str) -> bool:
+    try:
+        _fla_class(family)
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+# the in-house families and the fla-only ones (gdn_equiv.families.fla_only) whose class the installed fla has
+FAMILIES = tuple(f for f in (*known_families(), *fla_only_families()) if _REASON is None and _class_exists(f))
+FLA_ONLY = tuple(f for f in FAMILIES if is_fla_only(f))
+
+
+def _examples(family: str, in_house: int) -> int:
+    """Search budget: an fla-only family builds fla's module per example and has no in-house layer
+    whose properties would cover its layout otherwise, but its guard is the same helper as its
+    borrowed family's: a few examples keep the 12-family parametrisation cheap on CPU."""
+    return max(10, in_house // 6) if is_fla_only(family) else in_house
 
 
 # ---- the spec oracle: SPEC §1 / P1 as a decision table ------------------------------------------
@@ -201,7 +232,7 @@ def _assert_never_fuses_where_spec_refuses(family: str, config: LayerConfig, cal
 
 
 def _search_fuses_only_where_spec_allows(family: str, conv_bias: bool) -> None:
-    @settings(deadline=None, max_examples=100)
+    @settings(deadline=None, max_examples=_examples(family, 100))
     @given(data=st.data())
     def search(data: st.DataObject) -> None:
         config = data.draw(configs(family, conv_bias=conv_bias), label="config")
@@ -211,11 +242,19 @@ def _search_fuses_only_where_spec_allows(family: str, conv_bias: bool) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@settings(deadline=None, max_examples=60)
-@given(data=st.data())
-def test_fla_guard_agrees_with_spec_apart_from_bias_and_aliases(family: str, data: st.DataObject) -> None:
+def test_fla_guard_agrees_with_spec_apart_from_bias_and_aliases(family: str) -> None:
     """Outside bias parity and the silu/swish alias, fla's guard is the spec (G1–G7) for every family
     the version fuses; a family it does not fuse is never fused (P2 at the decision point)."""
+
+    @settings(deadline=None, max_examples=_examples(family, 60))
+    @given(data=st.data())
+    def search(data: st.DataObject) -> None:
+        _agrees_apart_from_bias_and_aliases(family, data)
+
+    search()
+
+
+def _agrees_apart_from_bias_and_aliases(family: str, data: st.DataObject) -> None:
     config, call = data.draw(configs(family), label="config"), data.draw(call_states(), label="call")
     _, why = spec_fuses(config, call)
     if family not in FUSING:
@@ -252,7 +291,7 @@ def test_fla_guard_is_complete(family: str) -> None:
     alias = _small(family, q_conv=silu, k_conv=ConvSpec(activation="swish"), v_conv=silu)
     _assert_fuses_where_spec_fuses(family, alias, CallFacts(False, False, False))
 
-    @settings(deadline=None, max_examples=100)
+    @settings(deadline=None, max_examples=_examples(family, 100))
     @given(data=st.data())
     def search(data: st.DataObject) -> None:
         config, call = data.draw(configs(family), label="config"), data.draw(call_states(), label="call")
@@ -291,7 +330,7 @@ def test_fla_guard_refuses_mixed_parameter_dtypes(family: str) -> None:
     known = _small(family, q_conv=ConvSpec(activation=_own(family), dtype="bfloat16"))
     _assert_refuses_mixed_dtypes(family, known, CallFacts(False, False, False))
 
-    @settings(deadline=None, max_examples=100)
+    @settings(deadline=None, max_examples=_examples(family, 100))
     @given(data=st.data())
     def search(data: st.DataObject) -> None:
         config = data.draw(configs(family), label="config")
@@ -310,6 +349,71 @@ def _assert_refuses_mixed_dtypes(family: str, config: LayerConfig, call: CallFac
     _, why = spec_fuses(config, call)
     assert "parameter dtypes differ" in why
     assert not _guard(config, call, family), f"fla's guard fuses where the spec forbids it: {why}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fla_target_reports_no_fused_prologue_exactly_where_the_version_has_none(family: str) -> None:
+    """A clean fusable state (the family's small config, no cache/varlen): a version without a fused
+    prologue for the family reports ``GapNoFusedPrologue`` (the family record's ``known_gaps``), one
+    with it fuses like the spec (no gap)."""
+    example = Example(config=_small(family), family=family)
+    if "NoFusedPrologue" in get_family(family).known_gaps.get(FLA_VERSION or "", ()):
+        with pytest.raises(P.GapNoFusedPrologue):
+            P.check_target_guard(example, target="fla", demonstrate=False)
+    else:
+        assert P.check_target_guard(example, target="fla", demonstrate=False).fuse
+
+
+@pytest.mark.parametrize("family", FLA_ONLY)
+@settings(deadline=None, max_examples=4)
+@given(data=st.data())
+def test_fla_only_family_builds_with_the_convs_its_examples_imply(family: str, data: st.DataObject) -> None:
+    """An fla-only family's record maps a borrowed example config onto its fla class: every argument
+    is taken, fla builds three convs with the channels, kernel size and bias the record says (so the
+    convs the target swaps in fit fla's projections), and the target's layer then carries the
+    example's conv facts in its state_dict."""
+    config = data.draw(layer_configs(family=family, vary_convs=0.0, use_short_conv=True), label="config")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer, dropped = _construct(_fla_class(family), family, config)
+    assert dropped == {}, f"{family}'s fla class does not take {sorted(dropped)}"
+    for name in config.SLOTS:
+        conv = getattr(layer, f"{name}_conv1d")
+        want = fla_conv_channels(family, config, name)
+        assert tuple(conv.weight.shape) == (want, 1, config.conv_size), (name, tuple(conv.weight.shape))
+        assert (conv.bias is not None) == config.conv_bias, name
+        # DeltaNet's q/k convs are silu only with qk_activation='silu' (SPEC §8), the record's choice
+        # for a silu/swish example; every other conv fla builds is silu
+        qk_silu = family != "delta_net" or config.conv_spec("q").activation in ("silu", "swish")
+        assert conv.activation == ("silu" if name == "v" or qk_silu else None), (name, conv.activation)
+    # the target: fla's layer with the example's per-conv facts (one conv's bias against the flag)
+    varied = config.replace(k_conv=ConvSpec(activation=config.conv_spec("k").activation, bias=not config.conv_bias))
+    handle = FLA.build(Example(config=varied, family=family, dtype="bfloat16"), "cpu")
+    state = handle.state_dict()
+    for name in config.SLOTS:
+        channels, bias = fla_conv_channels(family, varied, name), varied.conv_spec(name).bias
+        has_bias = varied.conv_bias if bias is None else bias
+        assert state[f"{name}_conv1d.weight"].shape == (channels, 1, varied.conv_size)
+        assert (f"{name}_conv1d.bias" in state) == has_bias and state[f"{name}_conv1d.weight"].dtype == torch.bfloat16
+    assert handle.reference.slots == config.SLOTS
+
+
+def test_fla_only_families_are_fla_target_names_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--family all`` means the twelve of SPEC §8 for ``--target fla`` and the in-house five
+    elsewhere (every property iterates those); an fla-only name elsewhere is a usage error naming it;
+    ``gdn-equiv families`` lists the seven marked fla-only."""
+    from gdn_equiv import cli
+    from gdn_equiv.families import parse_families
+
+    assert len(parse_families("all", fla_only=True)) == 12 and parse_families("all") == known_families()
+    assert parse_families("abc,gdn2", fla_only=True) == ["abc", "gdn2"]
+    with pytest.raises(cli.UsageError, match=r"--family 'gdn2'.*fla-only.*--target fla.*gated_deltanet"):
+        cli._families("gdn2")
+    with pytest.raises(cli.UsageError, match=r"unknown family 'gdn3'.*gated_deltanet.*abc"):
+        cli._families("gdn3", fla_only=True)
+    assert cli.main(["families"]) == cli.EXIT_OK
+    marked = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "[fla-only" in line]
+    assert marked == fla_only_families()
 
 
 def test_an_unknown_fla_version_is_refused_naming_the_known_ones() -> None:

@@ -48,7 +48,8 @@ class FlaOnlyFamily:
     arguments (each one the class declares in every version of :data:`fla_target.VERSIONS`).
     ``channels``: the borrowed config -> q/k/v conv channel counts of the fla layer built from those
     arguments (``tests/test_fla_target.py`` checks them against the layer fla builds). ``known_gaps``
-    as :attr:`gdn_equiv.families.base.Family.known_gaps`.
+    as :attr:`gdn_equiv.families.base.Family.known_gaps`. ``builds``: which of the borrowed family's
+    drawn dims the fla class can build (``None``: all); :attr:`dims` draws only those.
     """
 
     name: str
@@ -58,6 +59,7 @@ class FlaOnlyFamily:
     channels: Callable[[Any], tuple[int, int, int]]
     description: str
     known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    builds: Callable[[dict[str, Any]], bool] | None = None
 
     fla_only = True
 
@@ -73,7 +75,11 @@ class FlaOnlyFamily:
 
     @property
     def dims(self) -> Any:
-        return self._like.dims
+        """The borrowed family's dims strategy, keeping the dims fla's class builds."""
+        like, builds = self._like.dims, self.builds
+        if builds is None:
+            return like
+        return lambda **kwargs: like(**kwargs).filter(builds)
 
     @property
     def small(self) -> Mapping[str, Any]:
@@ -176,6 +182,12 @@ def _gsa_kwargs(c: Any) -> dict[str, Any]:
     return _grouped(c) | {"use_output_gate": c.use_output_gate, "gate_logit_normalizer": c.gate_logit_normalizer}
 
 
+def _even_rotary(dims: dict[str, Any]) -> bool:
+    """fla's ``RotaryEmbedding(head_k_dim)`` (MultiScaleRetention, ABC) asserts an even dim; GLA's
+    examples draw ``head_k_dim = 1`` (e.g. hidden 8, ``expand_k`` 0.25, two heads)."""
+    return int(dims["hidden_size"] * dims["expand_k"]) // dims["num_heads"] % 2 == 0
+
+
 # ---- SimpleGLA's examples (silu, dense mask), ABC's K / K / V ---------------------------------------
 def _abc_kwargs(c: Any) -> dict[str, Any]:
     keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "use_short_conv", "conv_size", "conv_bias")
@@ -195,10 +207,10 @@ FAMILIES: dict[str, FlaOnlyFamily] = {
         FlaOnlyFamily("delta_net", "fla.layers.delta_net.DeltaNet", "gated_deltanet", _delta_net_kwargs, _kkv,
                       "delta rule; q/k conv silu only with qk_activation='silu'", _KNOWN),
         FlaOnlyFamily("multiscale_retention", "fla.layers.multiscale_retention.MultiScaleRetention", "gla",
-                      _msr_kwargs, _grouped_channels, "retention, grouped k/v convs", _KNOWN),
+                      _msr_kwargs, _grouped_channels, "retention, grouped k/v convs", _KNOWN, _even_rotary),
         FlaOnlyFamily("gsa", "fla.layers.gsa.GatedSlotAttention", "gla", _gsa_kwargs, _grouped_channels,
                       "gated slot attention, grouped k/v convs", _KNOWN),
         FlaOnlyFamily("abc", "fla.layers.abc.ABCAttention", "simple_gla", _abc_kwargs, _kkv,
-                      "slot attention, dense mask (k/v ungrouped)", _KNOWN),
+                      "slot attention, dense mask (k/v ungrouped)", _KNOWN, _even_rotary),
     )
 }  # fmt: skip
