@@ -105,8 +105,9 @@ def test_ground_truth_catches_a_shared_defect(broken_torch, check, options):
 
     call = find(conv_calls(widths=(1, 4), **options), wrong, settings=SEARCH)
     print(f"{broken_torch}: ground truth caught {call}")
-    if broken_torch == "state_off_by_one":  # only a state can be read off by one slot
-        assert call.initial_state and call.W >= 2
+    if broken_torch == "state_off_by_one":  # only a state can be read off by one slot: it shows in y
+        # from W >= 2, and at W = 1 in the final state an empty sequence passes through (seen in CI)
+        assert call.initial_state and (call.W >= 2 or 0 in call.seq_lens), call
 
 
 @pytest.mark.parametrize("activation", ["relu", "relu2", "silu", None])

@@ -90,11 +90,13 @@ def test_forward_property_catches_upstream_guard_bias_gap(family):
 
 def _fused_conv(layer, proj, call, weight, bias, *, activation="own", sizes=None):
     from gdn_equiv.backends import causal_conv1d
+    from gdn_equiv.conv_ops import apply_conv_facts
 
     first = layer.convs()[0]
     x = proj.conv_in if call.conv_mask is None else proj.conv_in * call.conv_mask.unsqueeze(-1)
     act = first.activation if activation == "own" else activation
     y, _ = causal_conv1d(x, weight, bias, act, backend=first.backend)
+    y = apply_conv_facts(y, first.extras())  # as the real fused path does: only the planted defect differs
     return tuple(t.contiguous() for t in torch.split(y, sizes or [c.channels for c in layer.convs()], dim=-1))
 
 
@@ -156,9 +158,11 @@ class FusedMasksAfterConv:
 
     def _fused_prologue(self, proj, call):
         from gdn_equiv.backends import causal_conv1d
+        from gdn_equiv.conv_ops import apply_conv_facts
 
         first = self.convs()[0]
         y, _ = causal_conv1d(proj.conv_in, _weights(self), _biases(self), first.activation, backend=first.backend)
+        y = apply_conv_facts(y, first.extras())
         if call.conv_mask is not None:
             y = y * call.conv_mask.unsqueeze(-1)
         return tuple(t.contiguous() for t in torch.split(y, [c.channels for c in self.convs()], dim=-1))
