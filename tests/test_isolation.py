@@ -77,7 +77,9 @@ def gdn(tmp_path: Path):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), here, env.get("PYTHONPATH")) if p)
     env.pop("HYPOTHESIS_PROFILE", None)
 
-    def run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    # a hang guard, not a speed target: each crash costs a fresh worker (torch imported again), and on a
+    # loaded 2-core machine a run with several shrink steps took over 60 s
+    def run(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "gdn_equiv", *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
             timeout=timeout,
