@@ -55,7 +55,7 @@ _OWN_ACTIVATIONS: dict[str | None, Any] = {
 def _activate(y: Tensor, activation: str | None) -> Tensor:
     own = _OWN_ACTIVATIONS.get(activation)
     if own is not None:
-        return own(y)  # type: ignore[no-any-return]
+        return own(y)
     from gdn_equiv.conv_ops import get_activation
 
     return get_activation(activation).fn(y)  # a plug-in's activation: its registered maths

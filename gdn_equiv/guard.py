@@ -24,6 +24,8 @@ class _ConditionRegistry(type):
     (:func:`gdn_equiv.conv_ops.register_conv_fact`), so every consumer that lists the conditions
     (the necessity searches, the command line, the strategies, the oracle tests) sees them."""
 
+    _all: Callable[[], list[Condition]]  # Condition's classmethod
+
     def __iter__(cls) -> Iterator[Condition]:
         return iter(cls._all())
 

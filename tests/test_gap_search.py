@@ -40,3 +40,33 @@ def test_gap_search_reports_each_kind_at_its_own_minimum() -> None:
     assert a is not None and b is not None
     assert (a.batch, a.seq_len) == (2, 1), a
     assert (b.batch, b.seq_len) == (1, 2), b
+
+
+def test_a_shrink_the_budget_ends_is_reported_with_the_example_it_reached_and_the_search_stops() -> None:
+    """The budget runs out while a gap is being shrunk (a clock that jumps once the gap is first seen):
+    the gap is still reported (a finding is never lost), with the example shrinking had reached and a
+    note that it is not minimal, and the search ends there instead of finishing the shrink (with
+    ``--family all`` a long shrink used to eat the next families' shares)."""
+
+    class GapA(P.UpstreamGap):
+        pass
+
+    report = Report("guard", ("synthetic", "spec"), False, 1)
+    now = [0.0]
+    calls = []
+
+    def synthetic_guard(example: Example, **kwargs: object) -> Any:
+        if not kwargs.get("demonstrate"):
+            calls.append(example)
+        if example.batch >= 2 or example.seq_len >= 2:
+            now[0] = 100.0  # the budget is gone from the first failure on
+            raise GapA("A", report)
+        return types.SimpleNamespace(reason_id="fuse")
+
+    checks = list(search_gaps("synthetic", max_examples=300, seconds=10.0, clock=lambda: now[0], check=synthetic_guard))
+    gaps = [c for c in checks if c.result == "FAIL"]
+    assert [c.name for c in gaps] == ["P1-synthetic-gap-A"]
+    assert "the time budget ended its shrinking" in gaps[0].failure
+    first_failing = next(e for e in calls if e.batch >= 2 or e.seq_len >= 2)
+    assert gaps[0].example == first_failing  # no candidate ran after the budget was gone
+    assert checks[-1].name == "P1-synthetic-guard-vs-spec" and checks[-1].budget_spent

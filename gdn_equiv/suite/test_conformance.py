@@ -162,11 +162,11 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
         cot = call.cotangents(device, unused_state_slots=unused)
         grads = torch.autograd.grad((y, final), [t[n] for n in names], (cot["dy"], cot["dfinal"]), allow_unused=True)
         results.append((y, final, dict(zip(names, grads, strict=True))))
-    (y, final, grads), (y_ref, final_ref, grads_ref) = results
+    (y, final, got), (y_ref, final_ref, grads_ref) = results
     _close(y, y_ref, "continued.y", backend, context)
     s = _slots(backend, call.W)
     _close(final[..., s], final_ref[..., s], _state_name(backend, call.W, "continued.final_state"), backend, context)
-    for n, g in grads.items():
+    for n, g in got.items():
         _close(g, grads_ref[n], f"continued.grad.{n}", backend, context)
 
 
@@ -179,6 +179,7 @@ def _decoded(call: ConvCall, t: dict, backend: str, split: int):
         state = h0 if h0 is not None else x.new_zeros(call.B, call.D, call.W)
         ys = []
     for i in range(split, call.T):
+        assert state is not None  # asked for (output_final_state=True)
         y_i, state = causal_conv1d_update(x[:, i], state, w, b, call.activation, backend=backend)
         ys.append(y_i.unsqueeze(1))
     return torch.cat(ys, 1), state

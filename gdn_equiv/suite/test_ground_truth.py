@@ -66,6 +66,7 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
     )
     if not y.requires_grad:
         raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
+    assert final is not None  # asked for (output_final_state=True); the backend's outputs are checked
     gen = torch.Generator().manual_seed(call.seed + 11)
     dy = torch.randn(y.shape, generator=gen).to(y.dtype).to(device)
     dfinal = torch.randn(final.shape, generator=gen).to(final.dtype).to(device)
