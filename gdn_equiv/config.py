@@ -141,7 +141,7 @@ class LayerConfig:
             if spec.extras:
                 try:
                     channels: int | None = self.conv_channels(name)
-                except Exception:  # noqa: BLE001 - the family's own validation names a bad dim
+                except Exception:
                     channels = None
                 validate_extras(spec.extras, channels, f"{name}_conv")
 

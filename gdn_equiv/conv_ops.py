@@ -173,7 +173,7 @@ def _backend_runs(backend: str, act: Activation) -> bool:
         from gdn_equiv.backends import get_backend
 
         declared = getattr(get_backend(backend), "activations", None)
-    except Exception:  # noqa: BLE001 - an unknown or unloadable backend runs nothing extra
+    except Exception:
         return False
     return declared is not None and act.name in declared
 
@@ -433,7 +433,7 @@ def _load_entry_points() -> None:
             obj = ep.load()
             if callable(obj):
                 obj()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise InvalidArgument(f"conv_ops entry point {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
 
 

@@ -4,7 +4,8 @@ separate path as fallback.
 ``forward(..., prologue="auto" | "fused" | "separate")`` chooses the path by argument. ``"fused"``
 runs the fused path even where the guard says no, with upstream's semantics (PR #972/#977: bias
 concatenated only when the layer's ``conv_bias`` flag is on, the first slot's activation,
-registered per-conv facts (the L2 norm: branch fuse-conv-l2 would fuse that way) and backend, no cache, no ``cu_seqlens``, a dense mask multiplied into the input), so the suite can
+registered per-conv facts (the L2 norm: branch fuse-conv-l2 would fuse that way) and backend, no
+cache, no ``cu_seqlens``, a dense mask multiplied into the input), so the suite can
 show what goes wrong (SPEC P6): a wrong result, or the error that path really raises.
 """
 

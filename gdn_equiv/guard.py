@@ -10,7 +10,7 @@ conditions of registered per-conv facts (:mod:`gdn_equiv.conv_ops`: the L2-norm 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 

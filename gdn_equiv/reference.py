@@ -67,7 +67,9 @@ class ShortConv(nn.Module):
         params = fact_params()
         unknown = sorted(set(extras) - set(params))
         if unknown:
-            raise InvalidArgument(f"ShortConv got unknown arguments {unknown}; registered conv facts take {sorted(params)}")
+            raise InvalidArgument(
+                f"ShortConv got unknown arguments {unknown}; registered conv facts take {sorted(params)}"
+            )
         for name, default in params.items():
             setattr(self, name, extras.get(name, default))
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel_size, device=device, dtype=dtype))

@@ -26,6 +26,8 @@ CONV_REASONS = ("G5", "G6", "G7", "G8", "G9", *(f.condition_id for f in register
 def fact_reasons() -> tuple[str, ...]:
     """The condition ids of the registered per-conv facts, now (plug-ins may register after import)."""
     return tuple(f.condition_id for f in registered_conv_facts())
+
+
 _SILU_CLASS = ("silu", "swish")
 
 
@@ -310,6 +312,6 @@ def _with_facts(
         i = draw(st.integers(0, len(slots) - 1))
         values = fact.violate(draw, fact.values(extras[i]), channels)
         extras[i] = {**extras[i], **values}
-    specs = {f"{n}_conv": replace(config.conv_spec(n), extras=tuple(e.items())) for n, e in zip(slots, extras)}
+    pairs = zip(slots, extras, strict=True)
+    specs = {f"{n}_conv": replace(config.conv_spec(n), extras=tuple(e.items())) for n, e in pairs}
     return config.replace(**specs)
-

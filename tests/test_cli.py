@@ -424,9 +424,7 @@ def _subprocess_env(planted: Path) -> dict[str, str]:
 def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) -> None:
     argv = [sys.executable, "-m", "gdn_equiv", "fuzz", *TINY, "--property", "P3-forward-exact", "--seconds", "60"]
     env = {**_subprocess_env(planted), "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rows = tmp_path / REPORT / "rows.jsonl"
     try:
         deadline = time.monotonic() + 45

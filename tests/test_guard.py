@@ -132,8 +132,13 @@ SHAPE_PLACE_TYPE = [
 NORM_ACTIVATION = [
     _conv(activation=a, extras=e)
     for a in ("relu", "relu2")
-    for e in ((), (("norm", "l2"), ("head_dim", 4)), (("norm", "l2"), ("head_dim", 2)), (("norm_eps", 1e-3),),
-              (("norm", "l2"), ("head_dim", 4), ("norm_eps", 1e-3)))
+    for e in (
+        (),
+        (("norm", "l2"), ("head_dim", 4)),
+        (("norm", "l2"), ("head_dim", 2)),
+        (("norm_eps", 1e-3),),
+        (("norm", "l2"), ("head_dim", 4), ("norm_eps", 1e-3)),
+    )
 ]
 BIAS_DTYPE_DEVICE = [
     _conv(has_bias=b, bias_dtype=bdt if b else None, device=dev)

@@ -139,10 +139,10 @@ def _pinnable(family: str, row: FlaVersion) -> type:
 _PINNABLE: dict[type, type] = {}
 
 
-def _pinnable_gdn(base: type) -> type:
+def _pinnable_gdn(base: Any) -> type:
     if base not in _PINNABLE:
 
-        class PinnableGatedDeltaNet(base):  # type: ignore[misc, valid-type]
+        class PinnableGatedDeltaNet(base):
             """fla's layer; ``pinned`` = ``None`` asks fla's guard, ``True``/``False`` pins its answer."""
 
             pinned: bool | None = None
@@ -193,7 +193,7 @@ def fla_guard(
     if family not in row.fusing:
         return False
     if row.decision == "method":
-        base = _fla_class(family)
+        base: Any = _fla_class(family)
         last_state = {"conv_state": None, "recurrent_state": None} if call.has_cached_state else None
         cu_seqlens = torch.tensor([0, 1], dtype=torch.int32) if call.varlen else None
         return bool(base._use_fused_qkv_conv(layer, last_state, call.use_cache, cu_seqlens))
@@ -220,11 +220,11 @@ def fla_conv_channels(family: str, config: LayerConfig, name: str) -> int:
     return fam.conv_channels(config, name) if is_fla_only(fam) else config.conv_channels(name)
 
 
-def _construct(cls: type, family: str, config: LayerConfig) -> tuple[Any, dict[str, Any]]:
+def _construct(cls: Any, family: str, config: LayerConfig) -> tuple[Any, dict[str, Any]]:
     """fla's layer from our config: the family's fla arguments that the class declares (a version
     may lack one: PR #977's Gated DeltaNet has no ``output_gate_activation``); returns the layer and
     the arguments it did not take."""
-    kwargs = get_family(family).fla_kwargs(config)  # type: ignore[misc]
+    kwargs = get_family(family).fla_kwargs(config)
     params = inspect.signature(cls.__init__).parameters
     taken = {k: v for k, v in kwargs.items() if k in params}
     return cls(**taken), {k: v for k, v in kwargs.items() if k not in params}
@@ -561,7 +561,7 @@ class FlaTarget:
                 torch.random.set_rng_state(gen_state)
             _cast(layer, example.config, example.torch_dtype)
         layer.train(example.train)
-        return FlaHandle(example, layer, reference, device, self.core, version_row())
+        return FlaHandle(example, layer, reference, device, self.core, version_row())  # type: ignore[arg-type]
 
 
 def _cast(layer: torch.nn.Module, config: LayerConfig, dtype: torch.dtype) -> None:
