@@ -424,7 +424,17 @@ def _subprocess_env(planted: Path) -> dict[str, str]:
 def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) -> None:
     argv = [sys.executable, "-m", "gdn_equiv", "fuzz", *TINY, "--property", "P3-forward-exact", "--seconds", "60"]
     env = {**_subprocess_env(planted), "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the child as a terminal would start it: a background job of a non-interactive shell (how CI may
+    # run pytest) inherits SIGINT ignored, and gdn-equiv leaves an ignored SIGINT ignored, as Python does
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     rows = tmp_path / REPORT / "rows.jsonl"
     try:
         deadline = time.monotonic() + 45
