@@ -258,8 +258,13 @@ def test_forward_mismatch_carries_its_diagnosis_and_kind():
 
 def test_gradient_mismatch_is_diagnosed_by_its_backward():
     exc = _failure(P.check_gradients, examples(backends=("diagnose-backward",), fusable=True, grad=True))
-    # the first gradient that differs names the kind: dx, or a projection's where dx rounds back equal
-    assert type(exc).kind.startswith("P4 grad.") and type(exc).kind.endswith(": channel count, within tolerance")
+    # the first gradient that differs names the kind: dx, or a projection's where dx rounds back equal.
+    # The 2^-20 scale is within fp32's tolerance of one product, but a gradient that sums cancelling
+    # terms (a conv without activation feeding the core's q/k L2 norm) can carry it past: measured 2 of
+    # 17 failing examples here, and CI drew one; the diagnosis (count dependence) is what is tested
+    kind = type(exc).kind
+    verdicts = (": channel count, within tolerance", ": channel count, beyond tolerance")
+    assert kind.startswith("P4 grad.") and kind.endswith(verdicts), kind
     assert type(exc) is mismatch_kind(exc.kind)
     assert "depends on channel count: differs once a call has more than 16 channels" in str(exc).splitlines()[-1]
 
