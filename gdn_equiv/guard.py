@@ -74,6 +74,12 @@ class Condition(metaclass=_ConditionRegistry):
         return self.id
 
     @property
+    def about_convs(self) -> bool:
+        """Whether the condition is about the conv slots' facts (G5-G9, registered facts), not about
+        the layer's flag, its cache or the call (G1-G4): strategies break the two kinds differently."""
+        return self.fact is not None or self not in Condition._builtin[:4]
+
+    @property
     def value(self) -> tuple[str, str, str]:
         return (self.id, self.short, self.rule)
 

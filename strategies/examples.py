@@ -13,14 +13,15 @@ from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY, get_family, known_families
+from gdn_equiv.guard import Condition
 
 from .facts import DTYPE_NAMES, _nonempty, rare
-from .layers import CONV_REASONS, fact_reasons, layer_configs
+from .layers import fact_reasons, layer_configs
 
 __all__ = ["CALL_REASONS", "REASONS", "attention_mask_lens", "cu_seqlens_for", "examples", "seq_lens"]
 
-CALL_REASONS = ("G1", "G2", "G3", "G4")
-REASONS = ("G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9", *CONV_REASONS[5:])  # + registered facts' (G10)
+CALL_REASONS = tuple(c.id for c in Condition if not c.about_convs)  # G1-G4
+REASONS = tuple(c.id for c in Condition)  # the guard's registry: G1-G9, then registered facts' (G10)
 CHUNK = 64  # the chunked core's chunk size: lengths around it and its multiples matter
 SCALES = (1.0, 0.0, 100.0, 1e4)
 

@@ -13,6 +13,7 @@ from gdn_equiv.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_
 from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
 from gdn_equiv.conv_ops import supported_activations
 from gdn_equiv.families import DEFAULT_FAMILY, get_family
+from gdn_equiv.guard import Condition
 
 from .facts import DTYPE_NAMES, _nonempty, extras_strategy, rare
 
@@ -20,7 +21,7 @@ __all__ = ["CONV_REASONS", "conv_specs", "layer_configs"]
 
 # The guard conditions a config alone can break (given short conv is on): G5-G9, then each registered
 # per-conv fact's (G10: the L2-norm conv), as they were registered when this module was imported.
-CONV_REASONS = ("G5", "G6", "G7", "G8", "G9", *(f.condition_id for f in registered_conv_facts()))
+CONV_REASONS = tuple(c.id for c in Condition if c.about_convs)  # G5-G9, then registered facts' (G10)
 
 
 def fact_reasons() -> tuple[str, ...]:
