@@ -454,7 +454,12 @@ def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) 
             proc.kill()
             proc.wait()
     assert proc.returncode == cli.EXIT_INTERRUPTED, (out, err)
-    assert "interrupted; report so far:" in _one_line(err), err
+    # the one line, unless the signal landed in a gc callback (Hypothesis installs one): Python then
+    # prints "Exception ignored in ..." and swallows the KeyboardInterrupt, and the remembered
+    # interrupt ends the run at the next example (seen in CI)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "interrupted; report so far:" in lines[-1], err
+    assert len(lines) == 1 or lines[0].startswith("Exception ignored in"), err
     summary = _summary(tmp_path)
     logged = [json.loads(line) for line in rows.read_text().splitlines()]
     assert summary["status"] == "interrupted" and summary["checks"], (summary, err)
