@@ -259,3 +259,24 @@ def test_launch_counter_records_a_plugin_under_its_name():
         assert_equivalent(new_state, state_ref, name="new_state", paths=(name, "torch"))
     finally:
         backends._REGISTRY.pop(name, None)
+
+
+def test_weight_and_bias_gradients_do_not_depend_on_how_many_channels_share_the_call():
+    """CI drew it (P4, simple_gla, fp32, B2 T61, scale 100, convs without activation): autograd's own
+    per-channel reduction vectorises across channels, so the fused call's conv-weight gradient was
+    1.9e-5 (relative) from the separate calls'. The backend sums them in fp64 now; this is that
+    example, which failed before."""
+    from gdn_equiv import properties as P
+    from gdn_equiv.config import ConvSpec
+    from gdn_equiv.example import Example
+    from gdn_equiv.families import get_family
+
+    spec = ConvSpec(activation=None)
+    config = get_family("simple_gla").config_cls(
+        hidden_size=16, conv_size=5, conv_bias=True, mode="recurrent", q_conv=spec, k_conv=spec, v_conv=spec,
+        expand_k=0.25, expand_v=0.5, num_heads=2, num_kv_heads=1, gate_logit_normalizer=1,
+    )  # fmt: skip
+    example = Example(
+        config=config, family="simple_gla", dtype="float32", batch=2, seq_len=61, grad=True, scale=100.0, seed=618
+    )
+    P.check_gradients(example)

@@ -10,6 +10,8 @@ torch 2.13: 12 of 1000 outputs change when the same values sit at another offset
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gdn_equiv.backends.base import Backend, compute_dtype
@@ -24,14 +26,55 @@ def _activate(y: Tensor, activation: str | None) -> Tensor:
     return apply_activation(y, activation)
 
 
+def _per_channel_sum(t: Tensor, like: Tensor) -> Tensor:
+    """``t [..., D]`` summed over every dim but the last, in fp64, rounded once to ``like``'s dtype.
+
+    Autograd's own reduction for a per-channel weight (``sum`` over the outer dims of ``[B, T, D]``)
+    vectorises across channels, so a channel's order of accumulation, and its rounding, depends on
+    how many channels share the call (seen: fp32, T=61, scale 100, a weight gradient 1.9e-5 apart
+    between the fused and the separate call). Summed in fp64 and rounded once, a channel's gradient
+    no longer depends on its neighbours (up to a double rounding, ~1e-8 per element)."""
+    return t.to(torch.float64).sum(dim=tuple(range(t.dim() - 1))).to(like.dtype)
+
+
+class _Scale(torch.autograd.Function):
+    """``t * w`` (``w [D]`` per channel) with a weight gradient that does not depend on ``D``."""
+
+    @staticmethod
+    def forward(ctx: Any, t: Tensor, w: Tensor) -> Tensor:
+        ctx.save_for_backward(t, w)
+        return t * w
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        t, w = ctx.saved_tensors
+        dt = g * w if ctx.needs_input_grad[0] else None
+        dw = _per_channel_sum(t.to(torch.float64) * g.to(torch.float64), w) if ctx.needs_input_grad[1] else None
+        return dt, dw
+
+
+class _Shift(torch.autograd.Function):
+    """``t + b`` (``b [D]`` per channel) with a bias gradient that does not depend on ``D``."""
+
+    @staticmethod
+    def forward(ctx: Any, t: Tensor, b: Tensor) -> Tensor:
+        ctx.b_like = b.new_empty(0)
+        return t + b
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        db = _per_channel_sum(g, ctx.b_like) if ctx.needs_input_grad[1] else None
+        return g, db
+
+
 def _taps(window: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None, length: int) -> Tensor:
     """``window [B, W-1+T, D]`` (history then inputs) -> ``[B, T, D]``; one fixed summation order."""
     W = weight.shape[1]
-    acc = window[:, 0:length] * weight[:, 0]
+    acc = _Scale.apply(window[:, 0:length], weight[:, 0])
     for j in range(1, W):
-        acc = acc + window[:, j : j + length] * weight[:, j]
+        acc = acc + _Scale.apply(window[:, j : j + length], weight[:, j])
     if bias is not None:
-        acc = acc + bias
+        acc = _Shift.apply(acc, bias)
     return _activate(acc, activation)
 
 
