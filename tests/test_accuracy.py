@@ -12,6 +12,7 @@ another backend: ``F.conv1d`` (a correct conv that sums in the library's order),
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import Backend, register_backend
+from gdn_equiv.backends import Backend, registered
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.example import (
@@ -62,9 +63,10 @@ def _drops_bias(x, weight, bias, activation, initial_state, output_final_state, 
 
 
 @pytest.fixture(scope="module", autouse=True)
-def stand_in_backends() -> None:
-    for name, fn in (("acc_fconv", _f_conv1d), ("acc_bf16", _bf16_inside), ("acc_nobias", _drops_bias)):
-        register_backend(Backend(name, forward=fn), replace=True)
+def stand_in_backends() -> Iterator[None]:
+    stand_ins = (("acc_fconv", _f_conv1d), ("acc_bf16", _bf16_inside), ("acc_nobias", _drops_bias))
+    with registered(*(Backend(name, forward=fn) for name, fn in stand_ins)):
+        yield
 
 
 def _examples(dtype: str) -> st.SearchStrategy[Example]:

@@ -91,11 +91,9 @@ def test_a_backend_is_never_sent_an_activation_it_does_not_run() -> None:
     """fla's conv treats an activation it does not know as none at all: the registry refuses to pass
     relu to a backend not declared to run it (here a plug-in without an ``activations`` declaration),
     naming the backend and what it runs, while the backends that do run it get it."""
-    from gdn_equiv import backends as registry
-    from gdn_equiv.backends import Backend, register_backend
+    from gdn_equiv.backends import Backend, registered
 
-    register_backend(Backend("acts-undeclared", forward=tb.forward), replace=True)
-    try:
+    with registered(Backend("acts-undeclared", forward=tb.forward)):
         x, w = torch.randn(1, 3, 2), torch.randn(2, 3)
         for act in ("relu", "relu2"):
             with pytest.raises(InvalidArgument, match=f"'acts-undeclared' does not run activation '{act}'"):
@@ -106,8 +104,6 @@ def test_a_backend_is_never_sent_an_activation_it_does_not_run() -> None:
         for backend in ("torch", "triton"):
             y, _ = causal_conv1d(x, w, None, "relu", backend=backend)
             assert (y >= 0).all()
-    finally:
-        registry._REGISTRY.pop("acts-undeclared", None)
 
 
 def test_conv_calls_draw_the_activations_they_are_given() -> None:

@@ -20,8 +20,7 @@ if not torch.cuda.is_available():
 
 from hypothesis import HealthCheck, Phase, find, settings
 
-from gdn_equiv import backends as registry
-from gdn_equiv.backends import Backend, causal_conv1d, causal_conv1d_update, get_backend, register_backend
+from gdn_equiv.backends import Backend, causal_conv1d, causal_conv1d_update, get_backend, register_backend, registered
 from gdn_equiv.backends import fla_backend as fb
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
@@ -121,13 +120,10 @@ def test_fla_drops_the_gradient_of_a_final_state_slot_0_which_the_declaration_co
     declared as all-slots it fails the gradient property, as declared it passes that same call."""
     call = ConvCall(B=1, T=4, D=3, W=2, seed=5)
     honest = get_backend("fla-triton")
-    register_backend(dataclasses.replace(honest, name="fla-triton-all-slots", unused_state_slots=0), replace=True)
-    try:
+    with registered(dataclasses.replace(honest, name="fla-triton-all-slots", unused_state_slots=0)):
         with pytest.raises(Mismatch, match=r"grad\.x") as caught:
             conformance.check_gradients(call, "fla-triton-all-slots", "cpu")
         assert "index (0, 2, " in str(caught.value)  # token T - W = 2
-    finally:
-        registry._REGISTRY.pop("fla-triton-all-slots", None)
     conformance.check_gradients(call, "fla-triton", "cpu")
     conformance.check_continuation(call, 2, "fla-triton", "cpu")
 
@@ -241,13 +237,8 @@ CONVENTIONS = {
 
 @pytest.fixture(scope="module")
 def conventions():
-    for backend in CONVENTIONS.values():
-        register_backend(backend, replace=True)
-    try:
+    with registered(*CONVENTIONS.values()):
         yield
-    finally:  # the registry has no public unregister; these names are this module's own
-        for name in CONVENTIONS:
-            registry._REGISTRY.pop(name, None)
 
 
 def _caught(check, backend: str, *, split: int | None = None, **options) -> ConvCall:

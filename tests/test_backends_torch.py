@@ -17,8 +17,7 @@ from _gen import count_example, cu_from_lens, randn, seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import backends
-from gdn_equiv.backends import Backend, causal_conv1d, causal_conv1d_update, count_launches, register_backend
+from gdn_equiv.backends import Backend, causal_conv1d, causal_conv1d_update, count_launches, registered
 from gdn_equiv.backends.torch_backend import BACKEND as TORCH
 from gdn_equiv.compare import assert_equivalent
 
@@ -247,8 +246,7 @@ def test_launch_counter_counts_one_per_call_by_backend_and_kind():
 def test_launch_counter_records_a_plugin_under_its_name():
     """A plug-in without a step kernel: ``update`` runs its full kernel once, counted as its forward."""
     name = "test-torch-plugin"
-    register_backend(Backend(name=name, forward=TORCH.forward), replace=True)
-    try:
+    with registered(Backend(name=name, forward=TORCH.forward)):
         x, w = randn(0, 2, 4), randn(1, 4, 3)
         state = randn(2, 2, 4, 3)
         with count_launches() as launches:
@@ -257,8 +255,6 @@ def test_launch_counter_records_a_plugin_under_its_name():
         y_ref, state_ref = causal_conv1d_update(x, state, w, None, "silu")
         assert_equivalent(y, y_ref, name="y", paths=(name, "torch"))
         assert_equivalent(new_state, state_ref, name="new_state", paths=(name, "torch"))
-    finally:
-        backends._REGISTRY.pop(name, None)
 
 
 def test_weight_and_bias_gradients_do_not_depend_on_how_many_channels_share_the_call():
@@ -280,3 +276,14 @@ def test_weight_and_bias_gradients_do_not_depend_on_how_many_channels_share_the_
         config=config, family="simple_gla", dtype="float32", batch=2, seq_len=61, grad=True, scale=100.0, seed=618
     )
     P.check_gradients(example)
+
+
+def test_registered_puts_the_registry_back_as_it_was():
+    """A new name is gone after the block; a replaced backend (torch here) comes back."""
+    from gdn_equiv.backends import get_backend, known_backends
+
+    torch_backend = get_backend("torch")
+    twin = Backend(name="torch", forward=TORCH.forward)
+    with registered(Backend(name="test-registered-new", forward=TORCH.forward), twin):
+        assert get_backend("torch") is twin and "test-registered-new" in known_backends()
+    assert get_backend("torch") is torch_backend and "test-registered-new" not in known_backends()

@@ -17,9 +17,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
 
-from gdn_equiv import backends as registry
 from gdn_equiv import properties as P
-from gdn_equiv.backends import Backend, register_backend
+from gdn_equiv.backends import Backend, registered
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import KindedMismatch, Mismatch, Report, mismatch_kind
 from gdn_equiv.diagnose import COUNT, FUSED_PATH, OFFSET, OFFSET_AND_COUNT, STEP, diagnose
@@ -123,13 +122,8 @@ PLANTED = {
 
 @pytest.fixture(scope="module", autouse=True)
 def planted_backends():
-    for backend in PLANTED.values():
-        register_backend(backend, replace=True)
-    try:
+    with registered(*PLANTED.values()):
         yield
-    finally:  # the registry has no public unregister; these names are this module's own
-        for name in PLANTED:
-            registry._REGISTRY.pop(name, None)
 
 
 def _call(D: int = sum(SIZES), *, T: int = 5, dtype=torch.float32, bias: bool = True, seed: int = 0):

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, settings
 
-from gdn_equiv.backends import get_backend, register_backend
+from gdn_equiv.backends import get_backend, registered
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.strategies import conv_calls
@@ -63,13 +63,9 @@ DEFECTS = {
 @pytest.fixture(params=sorted(DEFECTS))
 def broken_torch(request):
     """The ``torch`` backend replaced by a defective copy for one test, then restored."""
-    original = get_backend("torch")
     forward, update = DEFECTS[request.param]
-    register_backend(dataclasses.replace(original, forward=forward, update=update), replace=True)
-    try:
+    with registered(dataclasses.replace(get_backend("torch"), forward=forward, update=update)):
         yield request.param
-    finally:
-        register_backend(original, replace=True)
 
 
 def test_torch_relative_conformance_passes_a_shared_defect(broken_torch):

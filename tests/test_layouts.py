@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.backends import Backend, register_backend
+from gdn_equiv.backends import Backend, registered
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.strategies import ConvCall, conv_calls
@@ -144,15 +144,8 @@ PLANTED = {
 
 @pytest.fixture(scope="module", autouse=True)
 def planted_backends():
-    from gdn_equiv import backends as registry
-
-    for backend in PLANTED.values():
-        register_backend(backend, replace=True)
-    try:
+    with registered(*PLANTED.values()):
         yield
-    finally:  # the registry has no public unregister; these names are this module's own
-        for name in PLANTED:
-            registry._REGISTRY.pop(name, None)
 
 
 def _caught(check, backend: str, **options):

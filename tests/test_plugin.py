@@ -211,7 +211,7 @@ def test_plugin_with_wrong_signature_is_refused_at_load_time(obj, message):
 def test_plugin_with_wrong_outputs_is_refused_naming_the_rule():
     import torch
 
-    from gdn_equiv.backends import _REGISTRY, causal_conv1d, causal_conv1d_update, register_backend
+    from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, registered
 
     def fp32_state(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
         y, final = TORCH.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
@@ -222,15 +222,11 @@ def test_plugin_with_wrong_outputs_is_refused_naming_the_rule():
         state.copy_(new_state)
         return y, state
 
-    register_backend(
-        as_backend(type("K", (), {"forward": staticmethod(fp32_state), "update": staticmethod(in_place)})(), "bad-out")
-    )
-    try:
+    kernel = type("K", (), {"forward": staticmethod(fp32_state), "update": staticmethod(in_place)})()
+    with registered(as_backend(kernel, "bad-out")):
         x, w = torch.randn(1, 3, 2, dtype=torch.float16), torch.randn(2, 2, dtype=torch.float16)
         with pytest.raises(InvalidArgument, match=r"final_state .*float32.*expected .*float16"):
             causal_conv1d(x, w, None, None, None, True, backend="bad-out")
         with pytest.raises(InvalidArgument, match="modified the state"):
             causal_conv1d_update(x[:, 0], torch.zeros(1, 2, 2, dtype=torch.float16), w, None, None, backend="bad-out")
-    finally:
-        _REGISTRY.pop("bad-out", None)
     assert get_backend("torch") is not None

@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, Phase, find, settings
 
 from gdn_equiv import properties as P
-from gdn_equiv.backends import Backend, register_backend
+from gdn_equiv.backends import Backend, registered
 from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.example import Example
@@ -231,8 +231,11 @@ def _update_without_bias(x, state, weight, bias, activation):
 
 @pytest.fixture
 def broken_backends():
-    register_backend(Backend("teeth_wide", forward=_rounds_differently_when_wide, update=tb.update), replace=True)
-    register_backend(Backend("teeth_update", forward=tb.forward, update=_update_without_bias), replace=True)
+    with registered(
+        Backend("teeth_wide", forward=_rounds_differently_when_wide, update=tb.update),
+        Backend("teeth_update", forward=tb.forward, update=_update_without_bias),
+    ):
+        yield
 
 
 def test_forward_property_catches_channel_count_dependent_backend(broken_backends):

@@ -47,6 +47,7 @@ __all__ = [
     "get_backend",
     "known_backends",
     "register_backend",
+    "registered",
     "supported_widths",
 ]
 
@@ -100,6 +101,24 @@ def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
         raise InvalidArgument(f"backend {backend.name!r} is already registered; pass replace=True to override it")
     _REGISTRY[backend.name] = backend
     return backend
+
+
+@contextlib.contextmanager
+def registered(*backends: Backend) -> Iterator[tuple[Backend, ...]]:
+    """Register ``backends`` (replacing same-named ones) for the ``with`` block, then put the registry
+    back as it was: a name that was not registered before is removed, a replaced one restored. For
+    planted kernels in tests, so no registration leaks into the rest of the process."""
+    previous = {b.name: _REGISTRY.get(b.name) for b in backends}
+    for backend in backends:
+        register_backend(backend, replace=True)
+    try:
+        yield backends
+    finally:
+        for name, old in previous.items():
+            if old is None:
+                _REGISTRY.pop(name, None)
+            else:
+                _REGISTRY[name] = old
 
 
 def get_backend(name: str) -> Backend:

@@ -18,6 +18,7 @@ from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend,
 from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.ground_truth import conv1d_truth, update_truth
 from gdn_equiv.strategies import ConvCall, conv_calls
+from gdn_equiv.suite.test_conformance import _reach
 from gdn_equiv.testing import count_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -26,15 +27,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     """A call within the backend's declared scope (its widths; varlen initial states if it takes them);
     on a GPU up to the PR's 6,144 fused channels and tile-edge lengths, on a CPU up to 1,025 channels
-    (but small shapes for our triton kernels, which run in the interpreter there)."""
+    (but small shapes for Triton kernels, ours and fla's, which run in the interpreter there): the
+    conformance properties' reach, one definition for both."""
     lo, hi = supported_widths([backend])
-    reach: dict = {}
-    if torch.cuda.is_available():
-        reach = {"wide_channels": 6145, "long_seq_len": 257}
-    elif backend != "triton":
-        reach = {"wide_channels": 1025, "long_seq_len": 129}
     options.setdefault("varlen_initial_state", get_backend(backend).varlen_initial_state)
-    return data.draw(conv_calls(widths=(lo, min(hi, 4)), **reach, **options), label="call")
+    return data.draw(conv_calls(widths=(lo, min(hi, 4)), **_reach(backend), **options), label="call")
 
 
 def _close(actual: torch.Tensor | None, truth: torch.Tensor, name: str, backend: str, call: ConvCall) -> None:
