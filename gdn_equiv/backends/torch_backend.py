@@ -26,15 +26,15 @@ def _activate(y: Tensor, activation: str | None) -> Tensor:
     return apply_activation(y, activation)
 
 
-def _per_channel_sum(t: Tensor, like: Tensor) -> Tensor:
-    """``t [..., D]`` summed over every dim but the last, in fp64, rounded once to ``like``'s dtype.
+def _per_channel_sum(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t [..., D]`` summed over every dim but the last, in fp64, rounded once to ``dtype``.
 
     Autograd's own reduction for a per-channel weight (``sum`` over the outer dims of ``[B, T, D]``)
     vectorises across channels, so a channel's order of accumulation, and its rounding, depends on
     how many channels share the call (seen: fp32, T=61, scale 100, a weight gradient 1.9e-5 apart
     between the fused and the separate call). Summed in fp64 and rounded once, a channel's gradient
     no longer depends on its neighbours (up to a double rounding, ~1e-8 per element)."""
-    return t.to(torch.float64).sum(dim=tuple(range(t.dim() - 1))).to(like.dtype)
+    return t.to(torch.float64).sum(dim=tuple(range(t.dim() - 1))).to(dtype)
 
 
 class _Scale(torch.autograd.Function):
@@ -49,7 +49,7 @@ class _Scale(torch.autograd.Function):
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
         t, w = ctx.saved_tensors
         dt = g * w if ctx.needs_input_grad[0] else None
-        dw = _per_channel_sum(t.to(torch.float64) * g.to(torch.float64), w) if ctx.needs_input_grad[1] else None
+        dw = _per_channel_sum(t.to(torch.float64) * g.to(torch.float64), w.dtype) if ctx.needs_input_grad[1] else None
         return dt, dw
 
 
@@ -58,12 +58,12 @@ class _Shift(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, t: Tensor, b: Tensor) -> Tensor:
-        ctx.b_like = b.new_empty(0)
+        ctx.b_dtype = b.dtype
         return t + b
 
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        db = _per_channel_sum(g, ctx.b_like) if ctx.needs_input_grad[1] else None
+        db = _per_channel_sum(g, ctx.b_dtype) if ctx.needs_input_grad[1] else None
         return g, db
 
 
