@@ -10,6 +10,10 @@
 #   4 suites     conformance + fused-vs-separate properties under the triton and cuda backends
 #   5 fla-tests  fla's differential properties (reference core)
 #   6 ncu        Nsight Compute on one fused forward+backward of the triton backend (scripts/ncu_prologue.py)
+#   fla-suite    the installed gating suite over fla's own conv kernels (FLA_BACKENDS, default all three)
+#   layout-hunt  the conformance gradients against causal-conv1d with the layout guard off (fuzz profile):
+#                the strategies must find repro/causal_conv1d_dfinal_states.py by themselves
+#   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS)
 # TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
 OUT=${OUT:-/tmp/gpu_evidence}
@@ -45,6 +49,15 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     fla-tests) stage fla-tests "${!var:-300}" python3 -m pytest -n "$W" -v -p no:cacheprovider -rfE \
         --gdn-failure-log "$OUT/fla-tests-failures.txt" \
         --fla-core reference ${FLA_TEST_ARGS:-} tests/test_fla_target.py ;;
+    fla-suite) stage fla-suite "${!var:-300}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
+        --gdn-failure-log "$OUT/fla-suite-failures.txt" --hypothesis-show-statistics \
+        --pyargs gdn_equiv.suite --gdn-backend "${FLA_BACKENDS:-fla-triton,fla-cuda,fla-gluon}" ;;
+    layout-hunt) stage layout-hunt "${!var:-200}" env HYPOTHESIS_PROFILE=fuzz python3 -m pytest -q -p no:cacheprovider \
+        -rfE --hypothesis-show-statistics --gdn-failure-log "$OUT/layout-hunt-failures.txt" \
+        --pyargs gdn_equiv.suite.test_conformance -k gradients --gdn-backend repro.causal_conv1d_as_is:BACKEND ;;
+    fla-fuzz-own) stage fla-fuzz-own "${!var:-400}" python3 -m gdn_equiv fuzz --target fla \
+        --family "${FUZZ_FAMILIES:-all}" --device cuda --seconds "${FUZZ_SECONDS:-240}" \
+        --report "$OUT/fla-fuzz-own-report" ;;
     ncu) stage ncu "${!var:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 scripts/ncu_prologue.py ;;
     *) echo "unknown stage $1" >&2; status=1 ;;

@@ -1,0 +1,44 @@
+"""The ``cuda`` backend with its final-state layout guard off, as a plug-in backend.
+
+The gdn_equiv ``cuda`` adapter hands causal-conv1d the final state's gradient channel-last
+(``_PackageLayoutGrad``) because the package misreads any other layout without an error
+(``repro/causal_conv1d_dfinal_states.py``, found by hand). This backend passes the gradient as autograd
+delivers it, so the suite's layout strategies can be shown to find that bug by themselves (on a machine
+with CUDA and causal-conv1d; elsewhere every test skips with the reason)::
+
+    pytest --pyargs gdn_equiv.suite.test_conformance -k gradients \\
+        --gdn-backend repro.causal_conv1d_as_is:BACKEND
+
+Expected: ``test_backend_gradients_match_torch`` fails, shrunk to a call whose ``dfinal`` is not
+channel-last with more than 32 channels, ``grad.x`` not close in channels 32 and up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch import Tensor
+
+from gdn_equiv.backends import cuda_backend
+
+
+def forward(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: Tensor | None,
+) -> tuple[Tensor, Tensor | None]:
+    return cuda_backend._forward(
+        x, weight, bias, activation, initial_state, output_final_state, cu_seqlens, final_grad_as_is=True
+    )
+
+
+BACKEND = dataclasses.replace(
+    cuda_backend.BACKEND,
+    name="cuda-as-is",
+    forward=forward,
+    description="causal-conv1d with the final state's gradient handed over as autograd passes it",
+)
