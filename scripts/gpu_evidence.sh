@@ -10,7 +10,7 @@
 #   4 suites     conformance + fused-vs-separate properties under the triton and cuda backends
 #   5 fla-tests  fla's differential properties (reference core)
 #   6 ncu        Nsight Compute on one fused forward+backward of the triton backend (scripts/ncu_prologue.py)
-#   fla-suite    the installed gating suite over fla's own conv kernels (FLA_BACKENDS, default all three)
+#   fla-suite    the installed gating suite over fla's own conv kernels (FLA_BACKENDS, default all three; FLA_SUITE_ARGS)
 #   layout-hunt  the conformance gradients against causal-conv1d with the layout guard off (fuzz profile):
 #                the strategies must find repro/causal_conv1d_dfinal_states.py by themselves
 #   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS)
@@ -51,7 +51,7 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         --fla-core reference ${FLA_TEST_ARGS:-} tests/test_fla_target.py ;;
     fla-suite) stage fla-suite "${!var:-300}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
         --gdn-failure-log "$OUT/fla-suite-failures.txt" --hypothesis-show-statistics \
-        --pyargs gdn_equiv.suite --gdn-backend "${FLA_BACKENDS:-fla-triton,fla-cuda,fla-gluon}" ;;
+        --pyargs gdn_equiv.suite --gdn-backend "${FLA_BACKENDS:-fla-triton,fla-cuda,fla-gluon}" ${FLA_SUITE_ARGS:-} ;;
     layout-hunt) stage layout-hunt "${!var:-200}" env HYPOTHESIS_PROFILE=fuzz python3 -m pytest -q -p no:cacheprovider \
         -rfE --hypothesis-show-statistics --gdn-failure-log "$OUT/layout-hunt-failures.txt" \
         --pyargs gdn_equiv.suite.test_conformance -k gradients --gdn-backend repro.causal_conv1d_as_is:BACKEND ;;
