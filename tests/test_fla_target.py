@@ -436,6 +436,18 @@ def test_fla_target_loads_the_reference_state_dict_strictly() -> None:
     assert facts.convs is not None and facts.convs[1].kernel_size == 3 and not facts.convs[1].has_bias
 
 
+def test_forced_fusion_reaches_only_what_the_version_lets_the_adapter_pin() -> None:
+    """P2's forced ``"fused"`` expects the fused path only where the adapter can force it: 0.6.0 pins
+    the one method that decides; PR #977 tests cache/``cu_seqlens`` in inline code before the helper the
+    adapter pins (on the H200, a forced-fused ``cu_seqlens`` example took the separate path and P2 failed
+    the harness, not fla)."""
+    handle = FLA.build(Example(config=GDNConfig(hidden_size=8, head_dim=4, num_heads=2), seq_len=3), "cpu")
+    base = CallFacts(has_cached_state=False, use_cache=False, varlen=False)
+    assert handle.forceable(base)
+    outer = [dataclasses.replace(base, **{name: True}) for name in ("has_cached_state", "use_cache", "varlen")]
+    assert [handle.forceable(c) for c in outer] == [ROW.decision == "method"] * 3
+
+
 # ---- GPU differential properties ----------------------------------------------------------------
 gpu = pytest.mark.skipif(FLA.unavailable_to_run() is not None, reason=str(FLA.unavailable_to_run()))
 DTYPES = ("float32", "bfloat16", "float16")

@@ -489,6 +489,17 @@ class FlaHandle:
     def decide(self, call_facts: CallFacts) -> tuple[bool, str | None]:
         return fla_guard(self.layer, call_facts, self.row, self.family), None  # fla's guard gives no reason
 
+    def forceable(self, call_facts: CallFacts) -> bool:
+        """Whether ``prologue="fused"`` can reach the fused path for this call. 0.6.0 decides in one
+        method, which the adapter pins; PR #977's layers test their outer condition (no cached state, no
+        ``use_cache``, no ``cu_seqlens``) in inline code before the helper the adapter pins, so a forced
+        ``"fused"`` takes the separate path there (seen on the H200: a ``cu_seqlens`` example)."""
+        if self.family not in self.row.fusing or not self.layer.use_short_conv:
+            return False
+        if self.row.decision == "method":
+            return True
+        return not (call_facts.has_cached_state or call_facts.use_cache or call_facts.varlen)
+
     def bias_gap(self) -> str | None:
         """What this version's fused path does with these convs' biases: ``"crash"`` (it concatenates
         them and one is ``None``), ``"dropped"`` (it concatenates none and one exists) or ``None``."""
