@@ -14,6 +14,8 @@
 #   layout-hunt  the conformance gradients against causal-conv1d with the layout guard off (fuzz profile):
 #                the strategies must find repro/causal_conv1d_dfinal_states.py by themselves
 #   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS)
+#   fla-grad-probe  scripts/fla_grad_probe.py (PR #977's fused-vs-separate grad.x on the layer and the conv)
+#   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile)
 # TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
 OUT=${OUT:-/tmp/gpu_evidence}
@@ -58,6 +60,11 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     fla-fuzz-own) stage fla-fuzz-own "${!var:-400}" python3 -m gdn_equiv fuzz --target fla \
         --family "${FUZZ_FAMILIES:-all}" --device cuda --seconds "${FUZZ_SECONDS:-240}" \
         --report "$OUT/fla-fuzz-own-report" ;;
+    fla-grad-probe) stage fla-grad-probe "${!var:-200}" python3 scripts/fla_grad_probe.py ;;
+    cold-suite) stage cold-suite "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider \
+        --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ;;
+    warm-suite) stage warm-suite "${!var:-120}" python3 -m pytest -n "$W" -q -p no:cacheprovider \
+        --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ;;
     ncu) stage ncu "${!var:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 scripts/ncu_prologue.py ;;
     *) echo "unknown stage $1" >&2; status=1 ;;
