@@ -17,10 +17,12 @@ ended (:data:`EXIT_STATUS`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -222,6 +224,38 @@ def _not_a_directory(flag: str, value: str) -> Path:
     return path
 
 
+def _output_file(flag: str, value: str | None) -> Path | None:
+    """A file the run writes at its end: not a directory (its directory is made by :func:`_make_dirs`)."""
+    if not value:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"{flag} {value!r} is a directory; it must be a file")
+    _not_a_directory(flag, str(path.parent))
+    return path
+
+
+def _make_dirs(outputs: dict[str, Path | None]) -> None:
+    """Create the directories the run will write into, once every other argument was accepted: a path
+    it cannot write is refused before the first example, not found at the end with findings unsaved
+    (``os.access`` cannot tell: root passes it for ``/proc``). A refusal leaves nothing behind."""
+    made: list[Path] = []
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        new = [p for p in (path, *path.parents) if not p.exists()]
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            made.extend(new)
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as exc:
+            for p in sorted(made, key=lambda p: len(p.parts), reverse=True):
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+            raise UsageError(f"{flag} {str(path)!r}: cannot write there: {exc.strerror or exc}") from None
+
+
 def _target_problem(target: str) -> str | None:
     """Why ``target`` cannot be run here, or ``None`` (for fla: not installed, or a version its
     adapter's table does not know, named with the known ones)."""
@@ -285,6 +319,13 @@ def plan_run(args: argparse.Namespace) -> Plan:
     # a search stops at its first counterexample, so a generous cap costs little; the profile's
     # per-property count (10 for dev) is too small to find the rarer ones
     necessity = args.necessity_examples or max(200, 5 * examples)
+    junit_xml, json_copy = _output_file("--junit-xml", args.junit_xml), _output_file("--json", args.json)
+    _make_dirs({
+        "--report": report,
+        "--database": database if isinstance(database, Path) else None,
+        "--junit-xml": junit_xml and junit_xml.parent,
+        "--json": json_copy and json_copy.parent,
+    })  # fmt: skip
     return Plan(
         command=args.command,
         target=args.target,
@@ -302,8 +343,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
         seconds=args.seconds if fuzz else None,
         report=report,
         database=database,
-        junit_xml=Path(args.junit_xml) if args.junit_xml else None,
-        json=Path(args.json) if args.json else None,
+        junit_xml=junit_xml,
+        json=json_copy,
         isolate=isolate,
         example_timeout=example_timeout,
     )
@@ -325,6 +366,8 @@ def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, flo
 def _database_option(value: str) -> Path | str:
     """``--database``: a directory, or ``redis://host:port/db`` (a team's shared database), reached now."""
     if not value.startswith(("redis://", "rediss://", "unix://")):
+        if "://" in value:
+            raise UsageError(f"--database {value!r}: a directory, or redis://HOST:PORT/DB (rediss://, unix:// too)")
         return _not_a_directory("--database", value)
     try:
         import redis

@@ -127,6 +127,8 @@ x = torch.randn(2, 5, 8)
 w = torch.randn(8, 4)
 """
 
+FILLED = "l = layer(); c = Cache(); l(x, past_key_values=c, use_cache=True); "
+
 # (name, code run after the prelude); the probe's outcome is the code's
 API: list[tuple[str, str]] = [
     ("config hidden_size=0", "GDNConfig(**{**TINY, 'hidden_size': 0})"),
@@ -143,7 +145,6 @@ API: list[tuple[str, str]] = [
     ("config layer_idx=-1", "GDNConfig(**TINY, layer_idx=-1)"),
     ("config layer_idx='0'", "GDNConfig(**TINY, layer_idx='0')"),
     ("config mode='nosuch'", "GDNConfig(**TINY, mode='nosuch')"),
-    ("config hidden_size not divisible", "GDNConfig(hidden_size=9, head_dim=2, num_heads=2)"),
     ("forward x 2-D", "layer()(torch.randn(5, 8))"),
     ("forward x wrong hidden", "layer()(torch.randn(2, 5, 7))"),
     ("forward x int64", "layer()(torch.ones(2, 5, 8, dtype=torch.int64))"),
@@ -156,35 +157,22 @@ API: list[tuple[str, str]] = [
     ("forward cu_seqlens decreasing", "layer()(x[:1], cu_seqlens=torch.tensor([0, 3, 2, 5], dtype=torch.int32))"),
     ("forward cu_seqlens float", "layer()(x[:1], cu_seqlens=torch.tensor([0.0, 5.0]))"),
     ("forward cu_seqlens 2-D", "layer()(x[:1], cu_seqlens=torch.tensor([[0, 5]], dtype=torch.int32))"),
-    (
-        "forward mask and cu_seqlens",
-        "layer()(x[:1], attention_mask=torch.ones(1, 5), cu_seqlens=torch.tensor([0, 5], dtype=torch.int32))",
-    ),
+    ("forward mask of another batch", "layer()(x, attention_mask=torch.ones(3, 5))"),
     ("forward prologue='nosuch'", "layer()(x, prologue='nosuch')"),
     ("forward past_key_values a dict", "layer()(x, past_key_values={})"),
     ("forward past_key_values an int", "layer()(x, past_key_values=3)"),
     (
         "cache state without offset",
-        "c = Cache(); c.update({'conv_state': None}, layer_idx=0); layer()(x, past_key_values=c)",
+        FILLED + "c.states[0] = {k: v for k, v in c.states[0].items() if k != 'offset'}; l(x, past_key_values=c)",
     ),
+    ("cache state of the wrong type", FILLED + "c.states[0] = [1, 2]; l(x, past_key_values=c)"),
+    ("cache offset a string", FILLED + "c.states[0]['offset'] = '3'; l(x, past_key_values=c)"),
+    ("cache layer_idx -1", "Cache().update(-1, recurrent_state=None, conv_state=None, offset=1)"),
+    ("cache layer_idx '0'", "Cache().update('0', recurrent_state=None, conv_state=None, offset=1)"),
+    ("cache of another batch size", FILLED + "l(x[:1], past_key_values=c, use_cache=True)"),
     (
-        "cache layer_idx -1 shared",
-        "l = layer(layer_idx=0); c = Cache(); l(x, past_key_values=c, use_cache=True); "
-        "l2 = layer(); l2.layer_idx = -1; l2(x, past_key_values=c, use_cache=True)",
-    ),
-    (
-        "cache state of another batch size",
-        "l = layer(); c = Cache(); l(x, past_key_values=c, use_cache=True); "
-        "l(x[:1], past_key_values=c, use_cache=True)",
-    ),
-    (
-        "cache update integer weights",
-        "Cache().update({'conv_state': (torch.zeros(1, 8, 4, dtype=torch.int64),)*3, "
-        "'recurrent_state': None}, layer_idx=0, offset=1)",
-    ),
-    (
-        "conv weight [D, 2, W] loaded",
-        "l = layer(); sd = l.state_dict(); sd['q_conv1d.weight'] = torch.randn(8, 2, 4); l.load_state_dict(sd); l(x)",
+        "conv weight [D, 2, W] assigned",
+        "l = layer(); l.q_conv1d.weight = torch.nn.Parameter(torch.zeros(4, 2, 4)); l(x, prologue='separate')",
     ),
     ("conv activation 'gelu'", "causal_conv1d(x, w, None, 'gelu')"),
     ("conv backend 'nosuch'", "causal_conv1d(x, w, backend='nosuch')"),
