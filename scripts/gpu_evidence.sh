@@ -10,7 +10,7 @@
 #   4 suites     conformance + fused-vs-separate properties under the triton and cuda backends
 #   5 fla-tests  fla's differential properties (reference core)
 #   6 ncu        Nsight Compute on one fused forward+backward of the triton backend (scripts/ncu_prologue.py)
-# TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
+# TILES_ARGS="64x128x8 32x64x4" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
 OUT=${OUT:-/tmp/gpu_evidence}
 mkdir -p "$OUT"
