@@ -21,8 +21,21 @@ writes dx and the tile's dweight/dbias partial sums; no per-token ``g`` goes thr
 
 from __future__ import annotations
 
+import inspect
+
 import triton
 import triton.language as tl
+
+
+def _kernel(fn):
+    """``@triton.jit`` with every integer argument (sizes and strides: not a ``*_ptr``, not a constexpr)
+    in ``do_not_specialize``. Otherwise triton compiles a kernel per combination of those arguments being
+    divisible by 16 or equal to 1, i.e. per shape and layout a GPU cold start meets; the price is that
+    the compiler no longer knows a unit channel stride (vectorised loads), to be weighed on the GPU.
+    The constexprs are the annotated parameters (annotations are strings under ``__future__``)."""
+    params = inspect.signature(fn).parameters.values()
+    ints = [p.name for p in params if p.annotation is inspect.Parameter.empty and not p.name.endswith("_ptr")]
+    return triton.jit(do_not_specialize=ints)(fn)
 
 
 @triton.jit
@@ -150,7 +163,7 @@ def _activate(a, ACT: tl.constexpr):
     return a
 
 
-@triton.jit
+@_kernel
 def _fwd_kernel(
     x_ptr,
     w_ptr,
@@ -224,7 +237,7 @@ def _fwd_kernel(
     tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=rmask & dmask)
 
 
-@triton.jit
+@_kernel
 def _final_state_kernel(
     x_ptr,
     s_ptr,
@@ -473,7 +486,7 @@ def _grad_input(
     return dx, g0
 
 
-@triton.jit
+@_kernel
 def _bwd_kernel(
     x_ptr,
     w_ptr,
@@ -600,7 +613,7 @@ def _bwd_kernel(
         tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
 
 
-@triton.jit
+@_kernel
 def _dstate_kernel(
     x_ptr,
     w_ptr,
@@ -693,7 +706,7 @@ def _dstate_kernel(
     tl.store(ds_ptr + (seq.to(tl.int64) * D + d) * W + c, ds.to(ds_ptr.dtype.element_ty), mask=cmask & dmask)
 
 
-@triton.jit
+@_kernel
 def _reduce_kernel(part_ptr, out_ptr, P, D, W: tl.constexpr, BD: tl.constexpr):
     """``out[j, d] = sum_i part[i, j, d]`` summed i = 0, 1, ... in order (one program per (channel block, j))."""
     pid_d = tl.program_id(0)
@@ -708,7 +721,7 @@ def _reduce_kernel(part_ptr, out_ptr, P, D, W: tl.constexpr, BD: tl.constexpr):
     tl.store(out_ptr + j * D + d, acc, mask=dmask)
 
 
-@triton.jit
+@_kernel
 def _update_kernel(
     x_ptr,
     s_ptr,
