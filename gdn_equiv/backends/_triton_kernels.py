@@ -12,11 +12,14 @@ every kernel (the full-sequence and the step kernel give the same bits, and so d
 Time reductions (weight/bias gradients) are per-block ``tl.sum`` over a block shape fixed by the
 caller, then a sequential sum over blocks in block order: deterministic and independent of ``D``.
 
-The backward is one pass over (time block x channel block) tiles: ``_bwd_kernel`` reads ``x`` (with its
-W-1 halo, and the history columns at a sequence's start) and ``dy``, recomputes ``g = dy * act'(a)`` in
-registers at each of the W shifted rows that an input feeds (``dy`` itself without an activation), and
-writes dx and the tile's dweight/dbias partial sums; no per-token ``g`` goes through memory.
-``_dstate_kernel`` does the same for the history columns, from the first W-1 tokens of each sequence.
+The backward is one pass over (time block x channel block) tiles: it reads ``x`` (with its W-1 halo, and
+the history columns at a sequence's start) and ``dy``, and writes dx and the tile's dweight/dbias
+partial sums; no per-token ``g = dy * act'(a)`` (``dy`` itself without an activation) goes through
+memory. Two kernels give the same bits: ``_bwd_kernel_gather`` computes ``g`` once per row (the tile's
+rows and a halo of next_pow2(W-1) rows) and ``tl.gather``-s the W shifted rows an input feeds;
+``_bwd_kernel_recompute`` recomputes ``g`` in registers at each shift (W times the pre-activation work).
+``triton_backend._BWD_VARIANT`` picks one. ``_dstate_kernel`` recomputes per shift for the history
+columns, from the first W-1 tokens of each sequence.
 """
 
 from __future__ import annotations
@@ -486,8 +489,60 @@ def _grad_input(
     return dx, g0
 
 
+@triton.jit
+def _tile_partials(
+    x_ptr,
+    s_ptr,
+    part_ptr,
+    x_base,
+    g,
+    p,
+    bos,
+    seq,
+    d,
+    d1,
+    dmask,
+    rmask,
+    D,
+    sx_t,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    W: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """The tile's dweight/dbias partial sums into ``part[prow]``: ``tl.sum`` over the tile's rows of
+    ``g * xwin[p - (W-1) + j]`` (j = 0..W-1) and of ``g``."""
+    prow = tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
+    base = part_ptr + prow.to(tl.int64) * (W + 1) * D
+    for j in tl.static_range(W):
+        v = _window(
+            x_ptr,
+            s_ptr,
+            x_base,
+            p - (W - 1) + j,
+            bos,
+            seq,
+            d,
+            dmask,
+            rmask,
+            sx_t,
+            sx_d,
+            ss_n,
+            ss_d,
+            ss_w,
+            W,
+            HAS_STATE,
+            CDT,
+        )
+        tl.store(base + j * D + d1, tl.sum(g * v, axis=0), mask=d1 < D)
+    tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
+
+
 @_kernel
-def _bwd_kernel(
+def _bwd_kernel_recompute(
     x_ptr,
     w_ptr,
     b_ptr,
@@ -527,7 +582,9 @@ def _bwd_kernel(
     BD: tl.constexpr,
 ):
     """The backward of a (time block x channel block) tile from ``x``, ``dy`` and the state alone: dx, and
-    the tile's dweight/dbias partial sums (``part[prow]``, summed over tiles by ``_reduce_kernel``)."""
+    the tile's dweight/dbias partial sums (``part[prow]``, summed over tiles by ``_reduce_kernel``).
+    ``g`` recomputed at each of the W shifted rows (``_grad_input``); ``_bwd_kernel_gather`` gives the
+    same bits computing it once per row. Kept for timing (``triton_backend._BWD_VARIANT``)."""
     pid_t = tl.program_id(0)
     pid_d = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -587,30 +644,208 @@ def _bwd_kernel(
     )
     tl.store(dx_ptr + (pid_b.to(tl.int64) * T + r) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=rmask & dmask)
     if NEED_DW:
-        prow = pid_b * tl.num_programs(0) + pid_t
-        base = part_ptr + prow.to(tl.int64) * (W + 1) * D
-        for j in tl.static_range(W):
-            v = _window(
-                x_ptr,
-                s_ptr,
-                x_base,
-                p - (W - 1) + j,
-                bos,
-                seq,
-                d,
-                dmask,
-                rmask,
-                sx_t,
-                sx_d,
-                ss_n,
-                ss_d,
-                ss_w,
-                W,
-                HAS_STATE,
-                CDT,
-            )
-            tl.store(base + j * D + d1, tl.sum(g * v, axis=0), mask=d1 < D)
-        tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
+        _tile_partials(
+            x_ptr, s_ptr, part_ptr, x_base, g, p, bos, seq, d, d1, dmask, rmask, D, sx_t, sx_d, ss_n, ss_d, ss_w,
+            W, HAS_STATE, CDT,
+        )  # fmt: skip
+
+
+@_kernel
+def _bwd_kernel_gather(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    dy_ptr,
+    df_ptr,
+    dx_ptr,
+    part_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
+    sdy_t,
+    sdy_d,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
+    NEED_DW: tl.constexpr,
+    CDT: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+    HB: tl.constexpr,
+):
+    """``_bwd_kernel_recompute``'s tile, bit for bit, with ``g`` computed once per row: on the tile's BT
+    rows and on the HB >= W-1 halo rows after them, each row with its own sequence (``_grad_preact``
+    at its own position, the call the recompute form makes at shift 0). The shifted ``g[r + k]`` is
+    ``tl.gather``-ed from those two tiles along time; where the recompute form's ``_grad_preact`` at
+    ``p + k`` masks everything (row r past T, or ``p + k`` past its sequence's end: the next sequence or
+    the end of x) it is that call's all-masked value, computed once per channel (``g_out``). A token in
+    the same sequence gets the same loads and arithmetic either way, so the values are the same bits."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    rows = tl.arange(0, BT)[:, None]
+    r = pid_t * BT + rows
+    d1 = pid_d * BD + tl.arange(0, BD)
+    d = d1[None, :]
+    rmask = r < T
+    dmask = d < D
+    if VARLEN:
+        seq = tl.load(seq_ptr + r, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+        L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
+        x_base = 0
+        dy_base = 0
+    else:
+        seq = pid_b
+        bos = 0
+        L = T
+        x_base = pid_b.to(tl.int64) * sx_b
+        dy_base = pid_b.to(tl.int64) * sdy_b
+    p = r - bos
+    g = _grad_preact(
+        x_ptr,
+        s_ptr,
+        w_ptr,
+        b_ptr,
+        dy_ptr,
+        x_base,
+        dy_base,
+        p,
+        bos,
+        L,
+        seq,
+        d,
+        dmask,
+        rmask,
+        sx_t,
+        sx_d,
+        ss_n,
+        ss_d,
+        ss_w,
+        sw_d,
+        sw_w,
+        sb_d,
+        sdy_t,
+        sdy_d,
+        W,
+        HAS_BIAS,
+        HAS_STATE,
+        ACT,
+        CDT,
+    )
+    dx = g * tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
+    if W > 1:
+        h = pid_t * BT + BT + tl.arange(0, HB)[:, None]
+        hmask = h < T
+        if VARLEN:
+            hseq = tl.load(seq_ptr + h, mask=hmask, other=0)
+            hbos = tl.load(cu_ptr + hseq, mask=hmask, other=0)
+            hL = tl.load(cu_ptr + hseq + 1, mask=hmask, other=0) - hbos
+        else:
+            hseq = pid_b
+            hbos = 0
+            hL = T
+        g_halo = _grad_preact(
+            x_ptr,
+            s_ptr,
+            w_ptr,
+            b_ptr,
+            dy_ptr,
+            x_base,
+            dy_base,
+            h - hbos,
+            hbos,
+            hL,
+            hseq,
+            d,
+            dmask,
+            hmask,
+            sx_t,
+            sx_d,
+            ss_n,
+            ss_d,
+            ss_w,
+            sw_d,
+            sw_w,
+            sb_d,
+            sdy_t,
+            sdy_d,
+            W,
+            HAS_BIAS,
+            HAS_STATE,
+            ACT,
+            CDT,
+        )
+        zero = tl.zeros([1, 1], dtype=tl.int32)
+        g_out = _grad_preact(
+            x_ptr,
+            s_ptr,
+            w_ptr,
+            b_ptr,
+            dy_ptr,
+            x_base,
+            dy_base,
+            zero,
+            zero,
+            zero,
+            zero,
+            d,
+            dmask,
+            zero != 0,
+            sx_t,
+            sx_d,
+            ss_n,
+            ss_d,
+            ss_w,
+            sw_d,
+            sw_w,
+            sb_d,
+            sdy_t,
+            sdy_d,
+            W,
+            HAS_BIAS,
+            HAS_STATE,
+            ACT,
+            CDT,
+        )
+        for k in tl.static_range(1, W):
+            i_main = tl.broadcast_to(tl.minimum(rows + k, BT - 1), [BT, BD])
+            i_halo = tl.broadcast_to(tl.minimum(tl.maximum(rows + k - BT, 0), HB - 1), [BT, BD])
+            gk = tl.where(rows + k < BT, tl.gather(g, i_main, 0), tl.gather(g_halo, i_halo, 0))
+            gk = tl.where(rmask & (p + k < L), gk, g_out)
+            dx = dx + gk * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
+    if HAS_DF:
+        col = W + p - L
+        df = tl.load(
+            df_ptr + seq.to(tl.int64) * sdf_n + d * sdf_d + col * sdf_w,
+            mask=rmask & (col >= 0) & (col < W) & dmask,
+            other=0.0,
+        )
+        dx = dx + df.to(CDT)
+    tl.store(dx_ptr + (pid_b.to(tl.int64) * T + r) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=rmask & dmask)
+    if NEED_DW:
+        _tile_partials(
+            x_ptr, s_ptr, part_ptr, x_base, g, p, bos, seq, d, d1, dmask, rmask, D, sx_t, sx_d, ss_n, ss_d, ss_w,
+            W, HAS_STATE, CDT,
+        )  # fmt: skip
 
 
 @_kernel

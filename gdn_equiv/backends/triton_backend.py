@@ -45,8 +45,9 @@ Tensor = torch.Tensor
 # (time rows, channels, warps) per tile; constants so that no reduction order depends on the shape.
 # Picked on an H200 (bf16, B2 T2048, 6144 channels, W4). Forward 16x256x4: 0.0445 ms/call (64x128x4:
 # 0.078). _GPU_BWD is the one-pass backward's tile: it reads x (+ W-1 halo rows) and dy once from HBM,
-# recomputes g = dy * act'(a) at each of the W shifted rows in registers, writes dx and the tile's
-# dweight/dbias partials (so a new shape may change those sums' bits, never dx's). TO RE-TUNE ON THE
+# gets g = dy * act'(a) at each of the W shifted rows in registers (_BWD_VARIANT below: computed once per
+# row and gathered, or recomputed per shift), writes dx and the tile's dweight/dbias partials (so a new
+# tile shape may change those sums' bits, never dx's). TO RE-TUNE ON THE
 # H200 (scripts/bwd_tiles.py): 128x64x4 was picked for the earlier two-pass form, whose pass 2 read a
 # fp32 g scratch (fused forward+backward 0.2469 ms; ncu: pass 2 255 registers/thread, spilling, 12.5%
 # occupancy: register-bound). The one-pass form has more live state per element (W pre-activations of
@@ -57,6 +58,11 @@ _GPU_FWD = (16, 256, 4)
 _GPU_BWD = (128, 64, 4)
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
+# Which one-pass backward kernel runs (same bits either way; a timing script may flip it):
+# "gather" computes g = dy * act'(a) once per row (the tile's rows plus a halo of next_pow2(W-1) rows)
+# and tl.gather-s the W shifted rows from registers; "recompute" recomputes g (W taps each) at every
+# shift, W times the pre-activation work per element.
+_BWD_VARIANT = "gather"
 
 _KERNELS: ModuleType | None = None
 
@@ -193,9 +199,15 @@ def _backward_impl(
     flags = dict(W=W, HAS_BIAS=bias is not None, ACT=_act_code(activation), HAS_DF=dfinal is not None,
                  VARLEN=vl.on, CDT=cdt, BD=BD, num_warps=warps, enable_fp_fusion=False)  # fmt: skip
     if B * T * D > 0:
-        k._bwd_kernel[(n_t, _cdiv(D, BD), B)](
+        if _BWD_VARIANT == "gather":
+            bwd, extra = k._bwd_kernel_gather, dict(HB=_pow2(max(W - 1, 1)))
+        elif _BWD_VARIANT == "recompute":
+            bwd, extra = k._bwd_kernel_recompute, {}
+        else:
+            raise ValueError(f"_BWD_VARIANT must be 'gather' or 'recompute', not {_BWD_VARIANT!r}")
+        bwd[(n_t, _cdiv(D, BD), B)](
             x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf,
-            HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, **flags,
+            HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, **extra, **flags,
         )  # fmt: skip
     dw = db = None
     if need_dw:
