@@ -448,6 +448,39 @@ def test_forced_fusion_reaches_only_what_the_version_lets_the_adapter_pin() -> N
     assert [handle.forceable(c) for c in outer] == [ROW.decision == "method"] * 3
 
 
+@pytest.mark.xfail(
+    FLA_VERSION == "0.5.2+pr977",
+    strict=True,
+    raises=AssertionError,
+    reason="PR #977's ShortConvolution takes its step kernel whenever every sequence has one token (B*T == N), "
+    "autograd on or off, and the step kernel has no backward: y comes back without a graph and the conv's "
+    "gradient is lost. Found on the H200 by test_fla_fused_equals_separate_where_spec_fuses (P4), shrunk to "
+    "gated_deltanet fp32 B=2 T=1 hidden 32 conv_size 2 silu, no bias: grad.x fused vs separate 64 of 64 "
+    "elements apart, up to 3.7; 0.6.0 takes the step only when not torch.is_grad_enabled()",
+)
+def test_fla_short_conv_keeps_autograd_at_one_token() -> None:
+    """A separate conv of one token per sequence (T = 1, how P4 forces the separate path at decode shapes)
+    must stay differentiable: fla's layer is trained and fine-tuned through this path. On a CPU fla's
+    Triton conv runs under the interpreter."""
+    from fla.modules import ShortConvolution
+
+    from gdn_equiv.backends import fla_backend
+
+    if fla_backend._interpreting():
+        fla_backend.interpreter_ready(fla_backend.conv_row())
+    elif not torch.cuda.is_available():
+        pytest.skip("fla's Triton conv needs a GPU or TRITON_INTERPRET=1")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    conv = ShortConvolution(hidden_size=8, kernel_size=2, bias=False, activation="silu", backend="triton").to(device)
+    x = torch.randn(2, 1, 8, device=device, requires_grad=True)
+    y, _ = conv(x)
+    assert y.requires_grad, "y of a one-token call came back without an autograd graph"
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    a = x.detach()[:, 0] * conv.weight.detach()[:, 0, -1]  # only the newest tap sees a token at T = 1
+    expected = torch.sigmoid(a) * (1 + a * (1 - torch.sigmoid(a))) * conv.weight.detach()[:, 0, -1]
+    torch.testing.assert_close(grad[:, 0], expected)
+
+
 # ---- GPU differential properties ----------------------------------------------------------------
 gpu = pytest.mark.skipif(FLA.unavailable_to_run() is not None, reason=str(FLA.unavailable_to_run()))
 DTYPES = ("float32", "bfloat16", "float16")
