@@ -1,14 +1,14 @@
-"""Time the triton conv backend's one-pass backward on one GPU for a few tile constants (to tune ``_GPU_BWD``).
+"""Time the triton conv backend's backward on one GPU for a few tile constants (to tune ``_GPU_GRAD``/``_GPU_BWD``).
 
 Shape: B=2, T=2048, D=6144, W=4, bf16, bias, silu, no state (the fused q|k|v prologue of the bench layer).
-Each line per (candidate tile x ``_BWD_VARIANT``) is the backward kernels alone (``_backward_impl``
-captured in a CUDA graph and replayed, so host launch overhead is out), median of 50 replays after 10
-warm-ups. The last line is forward+backward through ``triton_backend.forward`` + ``torch.autograd.grad``
-with the default tiles and variant, eager (host work included), per call over 20 back-to-back calls,
-median of 50. A minute or two on an H200, compilation included::
+Each candidate line is the backward kernels alone (``_backward_impl`` captured in a CUDA graph and replayed,
+so host launch overhead is out), median of 50 replays after 10 warm-ups; a pass-1 candidate runs with
+pass 2 at its default tile and the other way round. The last line is forward+backward through
+``triton_backend.forward`` + ``torch.autograd.grad`` with the default tiles, eager (host work included),
+per call over 20 back-to-back calls, median of 50. Under a minute on an H200, compilation included::
 
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py                      # CANDIDATES
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py 64x128x8 128x64x4    # these tiles
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py                      # both passes, CANDIDATES
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
 
 A tile ``BTxBDxW`` is (tokens, channels, num_warps) per program.
 """
@@ -21,11 +21,8 @@ from collections.abc import Callable
 
 import torch
 
-# the two-pass form's pick (128x64x4) and smaller or wider-warp tiles: one pass keeps more live per element
-CANDIDATES = [(128, 64, 4), (64, 64, 4), (32, 64, 4), (32, 128, 4), (16, 128, 4), (64, 128, 8), (32, 256, 8)]
+CANDIDATES = [(32, 128, 4), (64, 128, 4), (128, 64, 4), (64, 64, 4), (128, 128, 8)]
 B, T, D, W = 2, 2048, 6144, 4
-# both one-pass kernels (same bits): g once per row + tl.gather of the shifted rows, or g recomputed per shift
-VARIANTS = ["gather", "recompute"]
 
 
 def _median_ms(fn: Callable[[], object], *, calls: int = 1, warmup: int = 10, reps: int = 50) -> float:
@@ -73,18 +70,19 @@ def main() -> None:
         return tb._backward_impl(x, weight, bias, "silu", None, vl, dy, None, need_dw=True, need_dstate=False)
 
     print(f"B={B} T={T} D={D} W={W} bf16 silu bias; {torch.cuda.get_device_name()}")
-    print(f"default _GPU_BWD={tb._GPU_BWD}")
-    print(f"default _BWD_VARIANT={tb._BWD_VARIANT!r}")
-    tiles = [tuple(int(v) for v in a.split("x")) for a in sys.argv[1:]] or CANDIDATES
-    default, default_variant = tb._GPU_BWD, tb._BWD_VARIANT
-    for tile in tiles:
-        for variant in VARIANTS:
-            tb._GPU_BWD, tb._BWD_VARIANT = tile, variant
+    print(f"defaults: pass 1 _GPU_GRAD={tb._GPU_GRAD}, pass 2 _GPU_BWD={tb._GPU_BWD}")
+    args = sys.argv[1:]
+    names = ("_GPU_BWD",) if "--pass2" in args else ("_GPU_GRAD", "_GPU_BWD")
+    tiles = [tuple(int(v) for v in a.split("x")) for a in args if not a.startswith("--")] or CANDIDATES
+    for name in names:
+        default = getattr(tb, name)
+        for tile in tiles:
+            setattr(tb, name, tile)
             try:
                 ms = _median_ms(_graphed(backward))
             finally:
-                tb._GPU_BWD, tb._BWD_VARIANT = default, default_variant
-            print(f"backward kernels, _GPU_BWD={tile} _BWD_VARIANT={variant!r}: {ms:.4f} ms", flush=True)
+                setattr(tb, name, default)
+            print(f"backward kernels, {name}={tile}: {ms:.4f} ms", flush=True)
 
     xg, wg, bg = (t.detach().requires_grad_() for t in (x, weight, bias))
 

@@ -16,7 +16,7 @@
 #   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS)
 #   fla-grad-probe  scripts/fla_grad_probe.py (PR #977's fused-vs-separate grad.x on the layer and the conv)
 #   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile)
-# TILES_ARGS="64x128x8 32x64x4" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
+# TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
 OUT=${OUT:-/tmp/gpu_evidence}
 mkdir -p "$OUT"

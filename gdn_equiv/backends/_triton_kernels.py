@@ -12,33 +12,16 @@ every kernel (the full-sequence and the step kernel give the same bits, and so d
 Time reductions (weight/bias gradients) are per-block ``tl.sum`` over a block shape fixed by the
 caller, then a sequential sum over blocks in block order: deterministic and independent of ``D``.
 
-The backward is one pass over (time block x channel block) tiles: it reads ``x`` (with its W-1 halo, and
-the history columns at a sequence's start) and ``dy``, and writes dx and the tile's dweight/dbias
-partial sums; no per-token ``g = dy * act'(a)`` (``dy`` itself without an activation) goes through
-memory. Two kernels give the same bits: ``_bwd_kernel_gather`` computes ``g`` once per row (the tile's
-rows and a halo of next_pow2(W-1) rows) and ``tl.gather``-s the W shifted rows an input feeds;
-``_bwd_kernel_recompute`` recomputes ``g`` in registers at each shift (W times the pre-activation work).
-``triton_backend._BWD_VARIANT`` picks one. ``_dstate_kernel`` recomputes per shift for the history
-columns, from the first W-1 tokens of each sequence.
+The backward runs in two passes so that the pre-activation ``a`` is computed once per token rather
+than once per tap: ``_grad_kernel`` writes ``g = dy * silu'(a)`` (compute dtype), then ``_bwd_kernel``
+and ``_dstate_kernel`` read it (or ``dy`` itself, without an activation) for the input, weight, bias
+and state gradients.
 """
 
 from __future__ import annotations
 
-import inspect
-
 import triton
 import triton.language as tl
-
-
-def _kernel(fn):
-    """``@triton.jit`` with every integer argument (sizes and strides: not a ``*_ptr``, not a constexpr)
-    in ``do_not_specialize``. Otherwise triton compiles a kernel per combination of those arguments being
-    divisible by 16 or equal to 1, i.e. per shape and layout a GPU cold start meets; the price is that
-    the compiler no longer knows a unit channel stride (vectorised loads), to be weighed on the GPU.
-    The constexprs are the annotated parameters (annotations are strings under ``__future__``)."""
-    params = inspect.signature(fn).parameters.values()
-    ints = [p.name for p in params if p.annotation is inspect.Parameter.empty and not p.name.endswith("_ptr")]
-    return triton.jit(do_not_specialize=ints)(fn)
 
 
 @triton.jit
@@ -166,7 +149,7 @@ def _activate(a, ACT: tl.constexpr):
     return a
 
 
-@_kernel
+@triton.jit
 def _fwd_kernel(
     x_ptr,
     w_ptr,
@@ -240,7 +223,7 @@ def _fwd_kernel(
     tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=rmask & dmask)
 
 
-@_kernel
+@triton.jit
 def _final_state_kernel(
     x_ptr,
     s_ptr,
@@ -326,94 +309,128 @@ def _grad_preact(
     W: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_STATE: tl.constexpr,
+    CDT: tl.constexpr,
+    ACT: tl.constexpr,
+):
+    """``g_r = dy_r * act'(a_r)`` at relative rows ``r`` (0 outside ``[0, L)``), ``a_r`` from ``_preact``."""
+    gmask = rmask & (r >= 0) & (r < L)
+    g = tl.load(dy_ptr + dy_base + (bos + r).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
+    a = _preact(
+        x_ptr,
+        s_ptr,
+        w_ptr,
+        b_ptr,
+        x_base,
+        r,
+        bos,
+        seq,
+        d,
+        dmask,
+        gmask,
+        sx_t,
+        sx_d,
+        ss_n,
+        ss_d,
+        ss_w,
+        sw_d,
+        sw_w,
+        sb_d,
+        W,
+        HAS_BIAS,
+        HAS_STATE,
+        CDT,
+    )
+    return _act_grad(g.to(CDT), a, ACT)
+
+
+@triton.jit
+def _grad_outside(
+    w_ptr,
+    b_ptr,
+    d,
+    dmask,
+    sw_d,
+    sw_w,
+    sb_d,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr,
     CDT: tl.constexpr,
 ):
-    """``g_r = dy_r * act'(a_r)`` at relative rows ``r``, ``a_r`` recomputed by ``_preact`` (``dy_r`` itself
-    without an activation).
+    """``g`` at a row outside its sequence, per channel: ``_grad_preact`` there, where every load is 0.
 
-    Outside ``[0, L)`` every load is masked to 0, so ``g`` there is the channel's
-    ``+0 * act'(0*w_0 + ... + 0*w_{W-1} + bias)``: +0, but -0 where act'(bias) < 0 and NaN where a tap or
-    the bias is not finite. The same value at every shift, masked rows included, so the sums below keep
-    those bits (signed zeros and NaNs) wherever a row falls.
+    ``+0 * silu'(0*w_0 + ... + 0*w_{W-1} + bias)``: +0, but -0 where silu'(bias) < 0 and NaN where a tap
+    or the bias is not finite. Rather than a plain 0, so that dx, dweight and dbias keep the bits (signed
+    zeros and NaNs included) of recomputing ``g`` at every shift, masked rows and all: the one-pass form.
     """
-    gmask = rmask & (r >= 0) & (r < L)
-    g = tl.load(dy_ptr + dy_base + (bos + r).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
-    g = g.to(CDT)
+    w = tl.load(w_ptr + d * sw_d, mask=dmask, other=0.0).to(CDT)
+    zero = tl.zeros_like(w)
+    g = zero
     if ACT:
-        a = _preact(
-            x_ptr,
-            s_ptr,
-            w_ptr,
-            b_ptr,
-            x_base,
-            r,
-            bos,
-            seq,
-            d,
-            dmask,
-            gmask,
-            sx_t,
-            sx_d,
-            ss_n,
-            ss_d,
-            ss_w,
-            sw_d,
-            sw_w,
-            sb_d,
-            W,
-            HAS_BIAS,
-            HAS_STATE,
-            CDT,
-        )
+        a = zero * w
+        for j in tl.static_range(1, W):
+            w = tl.load(w_ptr + d * sw_d + j * sw_w, mask=dmask, other=0.0).to(CDT)
+            a = a + zero * w
+        if HAS_BIAS:
+            a = a + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
         g = _act_grad(g, a, ACT)
     return g
 
 
 @triton.jit
-def _grad_input(
+def _grad_kernel(
     x_ptr,
-    s_ptr,
     w_ptr,
     b_ptr,
+    s_ptr,
     dy_ptr,
-    df_ptr,
-    x_base,
-    dy_base,
-    p,
-    bos,
-    L,
-    seq,
-    d,
-    dmask,
-    rmask,
+    g_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
     sx_t,
     sx_d,
-    ss_n,
-    ss_d,
-    ss_w,
     sw_d,
     sw_w,
     sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
     sdy_t,
     sdy_d,
-    sdf_n,
-    sdf_d,
-    sdf_w,
     W: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_STATE: tl.constexpr,
-    ACT: tl.constexpr,
-    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
     CDT: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+    ACT: tl.constexpr,
 ):
-    """Gradient of the conv input at relative position ``p`` (a token, or a history column when p < 0).
-
-    ``xwin[p]`` feeds outputs ``p + k`` through tap ``W-1-k``; summed k = 0..W-1, ``g_{p+k}`` recomputed in
-    registers at each shift (its window loads hit L1/L2, not HBM), then the final-state gradient for the
-    column it lands in (``W + p - L``). Returns ``(dx, g_p)``.
-    """
-    g0 = _grad_preact(
+    """Backward pass 1 (with an activation): ``g = dy * act'(a)`` for every token, into ``g [B, T, D]`` (CDT)."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    r = pid_t * BT + tl.arange(0, BT)[:, None]
+    d = pid_d * BD + tl.arange(0, BD)[None, :]
+    rmask = r < T
+    dmask = d < D
+    if VARLEN:
+        seq = tl.load(seq_ptr + r, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+        L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
+        x_base = 0
+        dy_base = 0
+    else:
+        seq = pid_b
+        bos = 0
+        L = T
+        x_base = pid_b.to(tl.int64) * sx_b
+        dy_base = pid_b.to(tl.int64) * sdy_b
+    g = _grad_preact(
         x_ptr,
         s_ptr,
         w_ptr,
@@ -421,7 +438,7 @@ def _grad_input(
         dy_ptr,
         x_base,
         dy_base,
-        p,
+        r - bos,
         bos,
         L,
         seq,
@@ -441,42 +458,54 @@ def _grad_input(
         W,
         HAS_BIAS,
         HAS_STATE,
-        ACT,
         CDT,
+        ACT,
     )
+    tl.store(g_ptr + (pid_b.to(tl.int64) * T + r) * D + d, g, mask=rmask & dmask)
+
+
+@triton.jit
+def _grad_at(g_ptr, g_base, q, bos, L, d, dmask, rmask, sg_t, sg_d, z, CDT: tl.constexpr):
+    """``g`` at relative rows ``q``: pass 1's (or ``dy`` without an activation) inside ``[0, L)``, ``z`` outside."""
+    inside = rmask & (q >= 0) & (q < L)
+    g = tl.load(g_ptr + g_base + (bos + q).to(tl.int64) * sg_t + d * sg_d, mask=inside & dmask, other=0.0)
+    return tl.where(inside, g.to(CDT), z)
+
+
+@triton.jit
+def _grad_input(
+    g_ptr,
+    w_ptr,
+    df_ptr,
+    g_base,
+    p,
+    bos,
+    L,
+    seq,
+    d,
+    dmask,
+    rmask,
+    z,
+    sg_t,
+    sg_d,
+    sw_d,
+    sw_w,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """Gradient of the conv input at relative position ``p`` (a token, or a history column when p < 0).
+
+    ``xwin[p]`` feeds outputs ``p + k`` through tap ``W-1-k``; summed k = 0..W-1, then the final-state
+    gradient for the column it lands in (``W + p - L``). Returns ``(dx, g_p)``.
+    """
+    g0 = _grad_at(g_ptr, g_base, p, bos, L, d, dmask, rmask, sg_t, sg_d, z, CDT)
     dx = g0 * tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
     for k in tl.static_range(1, W):
-        g = _grad_preact(
-            x_ptr,
-            s_ptr,
-            w_ptr,
-            b_ptr,
-            dy_ptr,
-            x_base,
-            dy_base,
-            p + k,
-            bos,
-            L,
-            seq,
-            d,
-            dmask,
-            rmask,
-            sx_t,
-            sx_d,
-            ss_n,
-            ss_d,
-            ss_w,
-            sw_d,
-            sw_w,
-            sb_d,
-            sdy_t,
-            sdy_d,
-            W,
-            HAS_BIAS,
-            HAS_STATE,
-            ACT,
-            CDT,
-        )
+        g = _grad_at(g_ptr, g_base, p + k, bos, L, d, dmask, rmask, sg_t, sg_d, z, CDT)
         dx = dx + g * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
     if HAS_DF:
         col = W + p - L
@@ -490,64 +519,12 @@ def _grad_input(
 
 
 @triton.jit
-def _tile_partials(
-    x_ptr,
-    s_ptr,
-    part_ptr,
-    x_base,
-    g,
-    p,
-    bos,
-    seq,
-    d,
-    d1,
-    dmask,
-    rmask,
-    D,
-    sx_t,
-    sx_d,
-    ss_n,
-    ss_d,
-    ss_w,
-    W: tl.constexpr,
-    HAS_STATE: tl.constexpr,
-    CDT: tl.constexpr,
-):
-    """The tile's dweight/dbias partial sums into ``part[prow]``: ``tl.sum`` over the tile's rows of
-    ``g * xwin[p - (W-1) + j]`` (j = 0..W-1) and of ``g``."""
-    prow = tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
-    base = part_ptr + prow.to(tl.int64) * (W + 1) * D
-    for j in tl.static_range(W):
-        v = _window(
-            x_ptr,
-            s_ptr,
-            x_base,
-            p - (W - 1) + j,
-            bos,
-            seq,
-            d,
-            dmask,
-            rmask,
-            sx_t,
-            sx_d,
-            ss_n,
-            ss_d,
-            ss_w,
-            W,
-            HAS_STATE,
-            CDT,
-        )
-        tl.store(base + j * D + d1, tl.sum(g * v, axis=0), mask=d1 < D)
-    tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
-
-
-@_kernel
-def _bwd_kernel_recompute(
+def _bwd_kernel(
     x_ptr,
     w_ptr,
     b_ptr,
     s_ptr,
-    dy_ptr,
+    g_ptr,
     df_ptr,
     dx_ptr,
     part_ptr,
@@ -564,9 +541,9 @@ def _bwd_kernel_recompute(
     ss_n,
     ss_d,
     ss_w,
-    sdy_b,
-    sdy_t,
-    sdy_d,
+    sg_b,
+    sg_t,
+    sg_d,
     sdf_n,
     sdf_d,
     sdf_w,
@@ -581,10 +558,7 @@ def _bwd_kernel_recompute(
     BT: tl.constexpr,
     BD: tl.constexpr,
 ):
-    """The backward of a (time block x channel block) tile from ``x``, ``dy`` and the state alone: dx, and
-    the tile's dweight/dbias partial sums (``part[prow]``, summed over tiles by ``_reduce_kernel``).
-    ``g`` recomputed at each of the W shifted rows (``_grad_input``); ``_bwd_kernel_gather`` gives the
-    same bits computing it once per row. Kept for timing (``triton_backend._BWD_VARIANT``)."""
+    """Backward pass 2: dx for a (time block x channel block) tile from ``g``, and the tile's dweight/dbias sums."""
     pid_t = tl.program_id(0)
     pid_d = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -598,23 +572,20 @@ def _bwd_kernel_recompute(
         bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
         L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
         x_base = 0
-        dy_base = 0
+        g_base = 0
     else:
         seq = pid_b
         bos = 0
         L = T
         x_base = pid_b.to(tl.int64) * sx_b
-        dy_base = pid_b.to(tl.int64) * sdy_b
+        g_base = pid_b.to(tl.int64) * sg_b
     p = r - bos
+    z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
     dx, g = _grad_input(
-        x_ptr,
-        s_ptr,
+        g_ptr,
         w_ptr,
-        b_ptr,
-        dy_ptr,
         df_ptr,
-        x_base,
-        dy_base,
+        g_base,
         p,
         bos,
         L,
@@ -622,256 +593,62 @@ def _bwd_kernel_recompute(
         d,
         dmask,
         rmask,
-        sx_t,
-        sx_d,
-        ss_n,
-        ss_d,
-        ss_w,
+        z,
+        sg_t,
+        sg_d,
         sw_d,
         sw_w,
-        sb_d,
-        sdy_t,
-        sdy_d,
         sdf_n,
         sdf_d,
         sdf_w,
         W,
-        HAS_BIAS,
-        HAS_STATE,
-        ACT,
         HAS_DF,
         CDT,
     )
     tl.store(dx_ptr + (pid_b.to(tl.int64) * T + r) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=rmask & dmask)
     if NEED_DW:
-        _tile_partials(
-            x_ptr, s_ptr, part_ptr, x_base, g, p, bos, seq, d, d1, dmask, rmask, D, sx_t, sx_d, ss_n, ss_d, ss_w,
-            W, HAS_STATE, CDT,
-        )  # fmt: skip
+        prow = pid_b * tl.num_programs(0) + pid_t
+        base = part_ptr + prow.to(tl.int64) * (W + 1) * D
+        for j in tl.static_range(W):
+            v = _window(
+                x_ptr,
+                s_ptr,
+                x_base,
+                p - (W - 1) + j,
+                bos,
+                seq,
+                d,
+                dmask,
+                rmask,
+                sx_t,
+                sx_d,
+                ss_n,
+                ss_d,
+                ss_w,
+                W,
+                HAS_STATE,
+                CDT,
+            )
+            tl.store(base + j * D + d1, tl.sum(g * v, axis=0), mask=d1 < D)
+        tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
 
 
-@_kernel
-def _bwd_kernel_gather(
-    x_ptr,
-    w_ptr,
-    b_ptr,
-    s_ptr,
-    dy_ptr,
-    df_ptr,
-    dx_ptr,
-    part_ptr,
-    seq_ptr,
-    cu_ptr,
-    T,
-    D,
-    sx_b,
-    sx_t,
-    sx_d,
-    sw_d,
-    sw_w,
-    sb_d,
-    ss_n,
-    ss_d,
-    ss_w,
-    sdy_b,
-    sdy_t,
-    sdy_d,
-    sdf_n,
-    sdf_d,
-    sdf_w,
-    W: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_STATE: tl.constexpr,
-    ACT: tl.constexpr,
-    HAS_DF: tl.constexpr,
-    VARLEN: tl.constexpr,
-    NEED_DW: tl.constexpr,
-    CDT: tl.constexpr,
-    BT: tl.constexpr,
-    BD: tl.constexpr,
-    HB: tl.constexpr,
-):
-    """``_bwd_kernel_recompute``'s tile, bit for bit, with ``g`` computed once per row: on the tile's BT
-    rows and on the HB >= W-1 halo rows after them, each row with its own sequence (``_grad_preact``
-    at its own position, the call the recompute form makes at shift 0). The shifted ``g[r + k]`` is
-    ``tl.gather``-ed from those two tiles along time; where the recompute form's ``_grad_preact`` at
-    ``p + k`` masks everything (row r past T, or ``p + k`` past its sequence's end: the next sequence or
-    the end of x) it is that call's all-masked value, computed once per channel (``g_out``). A token in
-    the same sequence gets the same loads and arithmetic either way, so the values are the same bits."""
-    pid_t = tl.program_id(0)
-    pid_d = tl.program_id(1)
-    pid_b = tl.program_id(2)
-    rows = tl.arange(0, BT)[:, None]
-    r = pid_t * BT + rows
-    d1 = pid_d * BD + tl.arange(0, BD)
-    d = d1[None, :]
-    rmask = r < T
-    dmask = d < D
-    if VARLEN:
-        seq = tl.load(seq_ptr + r, mask=rmask, other=0)
-        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
-        L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
-        x_base = 0
-        dy_base = 0
-    else:
-        seq = pid_b
-        bos = 0
-        L = T
-        x_base = pid_b.to(tl.int64) * sx_b
-        dy_base = pid_b.to(tl.int64) * sdy_b
-    p = r - bos
-    g = _grad_preact(
-        x_ptr,
-        s_ptr,
-        w_ptr,
-        b_ptr,
-        dy_ptr,
-        x_base,
-        dy_base,
-        p,
-        bos,
-        L,
-        seq,
-        d,
-        dmask,
-        rmask,
-        sx_t,
-        sx_d,
-        ss_n,
-        ss_d,
-        ss_w,
-        sw_d,
-        sw_w,
-        sb_d,
-        sdy_t,
-        sdy_d,
-        W,
-        HAS_BIAS,
-        HAS_STATE,
-        ACT,
-        CDT,
-    )
-    dx = g * tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
-    if W > 1:
-        h = pid_t * BT + BT + tl.arange(0, HB)[:, None]
-        hmask = h < T
-        if VARLEN:
-            hseq = tl.load(seq_ptr + h, mask=hmask, other=0)
-            hbos = tl.load(cu_ptr + hseq, mask=hmask, other=0)
-            hL = tl.load(cu_ptr + hseq + 1, mask=hmask, other=0) - hbos
-        else:
-            hseq = pid_b
-            hbos = 0
-            hL = T
-        g_halo = _grad_preact(
-            x_ptr,
-            s_ptr,
-            w_ptr,
-            b_ptr,
-            dy_ptr,
-            x_base,
-            dy_base,
-            h - hbos,
-            hbos,
-            hL,
-            hseq,
-            d,
-            dmask,
-            hmask,
-            sx_t,
-            sx_d,
-            ss_n,
-            ss_d,
-            ss_w,
-            sw_d,
-            sw_w,
-            sb_d,
-            sdy_t,
-            sdy_d,
-            W,
-            HAS_BIAS,
-            HAS_STATE,
-            ACT,
-            CDT,
-        )
-        zero = tl.zeros([1, 1], dtype=tl.int32)
-        g_out = _grad_preact(
-            x_ptr,
-            s_ptr,
-            w_ptr,
-            b_ptr,
-            dy_ptr,
-            x_base,
-            dy_base,
-            zero,
-            zero,
-            zero,
-            zero,
-            d,
-            dmask,
-            zero != 0,
-            sx_t,
-            sx_d,
-            ss_n,
-            ss_d,
-            ss_w,
-            sw_d,
-            sw_w,
-            sb_d,
-            sdy_t,
-            sdy_d,
-            W,
-            HAS_BIAS,
-            HAS_STATE,
-            ACT,
-            CDT,
-        )
-        for k in tl.static_range(1, W):
-            i_main = tl.broadcast_to(tl.minimum(rows + k, BT - 1), [BT, BD])
-            i_halo = tl.broadcast_to(tl.minimum(tl.maximum(rows + k - BT, 0), HB - 1), [BT, BD])
-            gk = tl.where(rows + k < BT, tl.gather(g, i_main, 0), tl.gather(g_halo, i_halo, 0))
-            gk = tl.where(rmask & (p + k < L), gk, g_out)
-            dx = dx + gk * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
-    if HAS_DF:
-        col = W + p - L
-        df = tl.load(
-            df_ptr + seq.to(tl.int64) * sdf_n + d * sdf_d + col * sdf_w,
-            mask=rmask & (col >= 0) & (col < W) & dmask,
-            other=0.0,
-        )
-        dx = dx + df.to(CDT)
-    tl.store(dx_ptr + (pid_b.to(tl.int64) * T + r) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=rmask & dmask)
-    if NEED_DW:
-        _tile_partials(
-            x_ptr, s_ptr, part_ptr, x_base, g, p, bos, seq, d, d1, dmask, rmask, D, sx_t, sx_d, ss_n, ss_d, ss_w,
-            W, HAS_STATE, CDT,
-        )  # fmt: skip
-
-
-@_kernel
+@triton.jit
 def _dstate_kernel(
-    x_ptr,
     w_ptr,
     b_ptr,
-    s_ptr,
-    dy_ptr,
+    g_ptr,
     df_ptr,
     ds_ptr,
     cu_ptr,
     T,
     D,
-    sx_b,
-    sx_t,
-    sx_d,
     sw_d,
     sw_w,
     sb_d,
-    ss_n,
-    ss_d,
-    ss_w,
-    sdy_b,
-    sdy_t,
-    sdy_d,
+    sg_b,
+    sg_t,
+    sg_d,
     sdf_n,
     sdf_d,
     sdf_w,
@@ -884,8 +661,7 @@ def _dstate_kernel(
     BW: tl.constexpr,
     BD: tl.constexpr,
 ):
-    """Gradient of ``initial_state[seq]``: the input gradient at the history positions p = c - W, with
-    ``g`` recomputed at the sequence's first W-1 tokens (the only ones a history column feeds)."""
+    """Gradient of ``initial_state[seq]``: the input gradient at the history positions p = c - W."""
     seq = tl.program_id(0)
     pid_d = tl.program_id(1)
     c = tl.arange(0, BW)[:, None]
@@ -895,22 +671,17 @@ def _dstate_kernel(
     if VARLEN:
         bos = tl.load(cu_ptr + seq)
         L = tl.load(cu_ptr + seq + 1) - bos
-        x_base = 0
-        dy_base = 0
+        g_base = 0
     else:
         bos = 0
         L = T
-        x_base = seq.to(tl.int64) * sx_b
-        dy_base = seq.to(tl.int64) * sdy_b
+        g_base = seq.to(tl.int64) * sg_b
+    z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
     ds, _ = _grad_input(
-        x_ptr,
-        s_ptr,
+        g_ptr,
         w_ptr,
-        b_ptr,
-        dy_ptr,
         df_ptr,
-        x_base,
-        dy_base,
+        g_base,
         c - W,
         bos,
         L,
@@ -918,30 +689,22 @@ def _dstate_kernel(
         d,
         dmask,
         cmask,
-        sx_t,
-        sx_d,
-        ss_n,
-        ss_d,
-        ss_w,
+        z,
+        sg_t,
+        sg_d,
         sw_d,
         sw_w,
-        sb_d,
-        sdy_t,
-        sdy_d,
         sdf_n,
         sdf_d,
         sdf_w,
         W,
-        HAS_BIAS,
-        True,
-        ACT,
         HAS_DF,
         CDT,
     )
     tl.store(ds_ptr + (seq.to(tl.int64) * D + d) * W + c, ds.to(ds_ptr.dtype.element_ty), mask=cmask & dmask)
 
 
-@_kernel
+@triton.jit
 def _reduce_kernel(part_ptr, out_ptr, P, D, W: tl.constexpr, BD: tl.constexpr):
     """``out[j, d] = sum_i part[i, j, d]`` summed i = 0, 1, ... in order (one program per (channel block, j))."""
     pid_d = tl.program_id(0)
@@ -956,7 +719,7 @@ def _reduce_kernel(part_ptr, out_ptr, P, D, W: tl.constexpr, BD: tl.constexpr):
     tl.store(out_ptr + j * D + d, acc, mask=dmask)
 
 
-@_kernel
+@triton.jit
 def _update_kernel(
     x_ptr,
     s_ptr,

@@ -11,13 +11,12 @@ in fp32, or fp64 when ``x`` or ``weight`` is fp64 (fp64 is supported, on GPU and
 Multiplies and adds are never contracted into FMAs (``enable_fp_fusion=False``), so the step kernel
 reproduces the sequence kernel bit for bit. Block shapes are constants (no autotuning), so the
 weight/bias gradient reductions are also independent of ``D``: fixed per-tile sums, then a sequential
-sum over tiles. The backward is one pass per tile: ``g = dy * act'(a)`` is recomputed in registers
-at each shifted row an input feeds (never stored), with the operations and order the two-pass form
-had, so its results are bitwise those of computing ``g`` once per token. The step kernel's taps see x
-at its own precision; only the stored state is rounded to the state's dtype (as the torch backend
-does). Under the interpreter (triton 3.9) an fp32 -> bf16 cast truncates instead of rounding to
-nearest even, so bf16 results there can be one bf16 ulp off torch's; on GPU the cast rounds to
-nearest even.
+sum over tiles. The backward computes ``g = dy * silu'(a)`` once per token into a scratch in the
+compute dtype (pass 1), then every gradient from it (pass 2), with the operations and their order of
+the one-pass form that recomputed ``a`` at each tap. The step kernel's taps see x at its own precision;
+only the stored state is rounded to the state's dtype (as the torch backend does). Under the
+interpreter (triton 3.9) an fp32 -> bf16 cast truncates instead of rounding to nearest even, so bf16
+results there can be one bf16 ulp off torch's; on GPU the cast rounds to nearest even.
 
 The input ``x`` may be any strided view (e.g. a channel slice of the q|k|v projection): it is read in
 place, never copied.
@@ -44,25 +43,25 @@ Tensor = torch.Tensor
 
 # (time rows, channels, warps) per tile; constants so that no reduction order depends on the shape.
 # Picked on an H200 (bf16, B2 T2048, 6144 channels, W4). Forward 16x256x4: 0.0445 ms/call (64x128x4:
-# 0.078). _GPU_BWD is the one-pass backward's tile: it reads x (+ W-1 halo rows) and dy once from HBM,
-# gets g = dy * act'(a) at each of the W shifted rows in registers (_BWD_VARIANT below: computed once per
-# row and gathered, or recomputed per shift), writes dx and the tile's dweight/dbias partials (so a new
-# tile shape may change those sums' bits, never dx's). TO RE-TUNE ON THE
-# H200 (scripts/bwd_tiles.py): 128x64x4 was picked for the earlier two-pass form, whose pass 2 read a
-# fp32 g scratch (fused forward+backward 0.2469 ms; ncu: pass 2 255 registers/thread, spilling, 12.5%
-# occupancy: register-bound). The one-pass form has more live state per element (W pre-activations of
-# W taps each), so smaller tiles or more warps are likely better; an older one-pass form took 0.535 ms
-# forward+backward at its tile. Under the interpreter, small tiles keep it fast and make tiny tests
-# cross tile boundaries.
+# 0.078). The backward runs in two passes: pass 1 (_GPU_GRAD, only with an activation) writes
+# g = dy * silu'(a) per token, elementwise like the forward; pass 2 (_GPU_BWD) reads g for dx and sums
+# dweight/dbias over its tile (so a new pass-2 shape may change those sums' bits, never dx's).
+# scripts/bwd_tiles.py, backward kernels alone in a CUDA graph (2026-12-02): pass-1 tiles 0.323-0.336 ms
+# with pass 2 at 32x128x4, i.e. pass 1 barely matters; pass 2 16x256x4 0.479, 32x128x4 0.323,
+# 32x256x8 0.476, 64x128x4 0.236, 8x512x4 0.437 ms. Nsight Compute on 64x128x4 (2026-12-03): pass 2
+# 147 us of 271 us forward+backward, 255 registers/thread, 614k local-memory spill requests, 12.5%
+# occupancy, 28% of DRAM bandwidth (latency-bound). Second sweep (2026-12-03): 128x64x4 0.212,
+# 64x64x4 0.256, 128x128x8 0.264, 128x64x8 0.279, 32x64x4 0.327, 64x256x8 0.326, 64x128x8 0.356 ms.
+# With 128x64x4 (bench, device timing): fused forward+backward 0.2469 ms; ncu: pass 2 129 us, still
+# 255 registers/thread and 0.93 M spill requests at 12.5% occupancy: register-bound, not memory-bound.
+# The one-pass backward, which recomputed the pre-activation at every shift, took 0.535 ms for
+# forward+backward. Under the interpreter, small tiles keep it fast and make tiny tests cross tile
+# boundaries.
 _GPU_FWD = (16, 256, 4)
+_GPU_GRAD = (16, 256, 4)
 _GPU_BWD = (128, 64, 4)
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
-# Which one-pass backward kernel runs (same bits either way; a timing script may flip it):
-# "gather" computes g = dy * act'(a) once per row (the tile's rows plus a halo of next_pow2(W-1) rows)
-# and tl.gather-s the W shifted rows from registers; "recompute" recomputes g (W taps each) at every
-# shift, W times the pre-activation work per element.
-_BWD_VARIANT = "gather"
 
 _KERNELS: ModuleType | None = None
 
@@ -191,23 +190,29 @@ def _backward_impl(
     state = initial_state if initial_state is not None else x
     b = bias if bias is not None else weight
     df = dfinal if dfinal is not None else x
-    ss, sdy, sdf = _strides3(initial_state), _strides3(dy), _strides3(dfinal)
+    ss, sdf = _strides3(initial_state), _strides3(dfinal)
     xs, ws = (x.stride(0), x.stride(1), x.stride(2)), (weight.stride(0), weight.stride(1), b.stride(0))
+    # pass 1: g = dy * act'(a), a computed once per token; without an activation g is dy, read in place
+    g = dy
+    if activation is not None:
+        g = torch.empty((B, T, D), dtype=cdt_torch, device=x.device)
+        BT1, BD1, warps1 = _blocks(_GPU_GRAD)
+        if B * T * D > 0:
+            k._grad_kernel[(_cdiv(T, BT1), _cdiv(D, BD1), B)](
+                x, weight, b, state, dy, g, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *_strides3(dy),
+                W=W, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None, VARLEN=vl.on, CDT=cdt,
+                BT=BT1, BD=BD1, ACT=_act_code(activation), num_warps=warps1, enable_fp_fusion=False,
+            )  # fmt: skip
+    sg = _strides3(g)
     dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
     n_t = _cdiv(T, BT)
     part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
     flags = dict(W=W, HAS_BIAS=bias is not None, ACT=_act_code(activation), HAS_DF=dfinal is not None,
                  VARLEN=vl.on, CDT=cdt, BD=BD, num_warps=warps, enable_fp_fusion=False)  # fmt: skip
     if B * T * D > 0:
-        if _BWD_VARIANT == "gather":
-            bwd, extra = k._bwd_kernel_gather, dict(HB=_pow2(max(W - 1, 1)))
-        elif _BWD_VARIANT == "recompute":
-            bwd, extra = k._bwd_kernel_recompute, {}
-        else:
-            raise ValueError(f"_BWD_VARIANT must be 'gather' or 'recompute', not {_BWD_VARIANT!r}")
-        bwd[(n_t, _cdiv(D, BD), B)](
-            x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf,
-            HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, **extra, **flags,
+        k._bwd_kernel[(n_t, _cdiv(D, BD), B)](
+            x, weight, b, state, g, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sg, *sdf,
+            HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, **flags,
         )  # fmt: skip
     dw = db = None
     if need_dw:
@@ -221,7 +226,7 @@ def _backward_impl(
         dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=x.device)
         if vl.N * D > 0:
             k._dstate_kernel[(vl.N, _cdiv(D, BD))](
-                x, weight, b, state, dy, df, dstate, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf, BW=_pow2(W), **flags,
+                weight, b, g, df, dstate, vl.cu, T, D, *ws, *sg, *sdf, BW=_pow2(W), **flags,
             )  # fmt: skip
     return dx, dw, db, dstate
 
