@@ -51,7 +51,7 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     fla-tests) stage fla-tests "${!var:-300}" python3 -m pytest -n "$W" -v -p no:cacheprovider -rfE \
         --gdn-failure-log "$OUT/fla-tests-failures.txt" \
         --fla-core reference ${FLA_TEST_ARGS:-} tests/test_fla_target.py ;;
-    fla-suite) stage fla-suite "${!var:-300}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
+    fla-suite) stage fla-suite "${!var:-300}" env GDN_EQUIV_FLA_AUTOTUNE="${FLA_AUTOTUNE:-first}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
         --gdn-failure-log "$OUT/fla-suite-failures.txt" --hypothesis-show-statistics \
         --pyargs gdn_equiv.suite --gdn-backend "${FLA_BACKENDS:-fla-triton,fla-cuda,fla-gluon}" ${FLA_SUITE_ARGS:-} ;;
     layout-hunt) stage layout-hunt "${!var:-200}" env HYPOTHESIS_PROFILE=fuzz python3 -m pytest -q -p no:cacheprovider \

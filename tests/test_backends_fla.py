@@ -115,6 +115,19 @@ def test_fla_triton_kernels_are_pinned_to_one_config_under_the_interpreter():
 
 
 @needs_fla_triton
+def test_autotune_mode_is_checked_before_a_call(monkeypatch):
+    """``GDN_EQUIV_FLA_AUTOTUNE`` (``first`` pins fla's kernels on a GPU, for a bounded run) is read per
+    call and a value other than ``full``/``first`` is refused naming it, not silently taken as ``full``."""
+    monkeypatch.setenv(fb.AUTOTUNE_ENV, "fist")
+    with pytest.raises(InvalidArgument, match="GDN_EQUIV_FLA_AUTOTUNE must be 'full' or 'first', got 'fist'"):
+        causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), backend="fla-triton")
+    monkeypatch.setenv(fb.AUTOTUNE_ENV, "first")
+    causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), backend="fla-triton")
+    module = fb._module(fb.conv_row().kernels)
+    assert all(len(fb._autotuner(getattr(module, n)).configs) == 1 for n in fb.pin_autotuned(module))
+
+
+@needs_fla_triton
 def test_fla_drops_the_gradient_of_a_final_state_slot_0_which_the_declaration_covers():
     """The fact behind fla's declaration: for ``T >= W`` fla's dx misses ``d final[..., 0]`` (token ``T-W``);
     declared as all-slots it fails the gradient property, as declared it passes that same call."""

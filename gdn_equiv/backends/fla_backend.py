@@ -202,6 +202,22 @@ def accept_int_masks() -> None:
     _MASK_SHIM = True
 
 
+#: ``GDN_EQUIV_FLA_AUTOTUNE=first`` pins fla's autotuned conv kernels to their first config on a GPU too
+#: (``full``, the default, lets fla autotune as it always does). fla tunes per channel count and width
+#: (key ``D, W, NB``, 16 configs per kernel), so a property run that draws many channel counts spends its
+#: time compiling: on the H200 the gating suite over ``fla-triton`` had not finished a third of its tests
+#: in 470 s. Pinned, each shape runs one config, the one fla lists first, not the one it would pick.
+AUTOTUNE_ENV = "GDN_EQUIV_FLA_AUTOTUNE"
+
+
+def autotune_mode() -> str:
+    """``full`` or ``first`` from :data:`AUTOTUNE_ENV`; anything else is refused, naming the value."""
+    mode = os.environ.get(AUTOTUNE_ENV, "full")
+    if mode not in ("full", "first"):
+        raise InvalidArgument(f"{AUTOTUNE_ENV} must be 'full' or 'first', got {mode!r}")
+    return mode
+
+
 def interpreter_ready(row: FlaConv) -> None:
     """Under ``TRITON_INTERPRET=1``: fla's conv kernels pinned (:func:`pin_autotuned`) and int masks
     accepted (:func:`accept_int_masks`). A no-op on a GPU, where fla autotunes as it always does."""
@@ -281,6 +297,8 @@ def _ready(name: str) -> FlaConv:
     if reason is not None:
         raise BackendUnavailable(f"conv backend {name!r} cannot run here: {reason}")
     row = conv_row()
+    if autotune_mode() == "first":
+        pin_autotuned(_module(row.kernels))
     interpreter_ready(row)
     if name == "fla-gluon":
         assert row.gluon is not None
