@@ -45,8 +45,16 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         "gdn_equiv/fused.py",
         ["tests/test_fused_equivalence.py", "tests/test_teeth.py", "tests/test_families.py"],
     ),
-    "compare": ("gdn_equiv/compare.py", ["tests/test_compare.py"]),
-    "cache": ("gdn_equiv/cache.py", ["tests/test_bad_input.py", "tests/test_families.py", "tests/test_reference.py"]),
+    "compare": ("gdn_equiv/compare.py", ["gdn_equiv/suite/test_compare.py"]),
+    "cache": (
+        "gdn_equiv/cache.py",
+        [
+            "tests/test_bad_input.py",
+            "tests/test_families.py",
+            "tests/test_reference.py",
+            "gdn_equiv/suite/test_callers.py",
+        ],
+    ),
     "torch_backend": (
         "gdn_equiv/backends/torch_backend.py",
         ["tests/test_backends_torch.py", "tests/test_conformance.py"],
