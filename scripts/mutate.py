@@ -55,6 +55,15 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
             "gdn_equiv/suite/test_callers.py",
         ],
     ),
+    "reference": (
+        "gdn_equiv/reference.py",
+        [
+            "tests/test_reference.py",
+            "tests/test_families.py",
+            "tests/test_bad_input.py",
+            "gdn_equiv/suite/test_callers.py",
+        ],
+    ),
     "torch_backend": (
         "gdn_equiv/backends/torch_backend.py",
         ["tests/test_backends_torch.py", "tests/test_conformance.py"],

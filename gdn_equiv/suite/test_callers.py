@@ -15,14 +15,16 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.cache import Cache
+from gdn_equiv.cache import Cache, check_layer_state
 from gdn_equiv.compare import Mismatch, assert_equivalent, assert_tree_equivalent
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, build_layer
 from gdn_equiv.families import get_family, known_families
 from gdn_equiv.strategies import layer_configs
@@ -311,3 +313,60 @@ def test_a_clone_holds_the_same_states_in_fresh_storage(dtype: torch.dtype | Non
             continue
         assert b.dtype == (dtype or a.dtype) and torch.equal(a.to(b.dtype), b)
         assert b.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+
+
+# ---- a cache state a caller hands over is checked, not trusted (P8) --------------------------------------
+
+_CONV_SHAPES = {"q": (2, 4, 3), "k": (2, 4, 3), "v": (2, 6, 3)}
+_REC_SHAPE = (2, 2, 2, 3)
+
+
+def _state(**changes):
+    state = {
+        "recurrent_state": torch.zeros(_REC_SHAPE),
+        "conv_state": tuple(torch.zeros(shape) for shape in _CONV_SHAPES.values()),
+        "offset": 5,
+    }
+    return {**state, **changes}
+
+
+def _check_state(state) -> None:
+    check_layer_state(
+        state, 0, recurrent_shape=_REC_SHAPE, conv_shapes=_CONV_SHAPES, dtype=torch.float32, device=torch.device("cpu")
+    )
+
+
+_Q, _K, _V = (torch.zeros(shape) for shape in _CONV_SHAPES.values())
+STATES_ACCEPTED = {
+    "full": _state(),
+    "offset 0": _state(offset=0),
+    "fp64 recurrent state": _state(recurrent_state=torch.zeros(_REC_SHAPE, dtype=torch.float64)),
+    "no recurrent state yet": _state(recurrent_state=None),
+    "no conv state yet": _state(conv_state=None),
+    "one conv slot empty": _state(conv_state=(None, _K, _V)),
+}
+STATES_REFUSED = {
+    "not a dict": ([_Q, _K], "must be a dict with keys"),
+    "no offset": ({k: v for k, v in _state().items() if k != "offset"}, "lacks ['offset']"),
+    "offset -1": (_state(offset=-1), "offset must be an integer >= 0, got -1"),
+    "offset '3'": (_state(offset="3"), "got '3'"),
+    "offset True": (_state(offset=True), "got True"),
+    "recurrent state of another shape": (_state(recurrent_state=torch.zeros(1, 2, 2, 3)), "got (1, 2, 2, 3)"),
+    "recurrent state fp16": (_state(recurrent_state=torch.zeros(_REC_SHAPE, dtype=torch.float16)), "torch.float16"),
+    "recurrent state on another device": (_state(recurrent_state=torch.zeros(_REC_SHAPE, device="meta")), "meta"),
+    "conv state a list": (_state(conv_state=[_Q, _K, _V]), "got list"),
+    "conv state of two slots": (_state(conv_state=(_Q, _K)), "got tuple of 2"),
+    "conv slot of another shape": (_state(conv_state=(_Q, torch.zeros(2, 4, 2), _V)), "got (2, 4, 2)"),
+    "conv slot in another dtype": (_state(conv_state=(None, _K, _V.double())), "torch.float64"),
+}
+
+
+@pytest.mark.parametrize("state", list(STATES_ACCEPTED.values()), ids=list(STATES_ACCEPTED))
+def test_a_cache_state_that_fits_the_call_is_accepted(state) -> None:
+    _check_state(state)
+
+
+@pytest.mark.parametrize("state, message", list(STATES_REFUSED.values()), ids=list(STATES_REFUSED))
+def test_a_cache_state_that_does_not_fit_the_call_is_refused_by_name(state, message) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        _check_state(state)
