@@ -44,6 +44,8 @@ class Outcome:
     cache: Cache | None
     path: str | None
     launches: int
+    #: launches of the single-step kernel among ``launches`` (``None``: the target does not tell)
+    steps: int | None = None
 
 
 TargetLike = Union["Target", str, None]
@@ -73,8 +75,26 @@ def run(handle: Any, inputs: Inputs, example: Example, prologue: str) -> Outcome
                 got = torch.autograd.grad(y, [t for _, t in named], dy, allow_unused=True)
                 grads = dict(zip([n for n, _ in named], got, strict=True))
     except Exception as exc:  # a crash is an outcome the properties compare too
-        return Outcome(None, exc, {}, None, handle.path_taken(), handle.launches())
-    return Outcome(y.detach(), None, grads, cache_out, handle.path_taken(), handle.launches())
+        return Outcome(None, exc, {}, None, handle.path_taken(), handle.launches(), _steps(handle))
+    return Outcome(y.detach(), None, grads, cache_out, handle.path_taken(), handle.launches(), _steps(handle))
+
+
+def _steps(handle: Any) -> int | None:
+    steps = getattr(handle, "step_launches", None)
+    return None if steps is None else steps()
+
+
+def _expects_step(example: Example) -> bool | None:
+    """SPEC §2: the separate path takes the single-step kernel when autograd is off and every sequence
+    has exactly one new token. Read from the example alone (not from the layer's own rule); ``None``
+    where a mask decides what a sequence is after unpadding."""
+    if example.grad:
+        return False
+    if example.varlen == "none":
+        return example.seq_len == 1
+    if example.varlen == "cu_seqlens":
+        return all(n == 1 for n in example.seq_lens)
+    return None
 
 
 def _raise_error(outcome: Outcome, path: str, example: Example) -> None:
@@ -140,6 +160,16 @@ def check_path_taken(example: Example, *, device: str = "cpu", target: TargetLik
                 f"calls), expected {want} (guard: {decision})\nExample: {example.short()}",
                 Report("path", (prologue, "expected"), False, 1, problem=f"{outcome.path} != {want}"),
             )
+        step = _expects_step(example)
+        if outcome.path == "separate" and outcome.steps is not None and step is not None:
+            want_steps = outcome.launches if step else 0
+            if outcome.steps != want_steps:
+                raise Mismatch(
+                    f"P2 step kernel: prologue={prologue!r} made {outcome.steps} of {outcome.launches} separate conv "
+                    f"launches with the step kernel, expected {want_steps} (the step kernel exactly when autograd is "
+                    f"off and every sequence has one new token)\nExample: {example.short()}",
+                    Report("path", (prologue, "expected"), False, 1, problem=f"{outcome.steps} != {want_steps} steps"),
+                )
     if short:
         # a target whose layer keeps part of its decision out of reach of forcing says so (fla PR #977)
         forceable = getattr(handle, "forceable", None)

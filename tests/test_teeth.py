@@ -256,3 +256,28 @@ class GuardNeverFuses:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_path_property_catches_a_guard_that_never_fuses(family):
     _caught(P.check_path_taken, examples(fusable=True, family=family), GuardNeverFuses)
+
+
+class StepsUnderAutograd:
+    """fla PR #977's one-token defect planted in ours: the separate path takes the step kernel whenever
+    every sequence has one new token, autograd on or off (SPEC §2: only with autograd off). Our step
+    kernel is differentiable, so outputs and gradients stay equal: only P2's step-kernel count sees it."""
+
+    def _separate_prologue(self, proj, call, use_cache):
+        cached = (None,) * len(proj.conv_inputs)
+        if call.last_state is not None and call.last_state.get("conv_state") is not None:
+            cached = tuple(call.last_state["conv_state"])
+        step = call.one_token_per_sequence()
+        outs, states = [], []
+        for conv, x, state in zip(self.convs(), proj.conv_inputs, cached, strict=True):
+            y, final = conv(
+                x, mask=call.conv_mask, cache=state, output_final_state=use_cache, cu_seqlens=call.cu_seqlens, step=step
+            )
+            outs.append(y)
+            states.append(final)
+        return tuple(outs), tuple(states)
+
+
+def test_path_property_catches_a_step_kernel_taken_under_autograd():
+    example = _caught(P.check_path_taken, examples(grad=True, use_short_conv=True), StepsUnderAutograd)
+    assert example.grad and (example.seq_len == 1 or all(n == 1 for n in example.seq_lens))

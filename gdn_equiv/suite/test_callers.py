@@ -111,7 +111,7 @@ def check_bookkeeping(layer, family: str, config, seed: int, call, grad: bool) -
     note(f"{family}: layout={layout} B={B} T={T} valid={valid} side={side} prefix={P}")
     x = randn(seed, B, T, H, dtype=F64)
     cache = Cache()
-    history = [[] for _ in range(len(config.SLOTS))]  # per slot: [N, n, D] token rows per sequence
+    history: list[list] = [[] for _ in range(len(config.SLOTS))]  # per slot: [N, n, D] token rows per sequence
     with torch.set_grad_enabled(grad):
         if P:
             prefix = randn(
@@ -159,7 +159,7 @@ class ForgetsConvState:
     recurrent state and offset are kept), as if a cache were handed over without its conv part."""
 
     def _prepare(self, *args, **kwargs):
-        call = super()._prepare(*args, **kwargs)
+        call = super()._prepare(*args, **kwargs)  # type: ignore[misc]  # mixed into a ShortConvLayer
         if call.last_state is None:
             return call
         return dataclasses.replace(call, last_state={**call.last_state, "conv_state": None})
@@ -305,6 +305,7 @@ def test_a_clone_holds_the_same_states_in_fresh_storage(dtype: torch.dtype | Non
     assert len(clone) == len(original) == 2
     assert clone.states[0] is None
     src, dst = original.states[1], clone.states[1]
+    assert src is not None and dst is not None
     assert dst.keys() == src.keys() and dst["offset"] == 7
     pairs = [(src["recurrent_state"], dst["recurrent_state"]), *zip(src["conv_state"], dst["conv_state"], strict=True)]
     for a, b in pairs:

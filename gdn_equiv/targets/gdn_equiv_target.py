@@ -31,6 +31,7 @@ class GdnEquivHandle:
     device: str | torch.device
     _path: str | None = None
     _launches: int = 0
+    _steps: int = 0
     _extra: dict[str, Any] = field(default_factory=dict)
 
     def inputs(self) -> Inputs:
@@ -49,6 +50,7 @@ class GdnEquivHandle:
                 # fused = one launch over every slot; separate = one per conv (forward or step update)
                 n = launches.total()
                 self._launches = n
+                self._steps = launches.total("update")
                 slots = len(self.layer.slots)
                 self._path = {0: "none", 1: "fused", slots: "separate"}.get(n, f"{n} launches")
         return out, cache
@@ -58,6 +60,10 @@ class GdnEquivHandle:
 
     def launches(self) -> int:
         return self._launches
+
+    def step_launches(self) -> int:
+        """How many of the last run's conv launches were the single-step kernel (``update``)."""
+        return self._steps
 
     def layer_facts(self) -> LayerFacts:
         return self.layer.layer_facts()
