@@ -59,9 +59,17 @@ def conv_specs(
 
 
 def _fusable_spec(
-    draw: st.DrawFn, *, activation: str | None, backend: str, conv_size: int, conv_bias: bool, dtype: str | None
+    draw: st.DrawFn,
+    *,
+    activation: str | None,
+    backend: str,
+    conv_size: int,
+    conv_bias: bool,
+    dtype: str | None,
+    own_dtype: bool = False,
 ) -> ConvSpec:
-    """A spec that spells out the layer's own values (or the silu/swish alias): fusion stays legal."""
+    """A spec that spells out the layer's own values (or the silu/swish alias): fusion stays legal.
+    ``own_dtype``: ``dtype`` is the convs' own parameter dtype (not the layer's), so it is always spelled out."""
     act = activation
     if activation in _SILU_CLASS:
         act = draw(st.sampled_from((activation, *(a for a in _SILU_CLASS if a != activation))))
@@ -70,7 +78,7 @@ def _fusable_spec(
         activation=act,
         kernel_size=draw(st.none() | st.just(conv_size)),
         bias=draw(st.none() | st.just(conv_bias)),
-        dtype=draw(st.none() | st.just(dtype)) if dtype is not None else None,
+        dtype=dtype if own_dtype else draw(st.none() | st.just(dtype)) if dtype is not None else None,
     )
 
 
@@ -223,6 +231,10 @@ class _ConfigParams:
     breakable: tuple[str, ...]
 
 
+#: how often a config with short convs draws their parameters in a dtype other than the layer's
+_MIXED_PRECISION = 0.15
+
+
 @st.composite
 def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
     dims = draw(p.dims)
@@ -250,15 +262,24 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
             )
             specs = [draw(spec_st) for _ in range(3)]
     elif short:
+        # mixed precision: the three convs' parameters in a dtype of their own (fp32 convs under bf16
+        # activations is the ordinary setup), drawn now and then, shrinking to the layer's dtype
+        param_dtype = p.dtype
+        others = [d for d in p.conv_dtypes if d != p.dtype]
+        if p.dtype is not None and others and draw(rare(_MIXED_PRECISION)):
+            param_dtype = draw(st.sampled_from(others))
+        own = param_dtype != p.dtype
         layer = {
             "activation": activation,
             "backend": backend,
             "conv_size": conv_size,
             "conv_bias": bias,
-            "dtype": p.dtype,
+            "dtype": param_dtype,
         }
         if vary:
-            specs = [_fusable_spec(draw, **layer) for _ in range(3)]
+            specs = [_fusable_spec(draw, **layer, own_dtype=own) for _ in range(3)]
+        elif own:
+            specs = [replace(spec, dtype=param_dtype) for spec in specs]
         if p.fusable_convs is False:
             reasons = p.break_conditions
             if reasons is None:

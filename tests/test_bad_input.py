@@ -21,6 +21,7 @@ from gdn_equiv.cache import Cache
 from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, build_layer, materialize
+from gdn_equiv.families import get_family
 from gdn_equiv.families.gated_deltanet import FusedGatedDeltaNet, GDNConfig
 
 H = 8
@@ -201,6 +202,11 @@ def _two_channel_weight() -> Any:
 
 NO_CONV = SMALL.replace(use_short_conv=False)
 CONFIG_CASES: list[tuple[str, Callable[[], Any], str]] = [
+    (
+        "another family's config",
+        lambda: FusedGatedDeltaNet(get_family("kda").config_cls(**TINY)),
+        "FusedGatedDeltaNet needs a GDNConfig, got KDAConfig",
+    ),
     ("unknown conv backend", _set_conv_attr("backend", "no-such-backend"), "'no-such-backend'"),
     ("unknown conv backend in config", lambda: _layer(SMALL.replace(conv_backend="tpu-magic"))(_x()), "'tpu-magic'"),
     ("unknown conv activation", _set_conv_attr("activation", "gelu"), "'gelu'"),

@@ -281,3 +281,23 @@ class StepsUnderAutograd:
 def test_path_property_catches_a_step_kernel_taken_under_autograd():
     example = _caught(P.check_path_taken, examples(grad=True, use_short_conv=True), StepsUnderAutograd)
     assert example.grad and (example.seq_len == 1 or all(n == 1 for n in example.seq_lens))
+
+
+class FusedCastsParamsToInput:
+    """Mixed precision lost in the fused path only: the concatenated conv weights and biases are cast to
+    the activations' dtype (fp32 convs under bf16 activations get bf16 weights), the separate convs keep
+    theirs. Invisible unless the convs' parameter dtype differs from the layer's (layer_configs draws that
+    now and then: strategies/layers.py, _MIXED_PRECISION)."""
+
+    def _fused_prologue(self, proj, call):
+        bias = _biases(self)
+        dtype = proj.conv_in.dtype
+        return _fused_conv(self, proj, call, _weights(self).to(dtype), None if bias is None else bias.to(dtype))
+
+
+def test_forward_property_catches_a_fused_path_that_drops_mixed_precision():
+    example = _caught(
+        P.check_forward_exact, examples(fusable=True, dtypes=("bfloat16", "float16")), FusedCastsParamsToInput
+    )
+    spec = example.config.conv_spec(example.config.SLOTS[0])
+    assert spec.dtype is not None and spec.dtype != example.dtype, example.short()
