@@ -222,6 +222,18 @@ def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: st
     assert_equivalent(dx_fused, dx_split, name="dx", paths=("fused", "split"), context=context)
 
 
+#: channel counts where kernels change code path (block sizes); a fused call just past one, split
+#: into calls that stay at or under it, is where "fused == split" breaks for such a kernel
+BLOCK_EDGES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)
+
+
+def block_edges(backend: str) -> tuple[int, ...]:
+    """The edges a backend's conformance sweeps: up to its reach (6,144 on a GPU, 1,024 on a CPU, 32 for
+    kernels that run in the Triton interpreter here)."""
+    reach = _reach(backend).get("wide_channels", 33)
+    return tuple(e for e in BLOCK_EDGES if e < reach)
+
+
 def _split(data: st.DataObject, call: ConvCall, lo: int) -> tuple[ConvCall, int]:
     """A call at least two tokens long and a split point ``lo..T-1`` in it."""
     call = call if call.T >= 2 else dataclasses.replace(call, T=2)
@@ -290,6 +302,20 @@ def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
     count_example()
     note(f"{call!r}, prefill of {split}")
     check_decode_continuation(call, split, gdn_backend, device)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, gdn_backend, device):
+    """For every block edge E in reach (8, 16, 32, ...): one call over E + 1 channels == a call over the
+    first E and one over the last, y and dx bitwise. A kernel that takes another code path (or another
+    summation order) past a channel count is caught at that edge on every drawn call, not only when a
+    random split happens to straddle it."""
+    call = _draw_call(data, gdn_backend, varlen=False, initial_state=False, max_channels=1)
+    count_example()
+    note(repr(call))
+    for edge in block_edges(gdn_backend):
+        check_fused_slices(call, [edge, 1], gdn_backend, device)
 
 
 @settings(deadline=None)
