@@ -16,29 +16,13 @@ channel-last with more than 32 channels, ``grad.x`` not close in channels 32 and
 from __future__ import annotations
 
 import dataclasses
-
-from torch import Tensor
+import functools
 
 from gdn_equiv.backends import cuda_backend
-
-
-def forward(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    activation: str | None,
-    initial_state: Tensor | None,
-    output_final_state: bool,
-    cu_seqlens: Tensor | None,
-) -> tuple[Tensor, Tensor | None]:
-    return cuda_backend._forward(
-        x, weight, bias, activation, initial_state, output_final_state, cu_seqlens, final_grad_as_is=True
-    )
-
 
 BACKEND = dataclasses.replace(
     cuda_backend.BACKEND,
     name="cuda-as-is",
-    forward=forward,
+    forward=functools.partial(cuda_backend.forward, final_grad_as_is=True),
     description="causal-conv1d with the final state's gradient handed over as autograd passes it",
 )

@@ -192,22 +192,10 @@ def forward(
     initial_state: Tensor | None,
     output_final_state: bool,
     cu_seqlens: Tensor | None,
-) -> tuple[Tensor, Tensor | None]:
-    return _forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
-
-
-def _forward(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    activation: str | None,
-    initial_state: Tensor | None,
-    output_final_state: bool,
-    cu_seqlens: Tensor | None,
     *,
     final_grad_as_is: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """:func:`forward`; ``final_grad_as_is`` hands the package the final state's gradient as autograd
+    """SPEC §3's forward; ``final_grad_as_is`` hands the package the final state's gradient as autograd
     passes it (the layout guard off: repro/causal_conv1d_as_is.py shows the suite finding why it is on)."""
     _check(x, weight, bias, initial_state, "initial_state")
     if cu_seqlens is not None and initial_state is not None:
