@@ -371,3 +371,35 @@ def test_a_cache_state_that_fits_the_call_is_accepted(state) -> None:
 def test_a_cache_state_that_does_not_fit_the_call_is_refused_by_name(state, message) -> None:
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         _check_state(state)
+
+
+# ---- the cache's own API: what every P5/P7 comparison of caches reads ----------------------------------
+
+
+def test_cache_update_accumulates_offsets_and_returns_what_it_stored() -> None:
+    cache = Cache()
+    conv = (torch.ones(1, 2, 3), None)
+    first = cache.update(2, recurrent_state=None, conv_state=conv, offset=3, extra=torch.zeros(1))
+    assert len(cache) == 3 and cache.get(0) is None and cache.get(1) is None and cache.get(7) is None
+    assert first is cache[2] and first["offset"] == 3 and first["conv_state"] is conv and "extra" in first
+    second = cache.update(2, recurrent_state=torch.zeros(1), conv_state=None, offset=4)
+    assert second is cache[2] and second["offset"] == 7 and second["conv_state"] is None
+
+
+def test_cache_reading_a_layer_it_does_not_hold_raises_key_error() -> None:
+    cache = Cache()
+    cache.update(1, recurrent_state=None, conv_state=None, offset=1)
+    for layer_idx in (0, 2):
+        with pytest.raises(KeyError, match=f"no state for layer {layer_idx}"):
+            cache[layer_idx]
+
+
+@pytest.mark.parametrize("layer_idx", [-1, "0", True, 1.0, None])
+def test_cache_refuses_a_layer_index_that_is_not_a_non_negative_int(layer_idx) -> None:
+    """A negative index would read or overwrite another layer's state from the end of the list."""
+    cache = Cache()
+    cache.update(0, recurrent_state=None, conv_state=None, offset=1)
+    for call in (lambda: cache.get(layer_idx), lambda: cache.update(layer_idx, recurrent_state=None,
+                                                                      conv_state=None, offset=1)):  # fmt: skip
+        with pytest.raises(InvalidArgument, match=re.escape(f"layer_idx must be an integer >= 0, got {layer_idx!r}")):
+            call()
