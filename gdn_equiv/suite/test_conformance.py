@@ -310,12 +310,16 @@ def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, 
     """For every block edge E in reach (8, 16, 32, ...): one call over E + 1 channels == a call over the
     first E and one over the last, y and dx bitwise. A kernel that takes another code path (or another
     summation order) past a channel count is caught at that edge on every drawn call, not only when a
-    random split happens to straddle it."""
+    random split happens to straddle it. Each call is also swept as its fp32 twin with a bias and at
+    least 2W tokens: a different summation order rounds differently in fp32 sums of several non-zero
+    terms, and a bf16/fp16 output or a one-token call hides it."""
     call = _draw_call(data, gdn_backend, varlen=False, initial_state=False, max_channels=1)
     count_example()
     note(repr(call))
-    for edge in block_edges(gdn_backend):
-        check_fused_slices(call, [edge, 1], gdn_backend, device)
+    twin = dataclasses.replace(call, dtype="float32", bias=True, T=max(call.T, 2 * call.W))
+    for swept in dict.fromkeys([call, twin]):
+        for edge in block_edges(gdn_backend):
+            check_fused_slices(swept, [edge, 1], gdn_backend, device)
 
 
 @settings(deadline=None)
