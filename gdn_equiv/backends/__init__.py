@@ -197,7 +197,8 @@ def available_backends() -> list[str]:
 
 
 class LaunchCounter:
-    """Counts conv launches by ``(backend, kind)``, kind being ``"forward"`` or ``"update"``."""
+    """Counts conv launches by ``(backend, kind)``, kind being ``"forward"`` (the sequence path) or
+    ``"update"`` (the step path, whether the backend runs it with a step kernel or its sequence kernel)."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -253,10 +254,28 @@ def causal_conv1d(
     backend: str = "torch",
 ) -> tuple[Tensor, Tensor | None]:
     """Depthwise causal conv through ``backend`` (one counted launch); arguments are checked first."""
+    return _sequence_kernel(
+        x, weight, bias, activation, initial_state, output_final_state, cu_seqlens, backend, "forward"
+    )
+
+
+def _sequence_kernel(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    activation: str | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: Tensor | None,
+    backend: str,
+    kind: str,
+) -> tuple[Tensor, Tensor | None]:
+    """The backend's sequence kernel, counted as a launch of ``kind`` (``update``: a step call of a backend
+    that has no step kernel, so P2 can still tell the step path from the sequence path)."""
     check_forward_args(x, weight, bias, activation, initial_state, cu_seqlens)
     impl = _runnable(backend)
     _check_runs_activation(impl.name, activation)
-    _record(impl.name, "forward")
+    _record(impl.name, kind)
     y, final = impl.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
     _check_outputs(impl.name, x, y, final, output_final_state, weight.shape[1], cu_seqlens, initial_state)
     return y, final
@@ -277,7 +296,9 @@ def causal_conv1d_update(
     _check_runs_activation(impl.name, activation)
     if impl.update is None:
         # A plug-in without a step kernel: the full kernel over a one-token window is the same maths.
-        y, new_state = causal_conv1d(x.unsqueeze(1), weight, bias, activation, state, True, None, backend=impl.name)
+        y, new_state = _sequence_kernel(
+            x.unsqueeze(1), weight, bias, activation, state, True, None, impl.name, "update"
+        )
         assert new_state is not None
         return y[:, 0], new_state
     _record(impl.name, "update")
