@@ -151,6 +151,7 @@ def check_path_taken(example: Example, *, device: str = "cpu", target: TargetLik
     short = example.config.use_short_conv
     expected = {"auto": ("fused" if decision.fuse else "separate") if short else "none"}
     expected["separate"] = "separate" if short else "none"
+    step = _expects_step(example)
     for prologue, want in expected.items():
         outcome = run(handle, inputs, example, prologue)
         _raise_error(outcome, prologue, example)
@@ -160,7 +161,6 @@ def check_path_taken(example: Example, *, device: str = "cpu", target: TargetLik
                 f"calls), expected {want} (guard: {decision})\nExample: {example.short()}",
                 Report("path", (prologue, "expected"), False, 1, problem=f"{outcome.path} != {want}"),
             )
-        step = _expects_step(example)
         if outcome.path == "separate" and outcome.steps is not None and step is not None:
             want_steps = outcome.launches if step else 0
             if outcome.steps != want_steps:

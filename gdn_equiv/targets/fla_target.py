@@ -197,10 +197,16 @@ def fla_guard(
         last_state = {"conv_state": None, "recurrent_state": None} if call.has_cached_state else None
         cu_seqlens = torch.tensor([0, 1], dtype=torch.int32) if call.varlen else None
         return bool(base._use_fused_qkv_conv(layer, last_state, call.use_cache, cu_seqlens))
-    if not (layer.use_short_conv and not call.has_cached_state and not call.use_cache and not call.varlen):
+    if not _inline_condition(layer, call):
         return False
     module = importlib.import_module(_fla_class(family).__module__)
     return bool(module.can_fuse_qkv_short_conv(layer.q_conv1d, layer.k_conv1d, layer.v_conv1d))
+
+
+def _inline_condition(layer: torch.nn.Module, call: CallFacts) -> bool:
+    """PR #977's outer condition, inline code in each layer's ``forward`` before the fusion helper: short
+    convs on, no cached state, no ``use_cache``, no ``cu_seqlens``. Pinning the helper cannot reach past it."""
+    return bool(layer.use_short_conv and not (call.has_cached_state or call.use_cache or call.varlen))
 
 
 def _conv_module(channels: int, kernel_size: int, bias: bool, activation: str | None, backend: str) -> torch.nn.Module:
@@ -496,9 +502,7 @@ class FlaHandle:
         ``"fused"`` takes the separate path there (seen on the H200: a ``cu_seqlens`` example)."""
         if self.family not in self.row.fusing or not self.layer.use_short_conv:
             return False
-        if self.row.decision == "method":
-            return True
-        return not (call_facts.has_cached_state or call_facts.use_cache or call_facts.varlen)
+        return self.row.decision == "method" or _inline_condition(self.layer, call_facts)
 
     def bias_gap(self) -> str | None:
         """What this version's fused path does with these convs' biases: ``"crash"`` (it concatenates
