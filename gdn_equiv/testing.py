@@ -19,17 +19,22 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "PROFILES",
     "count_example",
     "count_hypothesis_test_cases",
     "counts",
+    "cu_from_lens",
     "default_profile",
     "nan_poisoned_empty",
     "parse_names",
     "pin_xdist_worker_device",
+    "randn",
     "register_profiles",
     "visible_device_count",
 ]
@@ -63,6 +68,25 @@ def count_hypothesis_test_cases(stats: Mapping[str, Any]) -> int:
 def counts() -> dict[str, int]:
     """This process' counts: ``{"properties": count_example calls, "hypothesis": examples run}``."""
     return dict(_COUNTS)
+
+
+# ---- seeded inputs ---------------------------------------------------------------------------
+
+
+def randn(seed: int, *shape: int, dtype: torch.dtype | None = None, scale: float = 1.0) -> torch.Tensor:
+    """``shape`` standard normals from their own generator seeded with ``seed`` (drawn in fp64, times
+    ``scale``, then cast to ``dtype``, default fp32): the same values whatever ran before."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype or torch.float32)
+
+
+def cu_from_lens(lens: list[int], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``cu_seqlens`` (int32 unless ``dtype``) for sequences of ``lens`` tokens: ``[0, l0, l0+l1, ...]``."""
+    import torch
+
+    return torch.nn.functional.pad(torch.tensor(lens, dtype=torch.int64).cumsum(0), (1, 0)).to(dtype or torch.int32)
 
 
 # ---- Hypothesis profiles -------------------------------------------------------------------

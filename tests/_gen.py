@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from gdn_equiv.example import Example, build_layer
 from gdn_equiv.families.gated_deltanet import GatedDeltaNet, GDNConfig
+from gdn_equiv.testing import cu_from_lens as cu_from_lens  # re-exported: the tests import both from here
+from gdn_equiv.testing import randn as randn
 
 try:  # the colleague's per-example counter; a no-op until it lands
     from gdn_equiv.testing import count_example as _count_example
@@ -72,15 +74,6 @@ def make_layer(config: GDNConfig, seed: int, dtype: torch.dtype = torch.float32,
     """The layer for ``config`` with tame random parameters (uniform [-1, 1], as the suite's examples)."""
     name = str(dtype).removeprefix("torch.")
     return build_layer(Example(config=config, dtype=name, seed=seed), cls=cls)
-
-
-def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
-
-
-def cu_from_lens(lens: list[int], dtype: torch.dtype = torch.int32) -> torch.Tensor:
-    return F.pad(torch.tensor(lens, dtype=torch.int64).cumsum(0), (1, 0)).to(dtype)
 
 
 def spec_layer(layer: GatedDeltaNet, x: torch.Tensor, *, beta_scale: float | None = None) -> torch.Tensor:

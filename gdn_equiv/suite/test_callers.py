@@ -28,18 +28,9 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, build_layer
 from gdn_equiv.families import get_family, known_families
 from gdn_equiv.strategies import layer_configs
-from gdn_equiv.testing import count_example
+from gdn_equiv.testing import count_example, cu_from_lens, randn
 
 F64 = torch.float64
-
-
-def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
-
-
-def cu_from_lens(lens: list[int]) -> torch.Tensor:
-    return torch.nn.functional.pad(torch.tensor(lens, dtype=torch.int64).cumsum(0), (1, 0)).to(torch.int32)
 
 
 FAMILIES = tuple(known_families())
