@@ -147,7 +147,9 @@ def test_a_suite_run_with_gdn_isolate_survives_a_crashing_kernel(tmp_path) -> No
     """Under pytest (one process, no xdist) ``--gdn-isolate`` makes a dying kernel a failed test."""
     (tmp_path / "deadly_kernels.py").write_text(KERNELS)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
-    env["HYPOTHESIS_PROFILE"] = "dev"
+    # ci's 60 examples: the kernel dies only on fp32 calls over more than 16 channels, and dev's 15 missed
+    # every such call in about 1 run of 12 (measured; a miss is a passing run and fails this test)
+    env["HYPOTHESIS_PROFILE"] = "ci"
     test = "gdn_equiv.suite.test_properties::test_auto_launches_one_conv_iff_guard_fuses"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--pyargs", test,
