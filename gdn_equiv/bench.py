@@ -235,6 +235,12 @@ def fla_version() -> str | None:
     return version()
 
 
+def fla_autotune() -> str:
+    from gdn_equiv.backends.fla_backend import autotune_mode
+
+    return autotune_mode()
+
+
 def fla_fuses(family_name: str) -> bool:
     """Whether the installed fla has a fused prologue for this family (the fla adapter's version
     table), which the adapter can then force."""
@@ -260,6 +266,10 @@ def _layer_subject(
     meta: dict[str, Any] = {"family": family_name, "impl": "gdn_equiv", "backend": backend, "core": "torch chunked"}
     if target_name == "fla":
         meta.update(impl=f"fla {fla_version()}", backend="triton", core="fla")
+        if fla_autotune() == "first":
+            meta["autotune"] = (
+                "first config of each of fla's kernels (GDN_EQUIV_FLA_AUTOTUNE=first), not fla's tuned one"
+            )
     handles = {"fwd": handle, "fwd_bwd": handle}  # check() may give fwd+bwd the reference core
     grad_of = {p: [x, *_parameters(handle.layer)] for p in PASSES}
 
@@ -618,7 +628,7 @@ def format_table(report: dict[str, Any]) -> str:
             "jitter, not the prologue."
         )
     lines += [f"note: {n}" for n in report["notes"]]
-    lines += [f"note: {_label(r)}: {r['note']}" for r in rows if "note" in r]
+    lines += [f"note: {_label(r)}: {r[key]}" for key in ("note", "autotune") for r in rows if key in r]
     return "\n".join(lines)
 
 

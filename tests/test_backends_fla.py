@@ -127,6 +127,39 @@ def test_autotune_mode_is_checked_before_a_call(monkeypatch):
     assert all(len(fb._autotuner(getattr(module, n)).configs) == 1 for n in fb.pin_autotuned(module))
 
 
+_PIN_PROBE = """
+import importlib, sys
+from triton.runtime.autotuner import Autotuner
+from gdn_equiv.backends import fla_backend as fb
+from gdn_equiv.targets import fla_target
+for family in ("gated_deltanet", "gla"):
+    fla_target._fla_class(family)
+pinned = fb.pin_loaded_fla()
+left = [f"{m}.{n}" for m, mod in list(sys.modules.items()) if m.startswith("fla.")
+        for n, k in vars(mod).items() if (t := fb._autotuner(k)) is not None and len(t.configs) > 1]
+print(len(pinned), len(left), any(".ops." in p for p in pinned))
+"""
+
+
+@pytest.mark.skipif(fb._fla_reason()[1] is not None, reason=f"fla: {fb._fla_reason()[1]}")
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("first", lambda n, left, ops: n > 0 and left == 0 and ops), ("full", lambda n, left, ops: n == 0 and left > 0)],
+)
+def test_autotune_first_pins_every_loaded_fla_kernel_and_full_none(mode, expected):
+    """``GDN_EQUIV_FLA_AUTOTUNE=first`` reaches fla's layer cores (the fla target's runs on a GPU spent
+    their budget autotuning them), not only the conv; ``full`` leaves fla's tuning alone. In a child
+    process: pinning is process-wide."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, fb.AUTOTUNE_ENV: mode}
+    done = subprocess.run([sys.executable, "-c", _PIN_PROBE], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    n, left, ops = done.stdout.split()
+    assert expected(int(n), int(left), ops == "True"), done.stdout
+
+
 @needs_fla_triton
 def test_fla_drops_the_gradient_of_a_final_state_slot_0_which_the_declaration_covers():
     """The fact behind fla's declaration: for ``T >= W`` fla's dx misses ``d final[..., 0]`` (token ``T-W``);

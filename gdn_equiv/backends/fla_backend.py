@@ -43,6 +43,7 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -216,6 +217,22 @@ def autotune_mode() -> str:
     if mode not in ("full", "first"):
         raise InvalidArgument(f"{AUTOTUNE_ENV} must be 'full' or 'first', got {mode!r}")
     return mode
+
+
+def pin_loaded_fla() -> list[str]:
+    """With ``GDN_EQUIV_FLA_AUTOTUNE=first``: every autotuned kernel of every loaded ``fla`` module
+    (layer cores, norms, gates, not only the conv) pinned to its first config; returns
+    ``module.kernel`` names. fla's layers autotune each core kernel per shape, so on the H200 a
+    PR #977 layer's first call took 200-320 s and a fuzz run with fla's own cores spent most of its
+    budget there. A no-op (``[]``) in ``full`` mode. Process-wide, idempotent; call it after the
+    layer's module is imported (fla imports its ops at module level)."""
+    if autotune_mode() != "first":
+        return []
+    pinned = []
+    for name, module in sorted(sys.modules.items()):
+        if (name == "fla" or name.startswith("fla.")) and isinstance(module, ModuleType):
+            pinned += [f"{name}.{kernel}" for kernel in pin_autotuned(module)]
+    return pinned
 
 
 def interpreter_ready(row: FlaConv) -> None:

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from gdn_equiv.backends.fla_backend import pin_loaded_fla
 from gdn_equiv.cache import Cache
 from gdn_equiv.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.core import gated_delta_rule, l2norm
@@ -576,6 +577,7 @@ class FlaTarget:
                 torch.random.set_rng_state(gen_state)
             _cast(layer, example.config, example.torch_dtype)
         layer.train(example.train)
+        pin_loaded_fla()
         return FlaHandle(example, layer, reference, device, self.core, version_row())  # type: ignore[arg-type]
 
 
