@@ -13,7 +13,8 @@
 #   fla-suite    the installed gating suite over fla's own conv kernels (FLA_BACKENDS, default all three; FLA_SUITE_ARGS)
 #   layout-hunt  the conformance gradients against causal-conv1d with the layout guard off (fuzz profile):
 #                the strategies must find repro/causal_conv1d_dfinal_states.py by themselves
-#   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS)
+#   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS; fla pinned: FLA_AUTOTUNE=first)
+#   bench-layer  gdn-equiv bench layer (BENCH_BACKENDS, BENCH_ARGS; FLA_AUTOTUNE=full unless set)
 #   fla-grad-probe  scripts/fla_grad_probe.py (PR #977's fused-vs-separate grad.x on the layer and the conv)
 #   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile)
 # TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
@@ -57,7 +58,8 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     layout-hunt) stage layout-hunt "${!var:-200}" env HYPOTHESIS_PROFILE=fuzz python3 -m pytest -q -p no:cacheprovider \
         -rfE --hypothesis-show-statistics --gdn-failure-log "$OUT/layout-hunt-failures.txt" \
         --pyargs gdn_equiv.suite.test_conformance -k gradients --gdn-backend repro.causal_conv1d_as_is:BACKEND ;;
-    fla-fuzz-own) stage fla-fuzz-own "${!var:-400}" python3 -m gdn_equiv fuzz --target fla \
+    fla-fuzz-own) stage fla-fuzz-own "${!var:-400}" env GDN_EQUIV_FLA_AUTOTUNE="${FLA_AUTOTUNE:-first}" \
+        python3 -m gdn_equiv fuzz --target fla \
         --family "${FUZZ_FAMILIES:-all}" --device cuda --seconds "${FUZZ_SECONDS:-240}" \
         --report "$OUT/fla-fuzz-own-report" ;;
     fla-grad-probe) stage fla-grad-probe "${!var:-200}" python3 scripts/fla_grad_probe.py ;;
@@ -65,6 +67,9 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ;;
     warm-suite) stage warm-suite "${!var:-120}" python3 -m pytest -n "$W" -q -p no:cacheprovider \
         --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ;;
+    bench-layer) stage bench-layer "${!var:-300}" env GDN_EQUIV_FLA_AUTOTUNE="${FLA_AUTOTUNE:-full}" \
+        python3 -m gdn_equiv bench layer --backend "${BENCH_BACKENDS:-triton,cuda,fla}" ${BENCH_ARGS:-} \
+        --json "$OUT/bench-layer.json" --plot "$OUT/bench-layer.png" ;;
     ncu) stage ncu "${!var:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 scripts/ncu_prologue.py ;;
     *) echo "unknown stage $1" >&2; status=1 ;;
