@@ -1,4 +1,4 @@
-"""``gdn-equiv``: check, fuzz, repro, bench, families.
+"""``gdn-equiv``: check, fuzz, repro, bench, families, coverage.
 
 ``check`` runs the properties (P2-P7, and the P6 necessity searches) against a backend with a
 Hypothesis profile and prints a summary table, one row per property x family x backend x dtype
@@ -8,7 +8,9 @@ row: saved failures replay first) and write a report directory as they go (``row
 ``summary.json``, each failure's shrunk example and a standalone reproducer), and on request
 ``--junit-xml`` and ``--json`` files for CI systems. ``repro FILE`` replays a failure.
 ``bench layer`` / ``bench prologue`` time the fused prologue against the separate one (whole layer,
-or the convs alone). ``families`` lists the layer families.
+or the convs alone). ``families`` lists the layer families. ``coverage`` counts a pytest run's examples
+per input region (channel counts, T against W, states, dtypes, ...) from Hypothesis' observability
+output (:mod:`gdn_equiv.coverage`).
 
 Every argument is checked before the first example runs (SPEC §10); the exit status says how the run
 ended (:data:`EXIT_STATUS`).
@@ -65,6 +67,15 @@ exit status:
   1    it still fails
   2    the file is missing, unreadable, of an unknown format version or does not validate
   3    the environment cannot run it (backend, device or target missing here)
+  4    internal error of gdn-equiv itself; the traceback is saved in gdn-equiv-report/
+  130  interrupted
+"""
+COVERAGE_EXIT_STATUS = """\
+exit status:
+  0    the report was printed (with --require-all: and every expected region was reached)
+  1    with --require-all: an expected region was NOT REACHED (the report lists them)
+  2    --observed is missing, holds no *_testcases.jsonl file or no test case, or has a line
+       that is not JSON; --json names a directory; one line on stderr names the path
   4    internal error of gdn-equiv itself; the traceback is saved in gdn-equiv-report/
   130  interrupted
 """
@@ -769,6 +780,51 @@ def cmd_families(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- coverage ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class CoveragePlan:
+    observations: list[tuple[Path, dict[str, Any]]]
+    json: Path | None
+    require_all: bool
+
+
+def plan_coverage(args: argparse.Namespace) -> CoveragePlan:
+    """``coverage`` arguments: ``--observed`` (default: Hypothesis' own ``observed`` directory) read in
+    full, so a missing directory, one without test cases or a line that is not JSON is refused before
+    anything is printed."""
+    from gdn_equiv import coverage
+    from gdn_equiv.errors import InvalidArgument
+
+    observed = args.observed
+    if observed is None:  # where Hypothesis writes: its storage directory, .hypothesis unless set
+        observed = str(Path(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or ".hypothesis") / "observed")
+    json_path = _output_file("--json", args.json)
+    try:
+        observations = coverage.read_observed(Path(observed))
+    except InvalidArgument as exc:
+        raise UsageError(f"--observed: {_one_line(str(exc))}") from None
+    _make_dirs({"--json": json_path and json_path.parent})
+    return CoveragePlan(observations=observations, json=json_path, require_all=args.require_all)
+
+
+def cmd_coverage(plan: CoveragePlan) -> int:
+    """Print the report (and write its JSON); with ``--require-all``, exit 1 when a region was not
+    reached. Without it the report only informs: a rare region (1,025+ channels is one conformance draw in
+    75 on a CPU) can miss one randomized ``ci`` run without anything being wrong."""
+    import json
+
+    from gdn_equiv import coverage
+
+    tally = coverage.tally(plan.observations)
+    print(coverage.format_report(tally))
+    if plan.json is not None:
+        plan.json.write_text(json.dumps(coverage.report_json(tally), indent=2) + "\n")
+        print(f"json: {plan.json}")
+    return EXIT_FAILED if plan.require_all and coverage.not_reached(tally) else EXIT_OK
+
+
 # ---- the parser and main ---------------------------------------------------------------------------
 
 
@@ -912,6 +968,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(prepare=plan_bench, run=cmd_bench)
     p = command("families", "list the layer families --family accepts")
     p.set_defaults(prepare=lambda args: args, run=cmd_families)
+    p = command(
+        "coverage",
+        "count a pytest run's examples per input region (channel counts, T against W, states, dtypes) from "
+        "Hypothesis' observability output: run the tests with HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY=1 first",
+        COVERAGE_EXIT_STATUS,
+    )
+    p.add_argument(
+        "--observed",
+        default=None,
+        metavar="DIR",
+        help="the run's observations: a directory of *_testcases.jsonl files (default: .hypothesis/observed, "
+        "or $HYPOTHESIS_STORAGE_DIRECTORY/observed); Hypothesis appends to one file a day, so empty it before "
+        "the run to report that run alone",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the counts as JSON")
+    p.add_argument(
+        "--require-all", action="store_true", help="exit 1 when an expected region was not reached (default: report)"
+    )
+    p.set_defaults(prepare=plan_coverage, run=cmd_coverage)
     return parser
 
 

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend, supported_widths
 from gdn_equiv.compare import assert_equivalent
+from gdn_equiv.coverage import label_conv_call
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUTS
 from gdn_equiv.testing import count_example
@@ -204,6 +205,7 @@ def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: st
     y and dx bitwise."""
     D = sum(dims)
     wide = dataclasses.replace(call, D=D)
+    label_conv_call(wide, grad=True, final_state=False)  # the call the kernel sees (dx, no final state)
     context = f"{wide}, slices {dims}"
     t = wide.tensors(device, grad=True)
     x = t["x"]
@@ -250,6 +252,7 @@ def test_backend_forward_matches_torch(data, gdn_backend, device):
     call = _draw_call(data, gdn_backend, varlen=False)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=False, final_state=True)
     check_forward(call, gdn_backend, device)
 
 
@@ -260,6 +263,7 @@ def test_backend_varlen_matches_torch(data, gdn_backend, device):
     call = _draw_call(data, gdn_backend, varlen=True)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=False, final_state=True)
     check_forward(call, gdn_backend, device)
 
 
@@ -270,6 +274,7 @@ def test_backend_gradients_match_torch(data, gdn_backend, device):
     call = _draw_call(data, gdn_backend)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=True, final_state=True)
     check_gradients(call, gdn_backend, device)
 
 
@@ -280,6 +285,7 @@ def test_backend_update_matches_torch_and_keeps_state(data, gdn_backend, device)
     call = _draw_call(data, gdn_backend, varlen=False, initial_state=True, max_seq_len=1)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=False, final_state=True)
     check_update(call, gdn_backend, device)
 
 
@@ -291,6 +297,7 @@ def test_backend_final_state_continues_the_sequence(data, gdn_backend, device):
     call, split = _split(data, _draw_call(data, gdn_backend, varlen=False), 1)
     count_example()
     note(f"{call!r}, split at {split}")
+    label_conv_call(call, grad=True, final_state=True)
     check_continuation(call, split, gdn_backend, device)
 
 
@@ -301,6 +308,7 @@ def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
     call, split = _split(data, _draw_call(data, gdn_backend, varlen=False), 0)
     count_example()
     note(f"{call!r}, prefill of {split}")
+    label_conv_call(call, grad=False, final_state=True)
     check_decode_continuation(call, split, gdn_backend, device)
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend, supported_widths
 from gdn_equiv.compare import assert_equivalent
+from gdn_equiv.coverage import label_conv_call
 from gdn_equiv.ground_truth import conv1d_truth, update_truth
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.suite.test_conformance import _reach
@@ -99,6 +100,7 @@ def test_backend_forward_matches_fp64_ground_truth(data, gdn_backend, device):
     call = draw_call(data, gdn_backend, varlen=False)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=False, final_state=True)
     check_forward(call, gdn_backend, device)
 
 
@@ -109,6 +111,7 @@ def test_backend_varlen_matches_fp64_ground_truth(data, gdn_backend, device):
     call = draw_call(data, gdn_backend, varlen=True)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=False, final_state=True)
     check_forward(call, gdn_backend, device)
 
 
@@ -119,6 +122,7 @@ def test_backend_gradients_match_fp64_ground_truth(data, gdn_backend, device):
     call = draw_call(data, gdn_backend)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=True, final_state=True)
     check_gradients(call, gdn_backend, device)
 
 
@@ -129,4 +133,5 @@ def test_backend_update_matches_fp64_ground_truth(data, gdn_backend, device):
     call = draw_call(data, gdn_backend, varlen=False, initial_state=True, max_seq_len=1)
     count_example()
     note(repr(call))
+    label_conv_call(call, grad=False, final_state=True)
     check_update(call, gdn_backend, device)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv import isolation
 from gdn_equiv import properties as P
+from gdn_equiv.coverage import label_example
 from gdn_equiv.example import Example
 from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import examples
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def _run(prop, example: Example, device: str, *, may_not_apply: bool = False):
     count_example()
     note(example.short())
+    label_example(example)  # coverage:layer.* events, read from Hypothesis' observability output
     try:
         return isolation.call(prop, example, device=device)  # in a worker under --gdn-isolate
     except P.NotApplicable as exc:

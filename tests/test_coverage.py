@@ -1,0 +1,483 @@
+"""The coverage report (``gdn-equiv coverage``, :mod:`gdn_equiv.coverage`): the regions an example is labelled
+with, the reading and counting of Hypothesis' observability output, the refusals, and that the report fails
+when a strategy stops reaching a region.
+
+Expected labels are written out by hand from the dimension definitions (the docstrings and the README), not
+computed with the module's own helpers. The planted-defect test runs Hypothesis in a subprocess with
+observability on and its own storage directory: the real files, end to end, and nothing written into the
+observations of the run that is running these tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gdn_equiv import cli
+from gdn_equiv import coverage as C
+from gdn_equiv.config import ConvSpec
+from gdn_equiv.example import Example
+from gdn_equiv.families import get_family
+from gdn_equiv.strategies import ConvCall
+
+# ---- labels of hand-built conv calls -----------------------------------------------------------------
+
+#: (D, bucket, at a block edge): bucket bounds on both sides, edges at 2^k and 2^k + 1 for 2^k >= 8 only
+CHANNELS = [
+    (1, "1-16", "off-edge"),
+    (4, "1-16", "off-edge"),  # a power of two, but under 8
+    (5, "1-16", "off-edge"),
+    (7, "1-16", "off-edge"),
+    (8, "1-16", "at-edge"),
+    (9, "1-16", "at-edge"),
+    (10, "1-16", "off-edge"),
+    (16, "1-16", "at-edge"),
+    (17, "17-64", "at-edge"),
+    (64, "17-64", "at-edge"),
+    (65, "65-256", "at-edge"),
+    (100, "65-256", "off-edge"),
+    (256, "65-256", "at-edge"),
+    (257, "257-1024", "at-edge"),
+    (1023, "257-1024", "off-edge"),
+    (1024, "257-1024", "at-edge"),
+    (1025, "1025+", "at-edge"),
+    (6145, "1025+", "off-edge"),  # 6,144 is a block size of the PR's fused call, not a power of two
+]
+
+
+@pytest.mark.parametrize("D, bucket, edge", CHANNELS, ids=[str(c[0]) for c in CHANNELS])
+def test_channel_count_bucket_and_block_edge(D, bucket, edge) -> None:
+    regions = C.conv_call_regions(ConvCall(B=1, T=1, D=D, W=2), grad=False, final_state=True)
+    assert regions["conv.channels"] == (bucket,)
+    assert regions["conv.block_edge"] == (edge,)
+
+
+#: (T, W, region): every boundary of T < W-1 | T = W-1 | T = W | W < T <= 2W | T > 2W
+LENGTHS = [
+    (1, 4, "T<W-1"),
+    (2, 4, "T<W-1"),
+    (3, 4, "T=W-1"),
+    (4, 4, "T=W"),
+    (5, 4, "W<T<=2W"),
+    (8, 4, "W<T<=2W"),
+    (9, 4, "T>2W"),
+    (1, 2, "T=W-1"),
+    (1, 1, "T=W"),
+    (2, 1, "W<T<=2W"),
+    (3, 1, "T>2W"),
+]
+
+
+@pytest.mark.parametrize("T, W, region", LENGTHS, ids=[f"T{t}-W{w}" for t, w, _ in LENGTHS])
+def test_length_against_the_kernel_width(T, W, region) -> None:
+    regions = C.conv_call_regions(ConvCall(B=2, T=T, D=3, W=W), grad=False, final_state=True)
+    assert regions["conv.length"] == (region,)
+
+
+@pytest.mark.parametrize(
+    "T, region", [(14, "off-tile"), (15, "at-tile"), (17, "at-tile"), (18, "off-tile"), (127, "at-tile")]
+)
+def test_length_at_a_time_tile(T, region) -> None:
+    assert C.conv_call_regions(ConvCall(B=1, T=T, D=3, W=4), grad=False, final_state=True)["conv.tile_edge"] == (
+        region,
+    )
+
+
+def test_a_plain_forward_call_is_labelled_in_every_conv_dimension_but_grad_with() -> None:
+    call = ConvCall(B=2, T=2, D=1025, W=4, dtype="bfloat16")
+    assert C.conv_call_regions(call, grad=False, final_state=True) == {
+        "conv.channels": ("1025+",),
+        "conv.block_edge": ("at-edge",),
+        "conv.length": ("T<W-1",),
+        "conv.tile_edge": ("off-tile",),
+        "conv.initial_state": ("off",),
+        "conv.final_state": ("requested",),
+        "conv.varlen": ("dense",),
+        "conv.dtype": ("bfloat16",),
+        "conv.param_dtype": ("same",),
+        "conv.grad": ("off",),
+        "conv.layout": ("contiguous",),
+    }
+
+
+def test_a_packed_call_with_gradients_is_labelled_per_sequence_and_per_layout() -> None:
+    call = ConvCall(
+        B=1,
+        T=28,
+        D=17,
+        W=4,
+        bias=True,
+        initial_state=True,
+        seq_lens=(0, 3, 4, 6, 15),
+        layouts=(("x", "sliced"), ("bias", "transposed"), ("dy", "strided"), ("dfinal", "expanded")),
+    )
+    regions = C.conv_call_regions(call, grad=True, final_state=False)
+    assert {k: set(v) for k, v in regions.items()} == {
+        "conv.channels": {"17-64"},
+        "conv.block_edge": {"at-edge"},  # D - 1 = 16
+        "conv.length": {"T<W-1", "T=W-1", "T=W", "W<T<=2W", "T>2W"},  # 0, 3, 4, 6, 15
+        "conv.tile_edge": {"at-tile"},  # 15
+        "conv.initial_state": {"on"},
+        "conv.final_state": {"not-requested"},
+        "conv.varlen": {"cu_seqlens+empty"},
+        "conv.dtype": {"float32"},
+        "conv.param_dtype": {"same"},
+        "conv.grad": {"on"},
+        # dfinal's layout does not count: no final state, so no cotangent for it
+        "conv.layout": {"sliced", "transposed", "strided"},
+        "conv.grad_with": {"initial_state", "cu_seqlens+empty"},
+    }
+
+
+def test_cotangent_layouts_count_only_with_gradients() -> None:
+    call = ConvCall(B=1, T=4, D=3, W=2, layouts=(("dy", "strided"), ("bias", "sliced")))  # no bias drawn
+    assert C.conv_call_regions(call, grad=False, final_state=True)["conv.layout"] == ("contiguous",)
+    assert C.conv_call_regions(call, grad=True, final_state=True)["conv.layout"] == ("strided",)
+    grad_with = C.conv_call_regions(ConvCall(B=1, T=5, D=3, W=2, seq_lens=(2, 3)), grad=True, final_state=True)
+    assert set(grad_with["conv.grad_with"]) == {"final_state", "cu_seqlens"}
+
+
+# ---- labels of hand-built layer examples ----------------------------------------------------------
+
+
+def _example(family: str = "gated_deltanet", config: dict | None = None, **call) -> Example:
+    return Example(config=get_family(family).config_cls(hidden_size=8, **(config or {})), family=family, **call)
+
+
+def test_a_mixed_precision_decode_step_is_labelled() -> None:
+    ex = _example(
+        config={"q_conv": ConvSpec(dtype="float32")},
+        dtype="bfloat16",
+        varlen="cu_seqlens",
+        seq_lens=(1, 1),
+        seq_len=2,
+        cache="populated",
+        prefix_len=3,
+        use_cache=True,
+        grad=False,
+    )
+    assert C.example_regions(ex) == {
+        "layer.family": ("gated_deltanet",),
+        "layer.dtype": ("bfloat16",),
+        "layer.param_dtype": ("mixed",),
+        "layer.cache": ("populated",),
+        "layer.use_cache": ("on",),
+        "layer.varlen": ("cu_seqlens",),
+        "layer.grad": ("off",),
+        "layer.step": ("step",),  # every packed sequence one token, no autograd
+    }
+
+
+def test_a_masked_one_token_call_with_gradients_is_labelled() -> None:
+    ex = _example("kda", varlen="mask", batch=2, seq_len=1, seq_lens=(1, 0), cache="empty", grad=True)
+    regions = C.example_regions(ex)
+    assert regions["layer.family"] == ("kda",)
+    assert regions["layer.param_dtype"] == ("same",)
+    assert regions["layer.step"] == ("one-token-grad",)
+    assert set(regions["layer.grad_with"]) == {"cache=empty", "mask"}
+
+
+@pytest.mark.parametrize(
+    "spec, dtype, region",
+    [
+        (ConvSpec(dtype="bfloat16"), "bfloat16", "same"),  # spelled out, still the layer's dtype
+        (ConvSpec(), "float16", "same"),
+        (ConvSpec(dtype="float64"), "float32", "mixed"),
+    ],
+)
+def test_conv_parameter_dtype_against_the_layers(spec, dtype, region) -> None:
+    ex = _example(config={"v_conv": spec}, dtype=dtype)
+    assert C.example_regions(ex)["layer.param_dtype"] == (region,)
+
+
+def test_without_short_convs_there_is_no_parameter_dtype_and_packed_longer_calls_are_multi_token() -> None:
+    ex = _example(config={"use_short_conv": False}, varlen="cu_seqlens", seq_lens=(1, 2), seq_len=3, grad=False)
+    regions = C.example_regions(ex)
+    assert "layer.param_dtype" not in regions
+    assert "layer.grad_with" not in regions
+    assert regions["layer.step"] == ("multi-token",)
+
+
+def test_labels_are_prefixed_dimension_equals_region() -> None:
+    assert C.labels({"conv.channels": ("257-1024",), "conv.length": ("T=W-1", "T>2W")}) == [
+        "coverage:conv.channels=257-1024",
+        "coverage:conv.length=T=W-1",
+        "coverage:conv.length=T>2W",
+    ]
+
+
+def test_labelling_outside_a_hypothesis_test_does_nothing() -> None:
+    C.label_conv_call(ConvCall(B=1, T=1, D=1, W=1), grad=False, final_state=False)  # no InvalidArgument
+    C.label_example(_example())
+
+
+def test_expected_regions_are_what_the_strategies_and_examples_can_produce() -> None:
+    from gdn_equiv.example import CACHE_KINDS, VARLEN_KINDS
+    from gdn_equiv.families import known_families
+    from gdn_equiv.strategies.convs import LAYOUTS
+    from gdn_equiv.strategies.facts import DTYPE_NAMES
+
+    dims = {d.name: d.regions for d in C.dimensions()}
+    assert set(dims["conv.layout"]) == set(LAYOUTS)
+    assert set(dims["conv.dtype"]) == set(dims["layer.dtype"]) == set(DTYPE_NAMES)
+    assert set(dims["layer.varlen"]) == set(VARLEN_KINDS)
+    assert set(dims["layer.cache"]) == set(CACHE_KINDS)
+    assert set(dims["layer.family"]) == set(known_families())
+
+
+# ---- the command on synthetic observations ---------------------------------------------------------
+
+
+def _case(test: str, labels: list[str], status: str = "passed", pid: int = 1) -> dict:
+    """A test-case line as Hypothesis 6.170 writes it (the fields the report reads, and a few it ignores)."""
+    return {
+        "type": "test_case",
+        "property": test,
+        "run_start": 1.0,
+        "status": status,
+        "status_reason": "",
+        "representation": "test(...)",
+        "arguments": {},
+        "how_generated": "during generate phase",
+        "features": {**dict.fromkeys(labels, ""), "other event": "", "target:tokens": 3.0},
+        "coverage": None,
+        "timing": {},
+        "metadata": {"os.getpid()": pid, "imported_at": 0.5, "phase": "generate"},
+    }
+
+
+def _write(directory: Path, lines: list[dict | str], name: str = "2026-01-01_testcases.jsonl") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    (directory / name).write_text(text)
+    return directory
+
+
+@pytest.fixture
+def gdn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Callable[..., tuple[int, str, str]]]:
+    """``gdn(*argv) -> (status, stdout, stderr)``: :func:`cli.main` in ``tmp_path``, the process state it
+    sets (torch threads, ``TRITON_INTERPRET``) restored afterwards."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    saved_env = os.environ.get("TRITON_INTERPRET")
+    threads = torch.get_num_threads()
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    try:
+        yield run
+    finally:
+        torch.set_num_threads(threads)
+        if saved_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved_env
+
+
+def _row(out: str, region: str) -> list[str]:
+    """The cells of the table row for ``region`` in the section of the one dimension printed before it."""
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == region:
+            return cells
+    raise AssertionError(f"no row {region!r} in:\n{out}")
+
+
+def _section(out: str, dimension: str) -> str:
+    start = out.index(f"## {dimension}:")
+    end = out.find("\n## ", start + 1)
+    return out[start : end if end != -1 else None]
+
+
+def test_counts_examples_per_region_and_per_test(gdn, tmp_path) -> None:
+    a, b = "tests/test_x.py::test_a[torch]", "tests/test_x.py::test_b[torch]"
+    small, mid, wide = (f"coverage:conv.channels={r}" for r in ("1-16", "17-64", "9999"))
+    _write(
+        tmp_path / "obs",
+        [
+            _case(a, [small, "coverage:conv.dtype=float16"]),
+            _case(a, [small, mid]),  # one example, two regions of one dimension: counted in both
+            _case(a, [mid], status="failed"),  # a failing example ran too
+            _case(b, [small], pid=2),
+            _case(b, [wide], status="gave_up"),  # ran no property: not counted
+            _case(b, []),  # ran, but carried no coverage label
+            {"type": "info", "property": a, "run_start": 1.0, "title": "Hypothesis Statistics", "content": ""},
+        ],
+    )
+    _write(tmp_path / "obs", [], name="2026-01-01_info.jsonl")  # not a test-case file: ignored
+    status, out, err = gdn("coverage", "--observed", "obs", "--json", "out/coverage.json")
+    assert status == cli.EXIT_OK, (out, err)
+    assert out.startswith("# Coverage: 5 examples in 2 tests")
+    assert "written by 2 process(es)" in out and "1 test case(s) that gave up not counted" in out
+    channels = _section(out, "conv.channels")
+    assert _row(channels, "1-16") == ["1-16", "3", "2", ""]
+    assert _row(channels, "17-64") == ["17-64", "2", "1", ""]
+    assert _row(channels, "65-256") == ["65-256", "0", "0", "NOT REACHED"]
+    assert _row(channels, "1025+") == ["1025+", "0", "0", "NOT REACHED"]
+    assert "9999" not in channels  # only in a test case that gave up
+    assert _row(_section(out, "conv.dtype"), "float16") == ["float16", "1", "1", ""]
+    assert _row(_section(out, "conv.dtype"), "float32")[-1] == "NOT REACHED"
+    # no layer example was labelled: said once per dimension, not as an empty table
+    assert "NOT REACHED: no example labelled its layer examples" in _section(out, "layer.cache")
+    assert _row(out, a) == [a, "3", "3", "3"]
+    assert _row(out, b) == [b, "2", "1", "1"]
+    report = json.loads((tmp_path / "out" / "coverage.json").read_text())
+    assert report["examples"] == 5 and report["gave_up"] == 1
+    assert report["dimensions"]["conv.channels"]["regions"]["1-16"] == {"examples": 3, "tests": 2, "expected": True}
+    assert report["tests"][a]["labels"] == {small: 2, mid: 2, "coverage:conv.dtype=float16": 1}
+    assert "coverage:conv.channels=1025+" in report["not_reached"]
+    assert small not in report["not_reached"]
+
+
+def test_a_region_outside_the_expected_ones_is_shown_as_such(gdn, tmp_path) -> None:
+    _write(tmp_path / "obs", [_case("t::test", ["coverage:conv.dtype=float64"])])
+    status, out, _ = gdn("coverage", "--observed", "obs")
+    assert status == cli.EXIT_OK
+    assert _row(_section(out, "conv.dtype"), "float64") == ["float64", "1", "1", "(not an expected region)"]
+
+
+def test_require_all_fails_while_a_region_is_not_reached_and_passes_once_all_are(gdn, tmp_path) -> None:
+    every = [f"coverage:{d.name}={r}" for d in C.dimensions() for r in d.regions]
+    _write(tmp_path / "some", [_case("t::test", every[:-1])])
+    _write(tmp_path / "all", [_case("t::test", every[:-1]), _case("t::test", every[-1:])])
+    status, out, _ = gdn("coverage", "--observed", "some", "--require-all")
+    assert status == cli.EXIT_FAILED
+    assert out.rstrip().endswith(f"1 expected region(s) NOT REACHED: {every[-1]}")
+    assert gdn("coverage", "--observed", "some")[0] == cli.EXIT_OK  # without --require-all it only reports
+    status, out, _ = gdn("coverage", "--observed", "all", "--require-all")
+    assert status == cli.EXIT_OK, out
+    assert "NOT REACHED" not in out.replace("0 expected region(s) NOT REACHED", "")
+
+
+def test_default_directory_is_hypothesis_own(gdn, tmp_path, monkeypatch) -> None:
+    _write(tmp_path / ".hypothesis" / "observed", [_case("t::test", ["coverage:conv.grad=on"])])
+    status, out, _ = gdn("coverage")
+    assert status == cli.EXIT_OK and _row(_section(out, "conv.grad"), "on") == ["on", "1", "1", ""]
+    _write(tmp_path / "elsewhere" / "observed", [_case("t::test", ["coverage:conv.grad=off"])])
+    monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", "elsewhere")
+    status, out, _ = gdn("coverage")
+    assert status == cli.EXIT_OK and _row(_section(out, "conv.grad"), "off") == ["off", "1", "1", ""]
+
+
+REFUSALS = {
+    "missing": (lambda p: None, ["--observed", "nosuch"], "observed directory 'nosuch' does not exist"),
+    "a-file": (lambda p: (p / "f").write_text("{}"), ["--observed", "f"], "observed directory 'f' is not a directory"),
+    "empty": (lambda p: (p / "obs").mkdir(), ["--observed", "obs"], "'obs' holds no *_testcases.jsonl file"),
+    "info-only": (
+        lambda p: _write(p / "obs", [], name="2026-01-01_info.jsonl"),
+        ["--observed", "obs"],
+        "'obs' holds no *_testcases.jsonl file: run the tests with HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY=1",
+    ),
+    "no-test-case": (
+        lambda p: _write(p / "obs", [{"type": "info", "property": "t", "run_start": 1.0}]),
+        ["--observed", "obs"],
+        "observed directory 'obs' holds no test-case observation",
+    ),
+    "not-json": (
+        lambda p: _write(p / "obs", [_case("t::test", []), '{"type": "test_ca']),
+        ["--observed", "obs"],
+        "obs/2026-01-01_testcases.jsonl:2 is not JSON",
+    ),
+    "not-an-object": (
+        lambda p: _write(p / "obs", ["[1, 2]"]),
+        ["--observed", "obs"],
+        "obs/2026-01-01_testcases.jsonl:1 must be a JSON object, got list",
+    ),
+    "json-a-directory": (
+        lambda p: _write(p / "obs", [_case("t::test", [])]),
+        ["--observed", "obs", "--json", "."],
+        "--json '.' is a directory; it must be a file",
+    ),
+}
+
+
+@pytest.mark.parametrize("make, argv, message", list(REFUSALS.values()), ids=list(REFUSALS))
+def test_bad_observed_directory_is_refused_with_one_line_naming_it(gdn, tmp_path, make, argv, message) -> None:
+    make(tmp_path)
+    status, out, err = gdn("coverage", *argv)
+    assert status == cli.EXIT_USAGE, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert lines[0].startswith("gdn-equiv coverage: error:")
+    assert out == ""
+
+
+def test_help_documents_the_exit_statuses(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["coverage", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for status in ("0 ", "1 ", "2 ", "4 ", "130 "):
+        assert f"\n  {status}" in out, (status, out)
+
+
+# ---- the report can fail: a strategy narrowed to small channel counts --------------------------------
+
+RUN = textwrap.dedent(
+    """
+    import sys
+
+    from hypothesis import given, settings
+
+    from gdn_equiv.coverage import label_conv_call
+    from gdn_equiv.strategies import conv_calls
+
+    # narrowed to one block of channels (the planted defect), or drawn wide (the control)
+    options = {"max_channels": 16} if sys.argv[1] == "narrowed" else {"min_channels": 300, "max_channels": 1100}
+
+
+    @settings(max_examples=40, database=None, derandomize=True, deadline=None)
+    @given(call=conv_calls(**options))
+    def test_calls(call):
+        label_conv_call(call, grad=False, final_state=True)
+
+
+    test_calls()
+    """
+)
+
+
+def _observe(tmp_path: Path, which: str) -> Path:
+    """Run a tiny Hypothesis test with observability on and a storage directory of its own; its observations."""
+    storage = tmp_path / which
+    env = {
+        **os.environ,
+        "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY": "1",
+        "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER": "1",
+        "HYPOTHESIS_STORAGE_DIRECTORY": str(storage),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, which], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return storage / "observed"
+
+
+def test_a_strategy_narrowed_to_small_channel_counts_leaves_the_large_regions_not_reached(gdn, tmp_path) -> None:
+    status, out, _ = gdn("coverage", "--observed", str(_observe(tmp_path, "narrowed")), "--require-all")
+    assert status == cli.EXIT_FAILED, out
+    channels = _section(out, "conv.channels")
+    assert _row(channels, "1-16")[1] == "40"
+    for region in ("17-64", "65-256", "257-1024", "1025+"):
+        assert _row(channels, region)[1:] == ["0", "0", "NOT REACHED"], channels
+    # the same run through the same pipeline, with the channel counts drawn wide: those regions show
+    status, out, _ = gdn("coverage", "--observed", str(_observe(tmp_path, "wide")))
+    channels = _section(out, "conv.channels")
+    assert status == cli.EXIT_OK
+    assert _row(channels, "1-16")[-1] == "NOT REACHED"
+    assert int(_row(channels, "257-1024")[1]) > 0
