@@ -9,6 +9,13 @@ core (:meth:`_recurrence`) and its output (:meth:`_epilogue`).
 Deliberate differences from fla: no caller tensor is mutated, a conv's backend is never changed
 behind the user's back, and bad input raises :class:`InvalidArgument`.
 
+``past_key_values`` is our :class:`~gdn_equiv.cache.Cache` or the cache a Hugging Face style caller
+hands over, fla's ``fla.models.utils.Cache`` (:func:`gdn_equiv.cache.layer_cache` says which objects and
+refuses the rest, a transformers ``DynamicCache`` among them). Either is updated in place and returned,
+as fla's layers do, with new state tensors (fla's one-token step also overwrites the cached conv-state
+tensors themselves); it is written only with ``use_cache=True`` (fla 0.6.0's layers also write a cache
+they are handed with ``use_cache=False``: its token count advances and every conv slot becomes ``None``).
+
 All input projections run as one matmul over their concatenated weights (low-rank projections
 contribute their first, bias-free factor). That is the same function as separate ``nn.Linear``
 calls, and it gives ``dx`` from a single matmul backward instead of an autograd-order-dependent
@@ -27,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, check_cu_seqlens
-from gdn_equiv.cache import Cache, check_layer_state
+from gdn_equiv.cache import Cache, check_layer_state, layer_cache
 from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.conv_ops import apply_conv_facts, fact_params, normalize_extras, validate_extras
 from gdn_equiv.errors import InvalidArgument
@@ -228,6 +235,9 @@ class ShortConvLayer(nn.Module):
     MASK: ClassVar[str] = "unpad"
     #: what stands in for a conv when ``use_short_conv`` is off
     NO_CONV_ACTIVATION: ClassVar[str | None] = "silu"
+    #: ``past_key_values`` -> what the layer reads and writes (:func:`gdn_equiv.cache.layer_cache`); a
+    #: subclass may supply another (the suite's planted cache defects do): injection, not patching
+    cache_view = staticmethod(layer_cache)
 
     def __init__(
         self,
@@ -312,7 +322,7 @@ class ShortConvLayer(nn.Module):
         self,
         hidden_states: Tensor,
         attention_mask: Tensor | None = None,
-        past_key_values: Cache | None = None,
+        past_key_values: Any = None,
         use_cache: bool = False,
         cu_seqlens: Tensor | None = None,
     ) -> CallFacts:
@@ -323,21 +333,24 @@ class ShortConvLayer(nn.Module):
         self,
         hidden_states: Tensor,
         attention_mask: Tensor | None = None,
-        past_key_values: Cache | None = None,
+        past_key_values: Any = None,
         use_cache: bool = False,
         output_attentions: bool = False,
         cu_seqlens: Tensor | None = None,
         **kwargs: Any,
-    ) -> tuple[Tensor, None, Cache | None]:
-        call = self._prepare(hidden_states, attention_mask, past_key_values, use_cache, cu_seqlens)
-        if use_cache and past_key_values is None:
-            past_key_values = Cache()
+    ) -> tuple[Tensor, None, Any]:
+        """``(o, None, past_key_values)``: the cache the caller passed (our ``Cache`` or fla's), updated
+        in place when ``use_cache``; a new ``Cache`` when ``use_cache`` and none was passed."""
+        cache = self.cache_view(past_key_values)
+        call = self._prepare(hidden_states, attention_mask, cache, use_cache, cu_seqlens)
+        if use_cache and cache is None:
+            past_key_values = cache = Cache()
         proj = self._project(call.x)
         xs, conv_states = self._prologue(proj, call, use_cache, **kwargs)
         o, states = self._recurrence(xs, proj, call)
         if use_cache:
-            assert past_key_values is not None and self.layer_idx is not None
-            past_key_values.update(
+            assert cache is not None and self.layer_idx is not None
+            cache.update(
                 self.layer_idx, conv_state=conv_states if self.use_short_conv else None, offset=call.q_len, **states
             )
         return self._epilogue(o, proj, call), None, past_key_values
@@ -346,12 +359,13 @@ class ShortConvLayer(nn.Module):
         self,
         x: Tensor,
         attention_mask: Tensor | None,
-        past_key_values: Cache | None,
+        past_key_values: Any,
         use_cache: bool,
         cu_seqlens: Tensor | None,
     ) -> _Call:
         """Check the call, unpad an ``attention_mask`` into ``cu_seqlens`` (or keep it for the dense
         path), find the layer's cache."""
+        cache = self.cache_view(past_key_values)
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.hidden_size:
             raise InvalidArgument(
                 f"hidden_states must have shape [B, T, {self.hidden_size}], got {tuple(getattr(x, 'shape', ()))}"
@@ -368,9 +382,7 @@ class ShortConvLayer(nn.Module):
         B, T, _ = x.shape
         if T < 1 or B < 1:
             raise InvalidArgument(f"hidden_states need B >= 1 and T >= 1, got shape {tuple(x.shape)}")
-        if past_key_values is not None and not isinstance(past_key_values, Cache):
-            raise InvalidArgument(f"past_key_values must be a gdn_equiv Cache, got {type(past_key_values).__name__}")
-        if (use_cache or past_key_values is not None) and self.layer_idx is None:
+        if (use_cache or cache is not None) and self.layer_idx is None:
             raise InvalidArgument("a cache needs layer_idx, got layer_idx=None")
         indices, conv_mask = None, None
         if attention_mask is not None:
@@ -389,8 +401,8 @@ class ShortConvLayer(nn.Module):
             x = x.reshape(B * T, -1)[indices].unsqueeze(0)  # [B, T, H] -> [1, N_tokens, H]
         num_seqs = B if cu_seqlens is None else cu_seqlens.numel() - 1
         last_state = None
-        if past_key_values is not None and self.layer_idx is not None:
-            last_state = past_key_values.get(self.layer_idx)
+        if cache is not None and self.layer_idx is not None:
+            last_state = cache.get(self.layer_idx)
             if last_state is not None:
                 self._check_state(last_state, num_seqs, x)
         return _Call(x, cu_seqlens, indices, B, T, num_seqs, last_state, conv_mask)

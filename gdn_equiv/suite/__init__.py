@@ -9,7 +9,8 @@
 - ``test_compare``: the comparison and its tolerance table themselves (NaN/Inf placement, each dtype's
   boundary, dtype/shape/device mismatches, nested trees, report text): every verdict above rests on it
 - ``test_callers``: the reference layers' cache bookkeeping measured from the inputs alone, and inputs
-  shaped like real callers' (masks longer than the call, generation loops); torch backend, fp64
+  shaped like real callers' (masks longer than the call, generation loops, fla's own ``Cache`` object as
+  a caller hands it over); torch backend, fp64
 
 The options, fixtures and Hypothesis profiles come from the installed pytest plugin
 (:mod:`gdn_equiv.pytest_plugin`). In this repository ``tests/`` runs the same modules by import.

@@ -33,8 +33,9 @@ How the suite drives fla without touching its guard:
   with Triton 3.6, where fla's chunked backward does not run (DEVICE.md). :attr:`FlaHandle.core`
   records which core ran.
 - Caches: fla's own ``fla.models.utils.Cache``. A populated cache from the example (filled by our
-  reference, same weights) is copied into one; the cache a run returns is copied back into a
-  :class:`gdn_equiv.cache.Cache` so the suite compares one type.
+  reference, same weights), or a caller's own fla cache, is copied into a fresh one (the inputs' cache
+  is never written); the cache a run returns is copied back into a :class:`gdn_equiv.cache.Cache` so
+  the suite compares one type.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from gdn_equiv.backends.fla_backend import pin_loaded_fla
-from gdn_equiv.cache import Cache
+from gdn_equiv.cache import Cache, layer_cache
 from gdn_equiv.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
@@ -364,17 +365,27 @@ def _core(core: str, family: str = "gated_deltanet"):
 
 
 # ---- caches -------------------------------------------------------------------------------------
-def _to_fla_cache(cache: Cache | None) -> Any:
-    if cache is None:
+def _to_fla_cache(cache: Any) -> Any:
+    """A fresh ``fla.models.utils.Cache`` holding copies of ``cache``'s layer states and token counts.
+
+    ``cache`` is our :class:`Cache` or a caller's fla cache (read as our layers read one,
+    :func:`gdn_equiv.cache.layer_cache`); either way fla's layer writes into the copy, never into it."""
+    source = layer_cache(cache)
+    if source is None:
         return None
     from fla.models.utils import Cache as FlaCache
 
     out = FlaCache()
-    for idx, state in enumerate(cache.states):
+    for idx in range(len(cache)):
+        state = source.get(idx)
         if state is None:
             continue
         conv = state["conv_state"]
-        extra = {k: _clone(v) for k, v in state.items() if k not in ("recurrent_state", "conv_state", "offset")}
+        extra = {
+            k: _clone(v)
+            for k, v in state.items()
+            if k not in ("recurrent_state", "conv_state", "offset") and v is not None
+        }
         out.update(
             layer_idx=idx,
             recurrent_state=_clone(state["recurrent_state"]),
@@ -386,11 +397,13 @@ def _to_fla_cache(cache: Cache | None) -> Any:
 
 
 def _from_fla_cache(cache: Any) -> Cache | None:
-    if cache is None:
+    """Our :class:`Cache` holding ``cache``'s layer states (the same tensors) and token counts."""
+    source = layer_cache(cache)
+    if source is None:
         return None
     out = Cache()
     for idx in range(len(cache)):
-        state = cache[idx]
+        state = source.get(idx)
         if state is None:
             out.states.append(None)
             continue
@@ -400,7 +413,7 @@ def _from_fla_cache(cache: Any) -> Cache | None:
             idx,
             recurrent_state=state.get("recurrent_state"),
             conv_state=None if conv is None else tuple(conv),
-            offset=int(cache.get_seq_length(idx)),
+            offset=int(state["offset"]),
             **extra,
         )
     return out
