@@ -493,12 +493,24 @@ def _bias_gap(handle: Any, facts: Any) -> str | None:
 
 def _fused_vs_separate(handle: Any, inputs: Any, device: str) -> str:
     """What forcing the target's fused path costs on this example, in words: the largest output
-    difference from its separate path (0 means the gap is harmless here), or the error it raises."""
-    try:
-        fused, _ = handle.run(inputs, "fused")
-        separate, _ = handle.run(inputs, "separate")
-    except Exception as exc:  # a crash is the demonstration
-        return f"run on {device}: {type(exc).__name__}: {exc}"
+    difference from its separate path (0 means the gap is harmless here), or the error it raises; an
+    error the separate path raises too is the layer's, not the fusion's, and is said so."""
+    runs: dict[str, Any] = {}
+    for path in ("fused", "separate"):
+        try:
+            runs[path] = handle.run(inputs, path)[0]
+        except Exception as exc:  # a crash is the demonstration
+            runs[path] = exc
+    fused, separate = runs["fused"], runs["separate"]
+    if isinstance(fused, Exception) and isinstance(separate, Exception):
+        return (
+            f"run on {device}: both paths raise, so not the fusion's doing: fused {type(fused).__name__}: "
+            f"{fused}; separate {type(separate).__name__}: {separate}"
+        )
+    if isinstance(fused, Exception):
+        return f"run on {device}: {type(fused).__name__}: {fused}"
+    if isinstance(separate, Exception):
+        return f"run on {device}: only the separate path raises: {type(separate).__name__}: {separate}"
     if fused.dtype != separate.dtype:
         return f"run on {device}: fused output is {fused.dtype}, separate {separate.dtype}"
     diff = compare(fused, separate, name="output", paths=("fused", "separate"))

@@ -6,6 +6,9 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import pytest
+import torch
+
 from gdn_equiv import properties as P
 from gdn_equiv.compare import Report
 from gdn_equiv.example import Example
@@ -70,3 +73,32 @@ def test_a_shrink_the_budget_ends_is_reported_with_the_example_it_reached_and_th
     first_failing = next(e for e in calls if e.batch >= 2 or e.seq_len >= 2)
     assert gaps[0].example == first_failing  # no candidate ran after the budget was gone
     assert checks[-1].name == "P1-synthetic-guard-vs-spec" and checks[-1].budget_spent
+
+
+class _Paths:
+    """A stand-in handle whose two paths return or raise what the test says."""
+
+    def __init__(self, fused, separate):
+        self.out = {"fused": fused, "separate": separate}
+
+    def run(self, inputs, prologue):
+        out = self.out[prologue]
+        if isinstance(out, Exception):
+            raise out
+        return out, None
+
+
+@pytest.mark.parametrize(
+    ("fused", "separate", "expected"),
+    [
+        (torch.ones(2), torch.ones(2), "fused vs separate differ by up to 0"),
+        (torch.ones(2), torch.zeros(2), "fused vs separate differ by up to 1"),
+        (TypeError("cat None"), torch.ones(2), "run on cuda: TypeError: cat None"),
+        (RuntimeError("in place"), RuntimeError("in place too"), "both paths raise, so not the fusion's doing"),
+        (torch.ones(2), RuntimeError("only here"), "only the separate path raises: RuntimeError: only here"),
+    ],
+)
+def test_a_gap_cost_says_whose_error_it_is(fused, separate, expected):
+    """The cost shown for a gap: an error the separate path raises too is the layer's (fla's ABC layer
+    multiplies a conv output in place under a mask, in both paths), not the fusion's."""
+    assert expected in P._fused_vs_separate(_Paths(fused, separate), None, "cuda")
