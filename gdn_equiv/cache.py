@@ -178,7 +178,10 @@ class FlaCacheView:
                 f"cache state of layer {layer_idx} holds an attn_state (an attention layer's); a "
                 "linear-attention layer's state holds recurrent_state and conv_state: check layer_idx"
             )
-        return {**state, "offset": self.cache.get_seq_length(layer_idx)}
+        # fla's state dict names every kind a layer may keep (PR #977's adds A_state=None): the unset
+        # extras are not this layer's state
+        kept = {k: v for k, v in state.items() if v is not None or k in ("recurrent_state", "conv_state")}
+        return {**kept, "offset": self.cache.get_seq_length(layer_idx)}
 
     def update(
         self,
