@@ -153,8 +153,7 @@ def _length(T: int, W: int) -> str:
 def conv_call_regions(call: ConvCall, *, grad: bool, final_state: bool) -> dict[str, tuple[str, ...]]:
     """The regions of one conv call, by dimension name; a dimension can hold several (one per sequence
     of a packed call for ``conv.length``, one per layout drawn). ``grad``: the property differentiates
-    through the call; ``final_state``: it asks for the final state. ``ConvCall`` draws every tensor in
-    one dtype, so ``conv.param_dtype`` is ``same`` until it carries a parameter dtype of its own."""
+    through the call; ``final_state``: it asks for the final state."""
     lengths = call.seq_lens if call.seq_lens else (call.T,)
     varlen = "dense" if not call.seq_lens else "cu_seqlens+empty" if 0 in call.seq_lens else "cu_seqlens"
     # the tensors this call passes (cotangents only where a gradient is taken)
@@ -171,7 +170,7 @@ def conv_call_regions(call: ConvCall, *, grad: bool, final_state: bool) -> dict[
         "conv.final_state": ("requested" if final_state else "not-requested",),
         "conv.varlen": (varlen,),
         "conv.dtype": (call.dtype,),
-        "conv.param_dtype": ("same",),
+        "conv.param_dtype": ("same" if call.param_dtype in (None, call.dtype) else "mixed",),
         "conv.grad": ("on" if grad else "off",),
         "conv.layout": layouts or ("contiguous",),
     }

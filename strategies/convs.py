@@ -72,6 +72,9 @@ class ConvCall:
     seed: int = 0
     #: ``(tensor, layout)`` pairs (:data:`LAYOUT_TENSORS`, :data:`LAYOUTS`); a tensor not named is contiguous
     layouts: tuple[tuple[str, str], ...] = ()
+    #: the weight's and bias's dtype when it is not x's (fp32 convs under bf16 activations: mixed
+    #: precision); the initial state keeps x's dtype
+    param_dtype: str | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -95,6 +98,10 @@ class ConvCall:
         x = randn(self.B, self.T, self.D)
         weight = randn(self.D, self.W, scale=0.5)
         bias = randn(self.D) if self.bias else None
+        if self.param_dtype is not None:  # drawn like the others, then held in the parameters' dtype
+            params = DTYPES[self.param_dtype]
+            weight = weight.to(params)
+            bias = None if bias is None else bias.to(params)
         state = randn(self.num_seqs, self.D, self.W) if self.initial_state else None
         cu = None
         if self.seq_lens:
@@ -163,6 +170,7 @@ def conv_calls(
     long_seq_len: int | None = None,
     layouts: Sequence[str] = ("contiguous",),
     activations: Sequence[str | None] = (None, "silu", "swish"),
+    mixed_precision: bool = True,
 ) -> ConvCall:
     """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
     (give a backend's :func:`gdn_equiv.backends.supported_widths`). Shrinks towards fp32, one channel,
@@ -175,7 +183,9 @@ def conv_calls(
     :data:`LAYOUT_TENSORS` may be drawn in, independently (inputs and cotangents); they shrink to
     contiguous, and one draw in three keeps every tensor contiguous. ``activations`` are drawn from
     (give :func:`gdn_equiv.conv_ops.supported_activations` of the backends compared: registered ones
-    such as ``relu`` only where every one runs them); they shrink to the first."""
+    such as ``relu`` only where every one runs them); they shrink to the first. With
+    ``mixed_precision``, one call in four holds its weight and bias in another of ``dtypes`` than x
+    (:attr:`ConvCall.param_dtype`; shrinks to none)."""
     W = draw(st.integers(*widths))
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
@@ -183,12 +193,16 @@ def conv_calls(
         B, T = 1, sum(lens)
     else:
         lens, B, T = (), draw(st.integers(1, 2)), _length(draw, W, max_seq_len, long_seq_len)
+    dtype = draw(st.sampled_from(list(dtypes)))
+    others = [d for d in dtypes if d != dtype]
+    param_dtype = draw(st.sampled_from(others)) if mixed_precision and others and draw(st.integers(0, 3)) == 3 else None
     return ConvCall(
         B=B,
         T=T,
         D=_channels(draw, min_channels, max_channels, wide_channels),
         W=W,
-        dtype=draw(st.sampled_from(list(dtypes))),
+        dtype=dtype,
+        param_dtype=param_dtype,
         bias=draw(st.booleans()),
         activation=draw(st.sampled_from(list(_nonempty_activations(activations)))),
         initial_state=(draw(st.booleans()) if initial_state is None else initial_state)

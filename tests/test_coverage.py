@@ -107,6 +107,20 @@ def test_a_plain_forward_call_is_labelled_in_every_conv_dimension_but_grad_with(
     }
 
 
+@pytest.mark.parametrize(
+    ("dtype", "param_dtype", "region"),
+    [
+        ("bfloat16", "float32", "mixed"),
+        ("float32", "float16", "mixed"),
+        ("float16", None, "same"),
+        ("float16", "float16", "same"),
+    ],
+)
+def test_a_call_with_parameters_in_another_dtype_is_mixed(dtype, param_dtype, region) -> None:
+    call = ConvCall(B=1, T=3, D=4, W=2, dtype=dtype, param_dtype=param_dtype)
+    assert C.conv_call_regions(call, grad=False, final_state=False)["conv.param_dtype"] == (region,)
+
+
 def test_a_packed_call_with_gradients_is_labelled_per_sequence_and_per_layout() -> None:
     call = ConvCall(
         B=1,
