@@ -93,7 +93,7 @@ def dimensions() -> tuple[Dimension, ...]:
         Dimension("conv.final_state", "final state requested", ("requested", "not-requested")),
         Dimension("conv.varlen", "packed sequences (cu_seqlens)", ("dense", "cu_seqlens", "cu_seqlens+empty")),
         Dimension("conv.dtype", "dtype of x", ("float32", "float16", "bfloat16")),
-        Dimension("conv.param_dtype", "weight/bias/state dtype against x's", ("same", "mixed")),
+        Dimension("conv.param_dtype", "weight/bias dtype against x's", ("same", "mixed")),
         Dimension("conv.grad", "gradients taken", ("on", "off")),
         Dimension(
             "conv.grad_with",
