@@ -131,6 +131,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before anything can initialise CUDA: each xdist worker sees one GPU.
     testing.pin_xdist_worker_device()
     alias_strategies()
+    cache = testing.project_triton_cache(config.rootpath, os.environ, gpu=_cuda_available())
+    if cache is not None:  # before any kernel compiles; xdist workers inherit it
+        os.environ["TRITON_CACHE_DIR"] = cache
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         # no GPU: triton kernels run under the interpreter (set before triton is imported)
         os.environ["TRITON_INTERPRET"] = "1"

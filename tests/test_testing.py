@@ -83,3 +83,10 @@ def test_an_unknown_hypothesis_profile_is_refused_naming_the_known_ones():
     with pytest.raises(InvalidArgument, match="'nosuch' is not a profile; known profiles: " + ", ".join(PROFILES)):
         default_profile({"HYPOTHESIS_PROFILE": "nosuch"})
     assert default_profile({"HYPOTHESIS_PROFILE": "gpu"}) == "gpu"
+
+
+def test_triton_kernels_are_kept_under_the_project_on_a_gpu_unless_the_caller_chose():
+    assert testing.project_triton_cache("/repo", {}, gpu=True) == "/repo/.gdn-equiv/triton"
+    assert testing.project_triton_cache("/repo", {"TRITON_CACHE_DIR": "/mine"}, gpu=True) is None
+    assert testing.project_triton_cache("/repo", {"TRITON_CACHE_DIR": ""}, gpu=True) == "/repo/.gdn-equiv/triton"
+    assert testing.project_triton_cache("/repo", {}, gpu=False) is None
