@@ -334,7 +334,11 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     seq_len = draw(seq_lens(min_value=p.min_seq_len, max_value=p.max_seq_len))
     lens: tuple[int, ...] = ()
     pad_side = "right"
-    if kind == "cu_seqlens":
+    if kind == "cu_seqlens" and draw(st.integers(0, 3)) == 3:
+        # packed decoding: one new token per sequence (SPEC §2's step path under cu_seqlens)
+        lens = (1,) * draw(st.integers(1, p.max_seqs or 4))
+        seq_len = len(lens)
+    elif kind == "cu_seqlens":
         lens = draw(cu_seqlens_for(seq_len, max_seqs=p.max_seqs))
     elif kind == "mask":
         lens, pad_side = draw(attention_mask_lens(batch=batch, seq_len=seq_len))
