@@ -572,3 +572,26 @@ def test_state_dict_round_trips_with_fla(changes):
     fla_layer.load_state_dict(ours.state_dict(), strict=True)
     for name, t in fla_layer.state_dict().items():
         assert_equivalent(ours.state_dict()[name].to(t.dtype), t, name=name, paths=("ours", "fla"))
+
+
+@pytest.mark.parametrize("kernel_size", [1, 2, 4, 9])
+def test_short_conv_initialises_like_a_depthwise_nn_conv1d(kernel_size):
+    """``nn.Conv1d``'s default for a depthwise conv (fan_in = kernel size): weight and bias uniform in
+    ``±1/sqrt(kernel_size)``; 4,096 channels fill most of that range (mutant reference #7 used sqrt(k))."""
+    from gdn_equiv.reference import ShortConv
+
+    torch.manual_seed(0)
+    conv = ShortConv(4096, kernel_size, bias=True)
+    bound = kernel_size**-0.5
+    for p in (conv.weight, conv.bias):
+        assert float(p.abs().max()) <= bound and float(p.abs().max()) > 0.99 * bound
+
+
+def test_short_conv_refuses_an_argument_no_registered_fact_takes():
+    from gdn_equiv.errors import InvalidArgument
+    from gdn_equiv.reference import ShortConv
+
+    with pytest.raises(
+        InvalidArgument, match=r"ShortConv got unknown arguments \['nrom'\]; registered conv facts take"
+    ):
+        ShortConv(4, 2, nrom="l2")
