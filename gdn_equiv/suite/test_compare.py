@@ -13,8 +13,10 @@ Semantics pinned here (change them only on purpose):
 from __future__ import annotations
 
 import math
+import pickle
 import re
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any
 
 import pytest
@@ -139,6 +141,18 @@ def test_expected_is_the_reference_of_rtol(dtype: torch.dtype) -> None:
     low = furthest_f64_within(1000.0, dtype, -1.0)
     assert verdict(t([low], F64), t([1000.0], F64), exact=False, dtype=dtype)
     assert not verdict(t([1000.0], F64), t([low], F64), exact=False, dtype=dtype)
+
+
+def test_the_table_entry_comes_from_expected_else_from_actual() -> None:
+    """``exact=False`` without ``dtype=`` takes the table entry of ``expected``'s dtype, or of ``actual``'s
+    when ``expected`` is absent; the report carries it even when the comparison is refused (check tables
+    print it next to the problem)."""
+    with pytest.raises(Mismatch, match="attribute 'dtype'") as info:
+        assert_equivalent(t([1.0], torch.float16), t([1.0], F64), exact=False)
+    assert (info.value.report.rtol, info.value.report.atol) == SPEC_TOLERANCES[F64]
+    with pytest.raises(Mismatch, match="one side is None") as info:
+        assert_equivalent(t([1.0], torch.float16), None, exact=False)
+    assert (info.value.report.rtol, info.value.report.atol) == SPEC_TOLERANCES[torch.float16]
 
 
 def test_explicit_tolerances_are_inclusive_and_scale_with_expected() -> None:
@@ -312,12 +326,37 @@ def test_none_meets_only_none() -> None:
         assert "fused: " in str(info.value) and "separate: " in str(info.value)
 
 
+def test_two_absent_tensors_pass_with_a_report_of_nothing() -> None:
+    """None meets None: no element compared, no problem text (reports go to JSON, where it is a string),
+    none of any tolerance used, so ``worst()`` ranks a real near miss above it."""
+    near = compare(t([1.0 + 2**-20]), t([1.0]), rtol=1e-5, atol=1e-5)
+    assert near.ok and 0 < near.tol_used < 1
+    for report in (compare(None, None, rtol=1e-5, atol=1e-5), assert_as_accurate(None, None, None)):
+        assert (report.ok, report.numel, report.problem, report.tol_used) == (True, 0, "", 0.0)
+        assert worst([near, report]) is near and worst([report, near]) is near
+
+
+def test_one_absent_tensor_fails_saying_what_each_side_holds() -> None:
+    present = torch.ones(2, 3)
+    for a, e, problem in (
+        (None, present, "one side is None (fused: None, separate: tensor(2, 3) torch.float32)"),
+        (present, None, "one side is None (fused: tensor(2, 3) torch.float32, separate: None)"),
+    ):
+        report = compare(a, e, paths=("fused", "separate"))
+        assert (report.ok, report.problem, report.numel, report.mismatched) == (False, problem, 0, 0)
+        with pytest.raises(Mismatch) as info:
+            assert_as_accurate(a, e, torch.ones(2, 3, dtype=F64), paths=("fused", "separate"))
+        assert (info.value.report.problem, info.value.report.numel) == (problem, 0)
+
+
 @pytest.mark.parametrize("shape", [(0,), (2, 0, 3)])
 @pytest.mark.parametrize("exact", [True, False])
 def test_empty_tensors_are_equal(shape: tuple[int, ...], exact: bool) -> None:
     report = assert_equivalent(torch.ones(shape), torch.ones(shape), exact=exact)
     assert (report.ok, report.numel, report.mismatched, report.max_abs) == (True, 0, 0, 0.0)
+    assert (report.max_rel, report.tol_used) == (0.0, 0.0)
     assert "Mismatched elements: 0 / 0 (0.0%)" in report.message()
+    assert "Greatest relative difference: 0.0 at index ()" in report.message()
 
 
 def test_zero_dim_tensors() -> None:
@@ -384,6 +423,79 @@ def test_report_under_tolerance_names_the_allowance() -> None:
 def test_relative_difference_from_zero_is_infinite() -> None:
     r = compare(t([0.0, 1.0]), t([0.0, 0.0]))
     assert (r.max_rel, r.max_rel_index) == (INF, (1,))
+
+
+def test_tolerance_used_is_one_at_the_edge_and_more_past_it() -> None:
+    # rtol 0.25, atol 0.5 around 2: 0.5 + 0.25 * 2 = 1 allowed; a difference of 1 uses all of it, 2 twice it
+    at_edge = compare(t([3.0, 4.0]), t([2.0, 4.0]), rtol=0.25, atol=0.5)
+    assert (at_edge.ok, at_edge.tol_used) == (True, 1.0)
+    past = compare(t([4.0, 4.0]), t([2.0, 4.0]), rtol=0.25, atol=0.5)
+    assert (past.ok, past.tol_used) == (False, 2.0)
+    # around 6 the allowance is 2, so the same difference of 1 uses half of it
+    assert compare(t([7.0]), t([6.0]), rtol=0.25, atol=0.5).tol_used == 0.5
+
+
+@pytest.mark.parametrize("delta", [0.5, 2.0, 2**-20], ids=["half", "two", "2**-20"])
+def test_an_exact_comparison_uses_none_of_its_tolerance_or_all_of_it(delta: float) -> None:
+    """Exact has no allowance: equal tensors used none of it (0), any difference is past it (inf), the
+    number that ``worst()`` and check tables rank by."""
+    assert compare(t([1.0, 2.0]), t([1.0, 2.0])).tol_used == 0.0
+    assert compare(t([1.0, 2.0 + delta]), t([1.0, 2.0])).tol_used == INF
+    # an atol alone (rtol 0) is a tolerance, not exact: the same difference uses delta / 4 of atol 4
+    assert compare(t([1.0, 2.0 + delta]), t([1.0, 2.0]), atol=4.0).tol_used == delta / 4
+
+
+def test_a_report_is_an_immutable_value() -> None:
+    """Reports are kept by ``observe()`` and passed between rounds by ``worst()``: nobody may change one,
+    and two comparisons that found the same are equal (and hash alike)."""
+    report = compare(t([1.0]), t([2.0]))
+    with pytest.raises(FrozenInstanceError):
+        report.ok = True  # type: ignore[misc]
+    again = compare(t([1.0]), t([2.0]))
+    assert report == again and hash(report) == hash(again)
+
+
+# ---- kinded mismatches (Hypothesis keeps failures apart by exception type) -------------------------
+
+
+def test_the_same_kind_is_always_the_same_class() -> None:
+    kind = "test_compare: the same kind twice"
+    first = mismatch_kind(kind)
+    assert first is mismatch_kind(kind) is mismatch_kind(kind)
+    assert issubclass(first, Mismatch) and issubclass(first, AssertionError)
+    assert first.kind == kind
+
+
+def test_distinct_kinds_are_distinct_mismatch_classes() -> None:
+    output, grad = mismatch_kind("P3 output: fused path"), mismatch_kind("P4 grad.x: fused path")
+    assert output is not grad
+    assert not issubclass(output, grad) and not issubclass(grad, output)
+    report = compare(t([1.0]), t([2.0]))
+    with pytest.raises(grad) as info:
+        try:
+            raise grad("grad.x differs", report)
+        except output:  # a handler for one kind lets another through
+            pytest.fail("a mismatch of one kind was caught as another")
+    assert (info.value.kind, info.value.report) == ("P4 grad.x: fused path", report)
+
+
+def test_a_kinded_mismatch_names_its_kind_in_the_traceback() -> None:
+    kind = "P3 output: channel offset"
+    exc = mismatch_kind(kind)("output: fused vs separate are not equal!", compare(t([1.0]), t([2.0])))
+    lines = traceback.format_exception_only(type(exc), exc)
+    assert lines == [f"gdn_equiv.compare.Mismatch[{kind}]: output: fused vs separate are not equal!\n"]
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_a_kinded_mismatch_survives_pickling_as_its_kind(protocol: int) -> None:
+    """A worker process may send a failure back to its parent (compare.py's ``__reduce__``): the copy is
+    the same kind's class, with the same message and report."""
+    kind = "P4 grad.q_conv1d.weight: tolerance"
+    report = compare(t([1.0, 2.0]), t([1.0, 2.5]), name="grad.q_conv1d.weight")
+    exc = mismatch_kind(kind)(report.message("B1 T3"), report)
+    back = pickle.loads(pickle.dumps(exc, protocol=protocol))
+    assert type(back) is mismatch_kind(kind)
+    assert (back.kind, str(back), back.report) == (kind, str(exc), report)
 
 
 # ---- properties ----------------------------------------------------------------------------------
@@ -554,8 +666,27 @@ def test_as_accurate_refuses_missing_or_misshapen_operands() -> None:
 
 
 def test_as_accurate_on_empty_tensors() -> None:
+    # nothing measured: no error, a bar of 0 (no reference error, no truth to scale a unit), none of it used
     report = assert_as_accurate(torch.ones(0), torch.ones(0), torch.ones(0, dtype=F64))
     assert report.ok and report.numel == 0
+    assert (report.max_abs, report.atol, report.tol_used) == (0.0, 0.0, 0.0)
+
+
+def test_as_accurate_a_nan_where_the_truth_has_one_is_no_error() -> None:
+    # NaNs are judged by position; the NaN slot adds nothing to the greatest error or to the bar
+    report = assert_as_accurate(t([1.0, NAN]), t([1.0, NAN]), t([1.0, NAN], F64))
+    assert (report.ok, report.max_abs, report.tol_used) == (True, 0.0, 0.0)
+    assert report.atol == 2**-23  # the bar is one fp32 unit at |truth| = 1, nothing more
+
+
+def test_as_accurate_a_bar_of_zero_passes_only_an_exact_answer() -> None:
+    # truth 0 and an exact reference: 2 x 0 + eps * 0 = 0 allowed
+    zero, truth = t([0.0, 0.0]), t([0.0, 0.0], F64)
+    report = assert_as_accurate(zero.clone(), zero, truth)
+    assert (report.ok, report.atol, report.tol_used) == (True, 0.0, 0.0)
+    with pytest.raises(Mismatch, match=r"1 / 2 elements past it") as info:
+        assert_as_accurate(t([0.0, 2**-30]), zero, truth)
+    assert (info.value.report.max_abs, info.value.report.tol_used) == (2**-30, INF)
 
 
 def test_least_accurate_picks_the_greatest_error() -> None:
@@ -733,6 +864,10 @@ def test_tree_lists_and_tuples_meet_like_in_torch_testing() -> None:
         (1, True, "types differ"),
         (1, 1.0, "types differ"),
         (FakeCache([]), {}, "types differ"),
+        (FakeCache([]), 3, "types differ (fused: FakeCache, separate: int)"),
+        ("silu", FakeCache([]), "types differ (fused: str, separate: FakeCache)"),
+        ({"a": 1}, 3, "types differ (fused: dict, separate: int)"),
+        (2.5, {"a": 1}, "types differ (fused: float, separate: dict)"),
         ("silu", "swish", "values differ: 'silu' != 'swish'"),
         (3, 4, "values differ: 3 != 4"),
         (-0.0, 1e-300, "values differ"),
@@ -749,9 +884,14 @@ def test_tree_float_leaves_nan_equal_nan_and_signed_zeros_equal() -> None:
     assert_tree_equivalent([NAN, -0.0], [NAN, 0.0], name="out", paths=PATHS)
 
 
-def test_tree_unknown_leaf_types_are_refused() -> None:
-    with pytest.raises(TypeError, match=r"out\[0\]: cannot compare object"):
-        assert_tree_equivalent([object()], [object()], name="out", paths=PATHS)
+@pytest.mark.parametrize(
+    ("a", "e", "kinds"),
+    [(object(), object(), "object with object"), (1, object(), "int with object"), (object(), "x", "object with str")],
+)
+def test_tree_unknown_leaf_types_are_refused(a: Any, e: Any, kinds: str) -> None:
+    # not a mismatch of the outputs but a caller's error, even when the other side is a scalar
+    with pytest.raises(TypeError, match=rf"out\[0\]: cannot compare {kinds} "):
+        assert_tree_equivalent([a], [e], name="out", paths=PATHS)
 
 
 def test_tree_cache_layers_compare_leaf_by_leaf() -> None:
@@ -810,6 +950,36 @@ def test_tree_a_real_cache() -> None:
     assert tree_mismatch(cache(1.0), cache(0.0), name="cache").report.name == "cache[1].recurrent_state"
     assert_tree_equivalent(None, None, name="cache", paths=PATHS)
     assert "one side is None" in str(tree_mismatch(cache(0.0), None, name="cache"))
+
+
+@pytest.mark.parametrize(
+    ("a", "e", "where", "problem"),
+    [
+        ([torch.ones(2)], [1.0], "out[0]", "types differ (fused: tensor(2,) torch.float32, separate: float)"),
+        ([3], [None], "out[0]", "one side is None (fused: int, separate: None)"),
+        ([None], [torch.ones(2)], "out[0]", "one side is None (fused: None, separate: tensor(2,) torch.float32)"),
+        ([1, 2], [1, 2, 3], "out", "lengths differ: 2 vs 3 (fused vs separate)"),
+        (FakeCache([None, None]), FakeCache([None]), "out", "2 vs 1 layer states (fused vs separate)"),
+        (
+            FakeCache([None, {"offset": 1}]),
+            FakeCache([None, None]),
+            "out[1]",
+            "state written by one path only (fused: dict, separate: None)",
+        ),
+    ],
+    ids=["types", "none", "none-tensor", "lengths", "layers", "written"],
+)
+def test_tree_a_structure_mismatch_names_each_side_by_its_path(a: Any, e: Any, where: str, problem: str) -> None:
+    exc = tree_mismatch(a, e)
+    assert str(exc).splitlines() == [f"{where}: fused vs separate are not equal!", problem]
+    # no element was compared: the report counts none
+    assert (exc.report.name, exc.report.numel, exc.report.mismatched) == (where, 0, 0)
+
+
+@pytest.mark.parametrize("exact", [False, lambda path: False], ids=["table", "rule"])
+def test_tree_a_tensor_against_none_is_a_mismatch_under_any_rule(exact: Any) -> None:
+    for a, e in (([torch.ones(2)], [None]), ([None], [torch.ones(2)])):
+        assert "one side is None" in str(tree_mismatch(a, e, exact=exact))
 
 
 def test_tree_mismatches_are_observed() -> None:
@@ -881,6 +1051,7 @@ def test_a_comparison_that_measured_no_values_reports_no_difference(actual, expe
     greatest differences are 0, never a made-up number that ``worst()`` or a table could show."""
     report = compare(actual, expected)
     assert report.max_abs == 0.0 and report.max_rel == 0.0
+    assert (report.mismatched, report.nan_mismatched, report.tol_used) == (0, 0, 0.0)
     assert report.ok == (actual is None and expected is None)
 
 
