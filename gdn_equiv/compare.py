@@ -67,6 +67,10 @@ class Mismatch(AssertionError):
         super().__init__(message)
         self.report = report
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException pickles its args only (the message), and __init__ also needs the report
+        return (type(self), (str(self), self.report))
+
 
 class KindedMismatch(Mismatch):
     """A :class:`Mismatch` of one named kind; :func:`mismatch_kind` makes (and caches) one subclass per kind."""

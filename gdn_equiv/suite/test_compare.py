@@ -498,6 +498,16 @@ def test_a_kinded_mismatch_survives_pickling_as_its_kind(protocol: int) -> None:
     assert (back.kind, str(back), back.report) == (kind, str(exc), report)
 
 
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_a_plain_mismatch_survives_pickling(protocol: int) -> None:
+    """What ``assert_equivalent`` raises can cross a process boundary too (it pickled its message only,
+    and unpickling failed for want of the report)."""
+    report = compare(t([1.0]), t([2.0]), name="y")
+    exc = Mismatch(report.message("B1 T1"), report)
+    back = pickle.loads(pickle.dumps(exc, protocol=protocol))
+    assert type(back) is Mismatch and (str(back), back.report) == (str(exc), report)
+
+
 # ---- properties ----------------------------------------------------------------------------------
 
 SPECIALS = [0.0, -0.0, INF, -INF, NAN, 1e-45, 65504.0, 1e38]
