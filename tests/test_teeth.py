@@ -49,8 +49,8 @@ def _fails(prop, defect=None):
     return predicate
 
 
-def _caught(prop, strategy, defect=None) -> Example:
-    example = find(strategy, _fails(prop, defect), settings=SEARCH)
+def _caught(prop, strategy, defect=None, *, search: settings = SEARCH) -> Example:
+    example = find(strategy, _fails(prop, defect), settings=search)
     print(f"caught by {prop.__name__}: {example.short()}")
     return example
 
@@ -296,8 +296,14 @@ class FusedCastsParamsToInput:
 
 
 def test_forward_property_catches_a_fused_path_that_drops_mixed_precision():
+    """Mixed-precision convs are one layer draw in seven, and not every such example shows the cast:
+    400 draws missed it in 2 of 12 runs (a CI run among them), so this search gets 2,000 (it stops at
+    the first catch, usually within a few hundred)."""
     example = _caught(
-        P.check_forward_exact, examples(fusable=True, dtypes=("bfloat16", "float16")), FusedCastsParamsToInput
+        P.check_forward_exact,
+        examples(fusable=True, dtypes=("bfloat16", "float16")),
+        FusedCastsParamsToInput,
+        search=settings(SEARCH, max_examples=2000),
     )
     spec = example.config.conv_spec(example.config.SLOTS[0])
     assert spec.dtype is not None and spec.dtype != example.dtype, example.short()
