@@ -80,6 +80,8 @@ class Cache:
 class LayerCache(Protocol):
     """What a layer reads and writes: :class:`Cache` itself, or an fla cache seen through :class:`FlaCacheView`."""
 
+    def __len__(self) -> int: ...
+
     def get(self, layer_idx: int) -> dict[str, Any] | None: ...
 
     def update(

@@ -225,14 +225,22 @@ def pin_loaded_fla() -> list[str]:
     ``module.kernel`` names. fla's layers autotune each core kernel per shape, so on the H200 a
     PR #977 layer's first call took 200-320 s and a fuzz run with fla's own cores spent most of its
     budget there. A no-op (``[]``) in ``full`` mode. Process-wide, idempotent; call it after the
-    layer's module is imported (fla imports its ops at module level)."""
+    layer's module is imported (fla imports its ops at module level). The fla target calls it for
+    every layer it builds, so a module is scanned once: a later call pins (and names) only what
+    fla has imported since."""
     if autotune_mode() != "first":
         return []
     pinned = []
     for name, module in sorted(sys.modules.items()):
-        if (name == "fla" or name.startswith("fla.")) and isinstance(module, ModuleType):
+        if name in _PINNED_MODULES or not (name == "fla" or name.startswith("fla.")):
+            continue
+        if isinstance(module, ModuleType):
             pinned += [f"{name}.{kernel}" for kernel in pin_autotuned(module)]
+            _PINNED_MODULES.add(name)
     return pinned
+
+
+_PINNED_MODULES: set[str] = set()
 
 
 def interpreter_ready(row: FlaConv) -> None:

@@ -376,7 +376,7 @@ def _to_fla_cache(cache: Any) -> Any:
     from fla.models.utils import Cache as FlaCache
 
     out = FlaCache()
-    for idx in range(len(cache)):
+    for idx in range(len(source)):
         state = source.get(idx)
         if state is None:
             continue
@@ -402,7 +402,7 @@ def _from_fla_cache(cache: Any) -> Cache | None:
     if source is None:
         return None
     out = Cache()
-    for idx in range(len(cache)):
+    for idx in range(len(source)):
         state = source.get(idx)
         if state is None:
             out.states.append(None)
