@@ -147,18 +147,25 @@ def fp64_twin(layer: torch.nn.Module) -> torch.nn.Module:
 @contextlib.contextmanager
 def ulp_jitter(layer: torch.nn.Module, seed: int) -> Iterator[None]:
     """Inside the block, the output of every leaf module of ``layer`` that holds parameters (projections,
-    convs, norms), and the gradient of each of their parameters, is multiplied by ``1 + s * eps`` of its
-    dtype (``s = ±1`` per element, from ``seed``) and rounded back to that dtype: the same layer as if
-    each kernel, forward and backward, had rounded its result differently by about one unit in the last
-    place. A handful of such runs show how far *correct* implementations of
-    the layer in that dtype spread around the fp64 truth (see :data:`gdn_equiv.compare.ACCURACY_FACTOR`)."""
+    convs, norms), and the gradient of each of their parameters, moves by ``s * eps * max(|t|, rms(t))``
+    (``eps`` of its dtype, ``s = ±1`` per element from ``seed``, ``rms`` over the tensor's finite
+    elements) and is rounded back to that dtype: the same layer as if each kernel, forward and backward,
+    had summed its terms in another order. Such a kernel errs by about one unit *at the scale of its
+    terms*, not of its result: where terms cancel (a conv output or a weight gradient near zero), the
+    difference is many units of the result (``F.conv1d`` vs our conv, fp32: up to 10^4 units of the
+    output in 1 of 500 elements), which a purely relative ``t * (1 + s * eps)`` never moves, and the
+    layer amplifies (the q/k L2 norm). The tensor's rms stands in for the terms' size. A handful of such
+    runs show how far *correct* implementations of the layer in that dtype spread around the fp64 truth
+    (see :data:`gdn_equiv.compare.ACCURACY_FACTOR`)."""
     gen = torch.Generator().manual_seed(seed)
 
     def jitter(t: torch.Tensor) -> torch.Tensor:
         if not t.is_floating_point() or t.numel() == 0:
             return t
         sign = torch.randint(0, 2, t.shape, generator=gen).to(t.device, t.dtype) * 2 - 1
-        return t * (1 + torch.finfo(t.dtype).eps * sign)
+        finite = t.detach()[torch.isfinite(t.detach())].double()
+        rms = float(finite.square().mean().sqrt()) if finite.numel() else 0.0
+        return t + torch.finfo(t.dtype).eps * sign * t.detach().abs().clamp_min(rms)
 
     def hook(module: torch.nn.Module, args: Any, out: Any) -> Any:
         if isinstance(out, torch.Tensor):

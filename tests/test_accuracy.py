@@ -3,10 +3,11 @@ shown on the CPU with our own layer standing in for it: it accepts a correct imp
 rounds differently and catches planted precision and bias defects.
 
 The bar (:func:`gdn_equiv.example.accuracy_runs`): our reference in the same dtype, plain and with
-one-ulp rounding jitter on every module output (:func:`gdn_equiv.example.ulp_jitter`); the least accurate
-of those against the fp64 twin, times :data:`gdn_equiv.compare.ACCURACY_FACTOR`
-(:func:`gdn_equiv.compare.assert_as_accurate`). The stand-in is the reference layer with its convs on
-another backend: ``F.conv1d`` (a correct conv that sums in the library's order), or a planted defect.
+rounding jitter (one unit at the scale of its terms) on every module output
+(:func:`gdn_equiv.example.ulp_jitter`); the least accurate of those against the fp64 twin, times
+:data:`gdn_equiv.compare.ACCURACY_FACTOR` (:func:`gdn_equiv.compare.assert_as_accurate`). The
+stand-in is the reference layer with its convs on another backend: ``F.conv1d`` (a correct conv that
+sums in the library's order), or a planted defect.
 """
 
 from __future__ import annotations
@@ -112,6 +113,34 @@ def test_planted_defects_are_caught(dtype: str, backend: str) -> None:
             _judge(example, backend)
 
         judged()
+
+
+def test_a_correct_conv_whose_outputs_cancel_is_not_a_false_alarm() -> None:
+    """Found by CI: the stand-in's conv outputs near zero (terms cancelling) differ from ours by many
+    units of the output, which the layer amplifies; a purely relative jitter failed it at 2.93x."""
+    example = Example(
+        config=GDNConfig(hidden_size=16, head_dim=8, num_heads=2, expand_v=2, use_gate=False, conv_size=2,
+                         conv_bias=True),
+        dtype="float32", batch=2, seq_len=14, seed=420, grad=True,
+    )  # fmt: skip
+    _judge(example, "acc_fconv")
+
+
+def test_ulp_jitter_moves_an_output_near_zero_by_a_unit_at_the_tensor_scale() -> None:
+    """A result that cancels (``x0 - x1`` with ``x0 ≈ x1``) moves by ``eps * rms``, far more than its own
+    unit; a large result by about one of its own units."""
+    linear = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1.0, -1.0], [1.0, 1.0]]))
+    x = torch.tensor([[1.0, 1.0 + 2.0**-20]])
+    with torch.no_grad():
+        plain = linear(x)[0]
+    eps, rms = torch.finfo(torch.float32).eps, float(plain.square().mean().sqrt())
+    with ulp_jitter(linear, seed=3), torch.no_grad():
+        moved = (linear(x)[0] - plain).abs()
+    assert 0.5 * eps * rms <= float(moved[0]) <= 2 * eps * rms
+    assert float(moved[0]) > 1000 * eps * float(plain[0].abs())
+    assert 0 < float(moved[1]) <= 2 * eps * float(plain[1].abs())
 
 
 def test_ulp_jitter_moves_module_outputs_by_about_one_ulp_and_leaves_no_hook() -> None:
