@@ -9,12 +9,14 @@ per call over 20 back-to-back calls, median of 50. Under a minute on an H200, co
 
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py                      # both passes, CANDIDATES
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --onepass 64x64x4 32x128x4  # the one-pass backward
 
 A tile ``BTxBDxW`` is (tokens, channels, num_warps) per program.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -71,18 +73,38 @@ def main() -> None:
 
     print(f"B={B} T={T} D={D} W={W} bf16 silu bias; {torch.cuda.get_device_name()}")
     print(f"defaults: pass 1 _GPU_GRAD={tb._GPU_GRAD}, pass 2 _GPU_BWD={tb._GPU_BWD}")
+    print(f"one-pass: _GPU_ONEPASS={tb._GPU_ONEPASS}")
     args = sys.argv[1:]
-    names = ("_GPU_BWD",) if "--pass2" in args else ("_GPU_GRAD", "_GPU_BWD")
+    if "--pass2" in args:
+        names: tuple[str, ...] = ("_GPU_BWD",)
+    elif "--onepass" in args:
+        names = ("_GPU_ONEPASS",)
+    else:
+        names = ("_GPU_GRAD", "_GPU_BWD", "_GPU_ONEPASS")
     tiles = [tuple(int(v) for v in a.split("x")) for a in args if not a.startswith("--")] or CANDIDATES
+    os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "two-pass"
+    print(f"backward kernels, two-pass at its defaults: {_median_ms(_graphed(backward)):.4f} ms", flush=True)
     for name in names:
         default = getattr(tb, name)
+        os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "one-pass" if name == "_GPU_ONEPASS" else "two-pass"
         for tile in tiles:
             setattr(tb, name, tile)
             try:
                 ms = _median_ms(_graphed(backward))
+            except Exception as exc:  # a tile that does not compile (registers, shared memory) is reported
+                print(f"backward kernels, {name}={tile}: failed, {type(exc).__name__}: {str(exc)[:200]}")
+                continue
             finally:
                 setattr(tb, name, default)
             print(f"backward kernels, {name}={tile}: {ms:.4f} ms", flush=True)
+    os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "two-pass"
+    two = backward()
+    os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "one-pass"
+    one = backward()
+    print(
+        f"one-pass vs two-pass at the default tiles: dx bitwise equal {torch.equal(one[0], two[0])}, "
+        f"dweight max |diff| {float((one[1].float() - two[1].float()).abs().max()):.3g} (tile-dependent sums)"
+    )
 
     xg, wg, bg = (t.detach().requires_grad_() for t in (x, weight, bias))
 
@@ -92,7 +114,9 @@ def main() -> None:
 
     fwd = _median_ms(lambda: tb.forward(x, weight, bias, "silu", None, False, None), calls=20)
     print(f"forward alone (eager, defaults): {fwd:.4f} ms")
-    print(f"forward+backward (eager, defaults): {_median_ms(forward_backward, calls=20):.4f} ms")
+    for mode in tb.BACKWARDS:
+        os.environ["GDN_EQUIV_TRITON_BACKWARD"] = mode
+        print(f"forward+backward (eager, defaults, {mode}): {_median_ms(forward_backward, calls=20):.4f} ms")
 
 
 if __name__ == "__main__":

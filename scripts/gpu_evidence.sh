@@ -16,6 +16,8 @@
 #   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS; fla pinned: FLA_AUTOTUNE=first)
 #   bench-layer  gdn-equiv bench layer (BENCH_BACKENDS, BENCH_ARGS; FLA_AUTOTUNE=full unless set)
 #   fla-grad-probe  scripts/fla_grad_probe.py (PR #977's fused-vs-separate grad.x on the layer and the conv)
+#   onepass-suite  the triton backend's tests, conformance and fused-vs-separate with GDN_EQUIV_TRITON_BACKWARD=one-pass
+#   ncu-onepass  the ncu stage with the one-pass backward
 #   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile)
 # TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
@@ -70,6 +72,12 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     bench-layer) stage bench-layer "${!var:-300}" env GDN_EQUIV_FLA_AUTOTUNE="${FLA_AUTOTUNE:-full}" \
         python3 -m gdn_equiv bench layer --backend "${BENCH_BACKENDS:-triton,cuda,fla}" ${BENCH_ARGS:-} \
         --json "$OUT/bench-layer.json" --plot "$OUT/bench-layer.png" ;;
+    onepass-suite) stage onepass-suite "${!var:-200}" env GDN_EQUIV_TRITON_BACKWARD=one-pass python3 -m pytest -n "$W" -q \
+        -p no:cacheprovider -rfE --gdn-failure-log "$OUT/onepass-suite-failures.txt" --gdn-backend triton \
+        tests/test_backends_triton.py tests/test_conformance.py tests/test_fused_equivalence.py ;;
+    ncu-onepass) stage ncu-onepass "${!var:-120}" env GDN_EQUIV_TRITON_BACKWARD=one-pass ncu --clock-control none \
+        --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats python3 scripts/ncu_prologue.py ;;
     ncu) stage ncu "${!var:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 scripts/ncu_prologue.py ;;
     *) echo "unknown stage $1" >&2; status=1 ;;

@@ -11,10 +11,13 @@ the step kernel equals the sequence kernel at T = 1, and T steps equal one T-tok
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from unittest import mock
 
 import pytest
 import torch
@@ -27,6 +30,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.backends import get_backend
 from gdn_equiv.compare import Mismatch, assert_equivalent
+from gdn_equiv.errors import InvalidArgument
 
 pytestmark = [
     pytest.mark.triton,
@@ -276,3 +280,60 @@ def test_dropped_final_state_gradient_is_caught() -> None:
     dx_broken = torch.autograd.grad((y * t["dy"]).sum() + (final * t["dfinal"]).detach().sum(), [t["wide"]])[0]
     with pytest.raises(Mismatch):
         assert_equivalent(dx_broken, expected["dwide"], name="dx", paths=("broken", "torch"), exact=False)
+
+
+# ---- the one-pass backward -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _backward(mode: str, tile: tuple[int, int, int] | None = None) -> Iterator[None]:
+    """The triton backend's backward chosen as a user does (``GDN_EQUIV_TRITON_BACKWARD``); ``tile`` sets
+    the one-pass tile (on a GPU, the two-pass tile makes the dweight/dbias sums comparable bit for bit)."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    with mock.patch.dict(os.environ, {"GDN_EQUIV_TRITON_BACKWARD": mode}):
+        if tile is None:
+            yield
+        else:
+            with mock.patch.object(tb, "_GPU_ONEPASS", tile):
+                yield
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=cases(varlen=None, max_w=5, dtypes=(torch.float32, torch.float16, torch.bfloat16)))
+def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
+    """dx, dweight, dbias and d(initial_state) of the one-pass backward (g recomputed in registers,
+    shifted with tl.gather) are the two passes' bits, over every option: activations, bias, state,
+    final-state gradient, packed sequences (empty and one-token ones), strided x, tile edges."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    t = tensors(case)
+    with _backward("two-pass"):
+        two = run(TRITON, case, t)
+    with _backward("one-pass", tb._GPU_BWD):
+        one = run(TRITON, case, t)
+    assert one.keys() == two.keys()
+    for name in one:
+        assert_equivalent(one[name], two[name], name=name, paths=("one-pass", "two-pass"), exact=True, context=case)
+
+
+@pytest.mark.teeth
+def test_one_pass_with_a_short_halo_is_caught() -> None:
+    """Planted defect: a halo of one row where the taps need W-1 = 3 (the one-pass kernel reads rows past
+    its tile from the halo): dx at each tile's last rows goes wrong, and the bitwise property sees it."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    case = Case(1, 11, 3, 4, torch.float32, True, "silu", False, False, None, (0, 0), 5)
+    t = tensors(case)
+    with _backward("two-pass"):
+        two = run(TRITON, case, t)
+    with _backward("one-pass", tb._GPU_BWD), mock.patch.object(tb, "_halo", lambda W: 1):
+        one = run(TRITON, case, t)
+    with pytest.raises(Mismatch, match="dwide"):
+        assert_equivalent(one["dwide"], two["dwide"], name="dwide", paths=("one-pass", "two-pass"), exact=True)
+
+
+def test_an_unknown_backward_is_refused_with_the_rule() -> None:
+    case = Case(1, 3, 2, 2, torch.float32, False, None, False, False, None, (0, 0), 1)
+    with _backward("three-pass"), pytest.raises(InvalidArgument, match=r"'three-pass'.*two-pass, one-pass"):
+        run(TRITON, case, tensors(case))

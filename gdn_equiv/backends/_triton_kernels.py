@@ -508,14 +508,20 @@ def _grad_input(
         g = _grad_at(g_ptr, g_base, p + k, bos, L, d, dmask, rmask, sg_t, sg_d, z, CDT)
         dx = dx + g * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
     if HAS_DF:
-        col = W + p - L
-        df = tl.load(
-            df_ptr + seq.to(tl.int64) * sdf_n + d * sdf_d + col * sdf_w,
-            mask=rmask & (col >= 0) & (col < W) & dmask,
-            other=0.0,
-        )
-        dx = dx + df.to(CDT)
+        dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, rmask, sdf_n, sdf_d, sdf_w, W, CDT)
     return dx, g0
+
+
+@triton.jit
+def _final_grad(df_ptr, p, L, seq, d, dmask, rmask, sdf_n, sdf_d, sdf_w, W: tl.constexpr, CDT: tl.constexpr):
+    """The final-state gradient reaching the input at relative position ``p``: column ``W + p - L``, 0 elsewhere."""
+    col = W + p - L
+    df = tl.load(
+        df_ptr + seq.to(tl.int64) * sdf_n + d * sdf_d + col * sdf_w,
+        mask=rmask & (col >= 0) & (col < W) & dmask,
+        other=0.0,
+    )
+    return df.to(CDT)
 
 
 @triton.jit
@@ -608,29 +614,224 @@ def _bwd_kernel(
     tl.store(dx_ptr + (pid_b.to(tl.int64) * T + r) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=rmask & dmask)
     if NEED_DW:
         prow = pid_b * tl.num_programs(0) + pid_t
-        base = part_ptr + prow.to(tl.int64) * (W + 1) * D
-        for j in tl.static_range(W):
-            v = _window(
-                x_ptr,
-                s_ptr,
-                x_base,
-                p - (W - 1) + j,
-                bos,
-                seq,
-                d,
-                dmask,
-                rmask,
-                sx_t,
-                sx_d,
-                ss_n,
-                ss_d,
-                ss_w,
-                W,
-                HAS_STATE,
-                CDT,
+        _tile_sums(
+            x_ptr, s_ptr, part_ptr, prow, g, x_base, p, bos, seq, d, d1, dmask, rmask, D,
+            sx_t, sx_d, ss_n, ss_d, ss_w, W, HAS_STATE, CDT,
+        )  # fmt: skip
+
+
+@triton.jit
+def _tile_sums(
+    x_ptr,
+    s_ptr,
+    part_ptr,
+    prow,
+    g,
+    x_base,
+    p,
+    bos,
+    seq,
+    d,
+    d1,
+    dmask,
+    rmask,
+    D,
+    sx_t,
+    sx_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    W: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    CDT: tl.constexpr,
+):
+    """A tile's dweight (``sum_rows g * xwin[p - (W-1) + j]``, each tap j) and dbias (``sum_rows g``) into
+    row ``prow`` of the partial sums, which ``_reduce_kernel`` adds in row order."""
+    base = part_ptr + prow.to(tl.int64) * (W + 1) * D
+    for j in tl.static_range(W):
+        v = _window(
+            x_ptr, s_ptr, x_base, p - (W - 1) + j, bos, seq, d, dmask, rmask, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+            HAS_STATE, CDT,
+        )  # fmt: skip
+        tl.store(base + j * D + d1, tl.sum(g * v, axis=0), mask=d1 < D)
+    tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
+
+
+@triton.jit
+def _bwd_onepass_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    dy_ptr,
+    df_ptr,
+    dx_ptr,
+    part_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
+    sdy_t,
+    sdy_d,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
+    NEED_DW: tl.constexpr,
+    CDT: tl.constexpr,
+    BT: tl.constexpr,
+    BD: tl.constexpr,
+    HB: tl.constexpr,
+):
+    """The backward in one pass (no ``g`` through memory): ``g = dy * act'(a)`` recomputed in registers
+    for the tile's BT rows and for a halo of the HB >= W-1 rows after it, shifted to each tap with
+    ``tl.gather``; then dx and the tile's dweight/dbias sums exactly as pass 2 forms them. Each ``g`` is
+    ``_grad_preact``'s, as pass 1 writes it, and rows outside the row's own sequence read ``z``, as
+    ``_grad_at`` does: the same bits as the two passes for the same tile shape."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    i = tl.arange(0, BT)[:, None]
+    r = pid_t * BT + i
+    rh = pid_t * BT + BT + tl.arange(0, HB)[:, None]
+    d1 = pid_d * BD + tl.arange(0, BD)
+    d = d1[None, :]
+    rmask = r < T
+    hmask = rh < T
+    dmask = d < D
+    if VARLEN:
+        seq = tl.load(seq_ptr + r, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+        L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
+        seq_h = tl.load(seq_ptr + rh, mask=hmask, other=0)
+        bos_h = tl.load(cu_ptr + seq_h, mask=hmask, other=0)
+        L_h = tl.load(cu_ptr + seq_h + 1, mask=hmask, other=0) - bos_h
+        x_base = 0
+        dy_base = 0
+    else:
+        seq = pid_b
+        bos = 0
+        L = T
+        seq_h = pid_b
+        bos_h = 0
+        L_h = T
+        x_base = pid_b.to(tl.int64) * sx_b
+        dy_base = pid_b.to(tl.int64) * sdy_b
+    p = r - bos
+    g = _grad_preact(
+        x_ptr, s_ptr, w_ptr, b_ptr, dy_ptr, x_base, dy_base, p, bos, L, seq, d, dmask, rmask, sx_t, sx_d,
+        ss_n, ss_d, ss_w, sw_d, sw_w, sb_d, sdy_t, sdy_d, W, HAS_BIAS, HAS_STATE, CDT, ACT,
+    )  # fmt: skip
+    dx = g * tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)
+    if W > 1:
+        gh = _grad_preact(
+            x_ptr, s_ptr, w_ptr, b_ptr, dy_ptr, x_base, dy_base, rh - bos_h, bos_h, L_h, seq_h, d, dmask, hmask,
+            sx_t, sx_d, ss_n, ss_d, ss_w, sw_d, sw_w, sb_d, sdy_t, sdy_d, W, HAS_BIAS, HAS_STATE, CDT, ACT,
+        )  # fmt: skip
+        z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
+        at = i + tl.zeros([BT, BD], dtype=tl.int32)
+        for k in tl.static_range(1, W):
+            shifted = tl.where(
+                at + k < BT,
+                tl.gather(g, tl.minimum(at + k, BT - 1), 0),
+                tl.gather(gh, tl.minimum(tl.maximum(at + k - BT, 0), HB - 1), 0),
             )
-            tl.store(base + j * D + d1, tl.sum(g * v, axis=0), mask=d1 < D)
-        tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
+            gk = tl.where(rmask & (p + k < L), shifted, z)
+            dx = dx + gk * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
+    if HAS_DF:
+        dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, rmask, sdf_n, sdf_d, sdf_w, W, CDT)
+    tl.store(dx_ptr + (pid_b.to(tl.int64) * T + r) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=rmask & dmask)
+    if NEED_DW:
+        prow = pid_b * tl.num_programs(0) + pid_t
+        _tile_sums(
+            x_ptr, s_ptr, part_ptr, prow, g, x_base, p, bos, seq, d, d1, dmask, rmask, D,
+            sx_t, sx_d, ss_n, ss_d, ss_w, W, HAS_STATE, CDT,
+        )  # fmt: skip
+
+
+@triton.jit
+def _dstate_onepass_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    dy_ptr,
+    df_ptr,
+    ds_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
+    sdy_t,
+    sdy_d,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
+    CDT: tl.constexpr,
+    BW: tl.constexpr,
+    BD: tl.constexpr,
+):
+    """``_dstate_kernel`` with ``g`` recomputed (``_grad_preact``) at the W-1 first rows it reads, rather
+    than read from pass 1's buffer; the same sum in the same order."""
+    seq = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    c = tl.arange(0, BW)[:, None]
+    d = pid_d * BD + tl.arange(0, BD)[None, :]
+    cmask = c < W
+    dmask = d < D
+    if VARLEN:
+        bos = tl.load(cu_ptr + seq)
+        L = tl.load(cu_ptr + seq + 1) - bos
+        x_base = 0
+        dy_base = 0
+    else:
+        bos = 0
+        L = T
+        x_base = seq.to(tl.int64) * sx_b
+        dy_base = seq.to(tl.int64) * sdy_b
+    p = c - W
+    ds = _grad_preact(
+        x_ptr, s_ptr, w_ptr, b_ptr, dy_ptr, x_base, dy_base, p, bos, L, seq, d, dmask, cmask, sx_t, sx_d,
+        ss_n, ss_d, ss_w, sw_d, sw_w, sb_d, sdy_t, sdy_d, W, HAS_BIAS, True, CDT, ACT,
+    ) * tl.load(w_ptr + d * sw_d + (W - 1) * sw_w, mask=dmask, other=0.0).to(CDT)  # fmt: skip
+    for k in tl.static_range(1, W):
+        g = _grad_preact(
+            x_ptr, s_ptr, w_ptr, b_ptr, dy_ptr, x_base, dy_base, p + k, bos, L, seq, d, dmask, cmask, sx_t, sx_d,
+            ss_n, ss_d, ss_w, sw_d, sw_w, sb_d, sdy_t, sdy_d, W, HAS_BIAS, True, CDT, ACT,
+        )  # fmt: skip
+        ds = ds + g * tl.load(w_ptr + d * sw_d + (W - 1 - k) * sw_w, mask=dmask, other=0.0).to(CDT)
+    if HAS_DF:
+        ds = ds + _final_grad(df_ptr, p, L, seq, d, dmask, cmask, sdf_n, sdf_d, sdf_w, W, CDT)
+    tl.store(ds_ptr + (seq.to(tl.int64) * D + d) * W + c, ds.to(ds_ptr.dtype.element_ty), mask=cmask & dmask)
 
 
 @triton.jit

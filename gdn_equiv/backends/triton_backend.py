@@ -57,9 +57,15 @@ Tensor = torch.Tensor
 # The one-pass backward, which recomputed the pre-activation at every shift, took 0.535 ms for
 # forward+backward. Under the interpreter, small tiles keep it fast and make tiny tests cross tile
 # boundaries.
+# The one-pass backward (``GDN_EQUIV_TRITON_BACKWARD=one-pass``, _GPU_ONEPASS) recomputes g in
+# registers for its tile plus a W-1 row halo and shifts it with tl.gather: no g round trip through
+# HBM; its tile sets its dweight/dbias sums' bits as pass 2's does.
 _GPU_FWD = (16, 256, 4)
 _GPU_GRAD = (16, 256, 4)
 _GPU_BWD = (128, 64, 4)
+_GPU_ONEPASS = (64, 64, 4)
+#: ``GDN_EQUIV_TRITON_BACKWARD``: which backward the triton backend runs.
+BACKWARDS = ("two-pass", "one-pass")
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
 
@@ -90,6 +96,22 @@ def _kernels() -> ModuleType:
 
 def _blocks(gpu: tuple[int, int, int]) -> tuple[int, int, int]:
     return _INTERP if _interpreting() else gpu
+
+
+def _halo(W: int) -> int:
+    """Rows the one-pass backward recomputes past its tile: the W-1 its taps read, a power of two."""
+    return _pow2(max(W - 1, 1))
+
+
+def backward_mode() -> str:
+    """The backward chosen by ``GDN_EQUIV_TRITON_BACKWARD`` (default ``two-pass``); both give the same
+    bits for the same tile (under the interpreter both use one tile)."""
+    mode = os.environ.get("GDN_EQUIV_TRITON_BACKWARD", "") or "two-pass"
+    if mode not in BACKWARDS:
+        raise InvalidArgument(
+            f"GDN_EQUIV_TRITON_BACKWARD={mode!r}: the triton backward is one of {', '.join(BACKWARDS)}"
+        )
+    return mode
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -186,12 +208,36 @@ def _backward_impl(
     W = weight.shape[1]
     cdt_torch = compute_dtype(x, weight)
     cdt = _tl_dtype(cdt_torch)
-    BT, BD, warps = _blocks(_GPU_BWD)
     state = initial_state if initial_state is not None else x
     b = bias if bias is not None else weight
     df = dfinal if dfinal is not None else x
     ss, sdf = _strides3(initial_state), _strides3(dfinal)
     xs, ws = (x.stride(0), x.stride(1), x.stride(2)), (weight.stride(0), weight.stride(1), b.stride(0))
+    flags = dict(W=W, HAS_BIAS=bias is not None, ACT=_act_code(activation), HAS_DF=dfinal is not None,
+                 VARLEN=vl.on, CDT=cdt, enable_fp_fusion=False)  # fmt: skip
+    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
+    if backward_mode() == "one-pass":
+        BT, BD, warps = _blocks(_GPU_ONEPASS)
+        n_t = _cdiv(T, BT)
+        part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
+        sdy = _strides3(dy)
+        if B * T * D > 0:
+            k._bwd_onepass_kernel[(n_t, _cdiv(D, BD), B)](
+                x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf,
+                HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, BD=BD, HB=_halo(W),
+                num_warps=warps, **flags,
+            )  # fmt: skip
+        dw, db = _weight_sums(k, part, weight, bias, B * n_t, BD, warps) if need_dw else (None, None)
+        dstate = None
+        if need_dstate and initial_state is not None:
+            dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=x.device)
+            if vl.N * D > 0:
+                k._dstate_onepass_kernel[(vl.N, _cdiv(D, BD))](
+                    x, weight, b, state, dy, df, dstate, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf,
+                    BW=_pow2(W), BD=BD, num_warps=warps, **flags,
+                )  # fmt: skip
+        return dx, dw, db, dstate
+    BT, BD, warps = _blocks(_GPU_BWD)
     # pass 1: g = dy * act'(a), a computed once per token; without an activation g is dy, read in place
     g = dy
     if activation is not None:
@@ -204,31 +250,34 @@ def _backward_impl(
                 BT=BT1, BD=BD1, ACT=_act_code(activation), num_warps=warps1, enable_fp_fusion=False,
             )  # fmt: skip
     sg = _strides3(g)
-    dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
     n_t = _cdiv(T, BT)
     part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
-    flags = dict(W=W, HAS_BIAS=bias is not None, ACT=_act_code(activation), HAS_DF=dfinal is not None,
-                 VARLEN=vl.on, CDT=cdt, BD=BD, num_warps=warps, enable_fp_fusion=False)  # fmt: skip
     if B * T * D > 0:
         k._bwd_kernel[(n_t, _cdiv(D, BD), B)](
             x, weight, b, state, g, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sg, *sdf,
-            HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, **flags,
+            HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, BD=BD, num_warps=warps, **flags,
         )  # fmt: skip
-    dw = db = None
-    if need_dw:
-        sums = torch.zeros((W + 1, D), dtype=cdt_torch, device=x.device)
-        if B * T * D > 0:
-            k._reduce_kernel[(_cdiv(D, BD), W + 1)](part, sums, B * n_t, D, W=W, BD=BD, num_warps=warps)
-        dw = sums[:W].t().to(weight.dtype)
-        db = sums[W].to(bias.dtype) if bias is not None else None
+    dw, db = _weight_sums(k, part, weight, bias, B * n_t, BD, warps) if need_dw else (None, None)
     dstate = None
     if need_dstate and initial_state is not None:
         dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=x.device)
         if vl.N * D > 0:
             k._dstate_kernel[(vl.N, _cdiv(D, BD))](
-                weight, b, g, df, dstate, vl.cu, T, D, *ws, *sg, *sdf, BW=_pow2(W), **flags,
+                weight, b, g, df, dstate, vl.cu, T, D, *ws, *sg, *sdf, BW=_pow2(W), BD=BD, num_warps=warps,
+                **flags,
             )  # fmt: skip
     return dx, dw, db, dstate
+
+
+def _weight_sums(
+    k: ModuleType, part: Tensor, weight: Tensor, bias: Tensor | None, rows: int, BD: int, warps: int
+) -> tuple[Tensor, Tensor | None]:
+    """dweight and dbias: the tiles' partial sums (``rows`` of them) added in row order."""
+    D, W = weight.shape
+    sums = torch.zeros((W + 1, D), dtype=part.dtype, device=part.device)
+    if rows * D > 0:
+        k._reduce_kernel[(_cdiv(D, BD), W + 1)](part, sums, rows, D, W=W, BD=BD, num_warps=warps)
+    return sums[:W].t().to(weight.dtype), (sums[W].to(bias.dtype) if bias is not None else None)
 
 
 class _CausalConv1d(torch.autograd.Function):
