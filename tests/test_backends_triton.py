@@ -319,15 +319,15 @@ def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
 
 @pytest.mark.teeth
 def test_one_pass_with_a_short_halo_is_caught() -> None:
-    """Planted defect: a halo of one row where the taps need W-1 = 3 (the one-pass kernel reads rows past
-    its tile from the halo): dx at each tile's last rows goes wrong, and the bitwise property sees it."""
+    """Planted defect: a halo of two rows where the taps need W-1 = 3 (the one-pass kernel reads rows past
+    its tile from the halo): dx at each tile's last row goes wrong, and the bitwise property sees it."""
     from gdn_equiv.backends import triton_backend as tb
 
     case = Case(1, 11, 3, 4, torch.float32, True, "silu", False, False, None, (0, 0), 5)
     t = tensors(case)
     with _backward("two-pass"):
         two = run(TRITON, case, t)
-    with _backward("one-pass", tb._GPU_BWD), mock.patch.object(tb, "_halo", lambda W: 1):
+    with _backward("one-pass", tb._GPU_BWD), mock.patch.object(tb, "_halo", lambda W: 2):
         one = run(TRITON, case, t)
     with pytest.raises(Mismatch, match="dwide"):
         assert_equivalent(one["dwide"], two["dwide"], name="dwide", paths=("one-pass", "two-pass"), exact=True)

@@ -99,8 +99,10 @@ def _blocks(gpu: tuple[int, int, int]) -> tuple[int, int, int]:
 
 
 def _halo(W: int) -> int:
-    """Rows the one-pass backward recomputes past its tile: the W-1 its taps read, a power of two."""
-    return _pow2(max(W - 1, 1))
+    """Rows the one-pass backward recomputes past its tile: the W-1 its taps read, a power of two, at
+    least 2 (Triton 3.6 fails to compile a ``tl.gather`` from one row: "PassManager::run failed" in
+    TritonGPUOptimizeThreadLocality, H200, 2026-12-04)."""
+    return max(_pow2(W - 1), 2)
 
 
 def backward_mode() -> str:
