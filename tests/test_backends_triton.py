@@ -323,7 +323,8 @@ def test_one_pass_with_a_short_halo_is_caught() -> None:
     its tile from the halo): dx at each tile's last row goes wrong, and the bitwise property sees it."""
     from gdn_equiv.backends import triton_backend as tb
 
-    case = Case(1, 11, 3, 4, torch.float32, True, "silu", False, False, None, (0, 0), 5)
+    tile = tb._blocks(tb._GPU_BWD)[0]
+    case = Case(1, tile + 3, 3, 4, torch.float32, True, "silu", False, False, None, (0, 0), 5)
     t = tensors(case)
     with _backward("two-pass"):
         two = run(TRITON, case, t)
