@@ -291,10 +291,18 @@ def _layer_subject(
         except RuntimeError as exc:  # fla's chunked backward refuses Hopper with Triton < 3.7.1
             if target_name != "fla":
                 raise
-            handles["fwd_bwd"] = get_target("fla", core="reference").build(example, device)
-            grad_of["fwd_bwd"] = [x, *_parameters(handles["fwd_bwd"].layer)]
-            meta["core"] = "fla; fwd+bwd: the reference core inside fla's layer"
-            meta["note"] = f"fla's own backward did not run here ({_one_line(exc)[:120]})"
+            from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
+
+            why = f"fla's own backward did not run here ({_one_line(exc)[:120]})"
+            if family_name not in REFERENCE_CORE_FAMILIES:  # no core of ours to run inside fla's layer
+                for path in PATHS:
+                    del calls[path, "fwd_bwd"]
+                meta["note"] = f"{why}; no fwd+bwd timing (the reference core restates Gated DeltaNet's only)"
+            else:
+                handles["fwd_bwd"] = get_target("fla", core="reference").build(example, device)
+                grad_of["fwd_bwd"] = [x, *_parameters(handles["fwd_bwd"].layer)]
+                meta["core"] = "fla; fwd+bwd: the reference core inside fla's layer"
+                meta["note"] = why
         return {
             "guard_fuses": bool(guard_fuses),
             "fwd_equal": _outputs_equal(outs["separate"], outs["fused"]),
@@ -305,7 +313,8 @@ def _layer_subject(
             },
         }
 
-    return Subject(meta, {(path, p): call(path, p) for path in PATHS for p in PASSES}, check)
+    calls = {(path, p): call(path, p) for path in PATHS for p in PASSES}
+    return Subject(meta, calls, check)
 
 
 # -- prologue: the convs alone
@@ -426,10 +435,11 @@ def measure(subject: Subject, plan: BenchPlan) -> dict[str, Any]:
     time_fn = timer(plan.device)
     for path in PATHS:
         row[path] = {}
-    for p in PASSES:
+    timed = [p for p in PASSES if all((path, p) in subject.calls for path in PATHS)]  # check() may drop one
+    for p in timed:
         for path in PATHS:
             row[path][p] = dataclasses.asdict(time_fn(subject.calls[path, p], plan.warmup, plan.iters))
-    row["ratio"] = {p: row["separate"][p]["median_ms"] / row["fused"][p]["median_ms"] for p in PASSES}
+    row["ratio"] = {p: row["separate"][p]["median_ms"] / row["fused"][p]["median_ms"] for p in timed}
     subject.extra(row)
     return {**subject.meta, **row}
 
@@ -566,11 +576,12 @@ def progress_line(r: dict[str, Any]) -> str:
     if "error" in r:
         return f"{_label(r)}: error: {r['error']}"
     s, f = r["separate"], r["fused"]
-    return (
-        f"{_label(r)}: fwd {s['fwd']['median_ms']:.4g} -> {f['fwd']['median_ms']:.4g} ms "
-        f"({r['ratio']['fwd']:.2f}x), fwd+bwd {s['fwd_bwd']['median_ms']:.4g} -> {f['fwd_bwd']['median_ms']:.4g} ms "
-        f"({r['ratio']['fwd_bwd']:.2f}x)"
-    )
+    parts = [
+        f"{p.replace('_', '+')} {s[p]['median_ms']:.4g} -> {f[p]['median_ms']:.4g} ms ({r['ratio'][p]:.2f}x)"
+        for p in PASSES
+        if p in r["ratio"]
+    ]
+    return f"{_label(r)}: " + ", ".join(parts)
 
 
 def _ms(t: dict[str, Any]) -> str:
@@ -604,8 +615,11 @@ def format_table(report: dict[str, Any]) -> str:
             cells += [f"error: {r['error']}"] + [""] * (len(head) - len(cells) - 1)
         else:
             s, f = r["separate"], r["fused"]
-            cells += [_ms(s["fwd"]), _ms(f["fwd"]), f"{r['ratio']['fwd']:.2f}"]
-            cells += [_ms(s["fwd_bwd"]), _ms(f["fwd_bwd"]), f"{r['ratio']['fwd_bwd']:.2f}"]
+            for p in PASSES:
+                if p in r["ratio"]:
+                    cells += [_ms(s[p]), _ms(f[p]), f"{r['ratio'][p]:.2f}"]
+                else:
+                    cells += ["n/a (see note)", "", ""]
             if bandwidth:
                 g = r.get("fused_gb_per_s")
                 h = r.get("fused_hbm_fraction")
@@ -667,7 +681,7 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
             xs, ys = [], []
             for j, (B, T) in enumerate(shapes):
                 r = by_key.get((name, B, T))
-                if r is not None:
+                if r is not None and p in r["ratio"]:
                     xs.append(j - 0.4 + width * (i + 0.5))
                     ys.append(r["ratio"][p])
             ax.bar(xs, ys, width, label=name, color=colors(i % 20))

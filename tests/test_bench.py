@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,25 @@ def test_bench_refuses_an_unknown_dtype() -> None:
     with pytest.raises(SystemExit) as exc:  # argparse's own refusal, status 2 as well
         main(["bench", "layer", "--quick", "--dtype", "float8"])
     assert exc.value.code == EXIT_USAGE
+
+
+def test_a_row_without_a_backward_shows_its_forward_and_says_why(capsys, tmp_path: Path, monkeypatch) -> None:
+    """fla's own backward refuses some machines (Hopper, Triton < 3.7.1) where no core of ours can stand
+    in (every family but Gated DeltaNet): the check drops the fwd+bwd calls, and the row keeps its forward
+    timing, says n/a for the rest, and the progress line, table and report stay whole."""
+    measure = bench.measure
+
+    def forward_only(subject, plan):
+        for path in bench.PATHS:
+            del subject.calls[path, "fwd_bwd"]
+        subject.meta["note"] = "fla's own backward did not run here (planted)"
+        return measure(subject, plan)
+
+    monkeypatch.setattr(bench, "measure", forward_only)
+    status, out, report = _run(capsys, tmp_path, "layer", *QUICK, "--family", "gla", "--backend", "torch")
+    assert status == EXIT_OK
+    assert report is not None and all(set(r["ratio"]) == {"fwd"} for r in report["rows"])
+    assert "n/a (see note)" in out
+    line = bench.progress_line(report["rows"][0])
+    assert re.fullmatch(r"gla gdn_equiv/torch B1 T16 float32: fwd [\d.]+ -> [\d.]+ ms \([\d.]+x\)", line), line
+    assert "fla's own backward did not run here (planted)" in out
