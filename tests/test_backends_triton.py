@@ -185,10 +185,17 @@ def test_varlen_matches_torch(case: Case) -> None:
     assert_all_close(run(TRITON, case, t), run(TORCH, case, t), case)
 
 
+@pytest.mark.parametrize("backward", ["two-pass", "serial"])
 @settings(max_examples=6, deadline=None)
 @given(case=cases(state=False, max_t=10, max_d=8, max_w=4), dk=st.integers(1, 8), dv=st.integers(1, 8))
-def test_fused_channels_equal_split_bitwise(case: Case, dk: int, dv: int) -> None:
-    """One call over q|k|v gives each channel the bits of the three separate calls (y, dx; dweight too)."""
+def test_fused_channels_equal_split_bitwise(backward: str, case: Case, dk: int, dv: int) -> None:
+    """One call over q|k|v gives each channel the bits of the three separate calls (y, dx; dweight too),
+    with the default backward and with the serial one (whose dweight sums run in another order)."""
+    with mock.patch.dict(os.environ, {"GDN_EQUIV_TRITON_BACKWARD": backward}):
+        _fused_channels_equal_split_bitwise(case, dk, dv)
+
+
+def _fused_channels_equal_split_bitwise(case: Case, dk: int, dv: int) -> None:
     dq = case.D
     fused_case = replace(case, D=dq + dk + dv, final=False)
     t = tensors(fused_case)
@@ -317,6 +324,43 @@ def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
         assert_equivalent(one[name], two[name], name=name, paths=("one-pass", "two-pass"), exact=True, context=case)
 
 
+@settings(max_examples=20, deadline=None)
+@given(case=cases(varlen=None, max_w=4, dtypes=(torch.float32, torch.float16, torch.bfloat16)))
+def test_serial_backward_dx_is_bitwise_the_two_pass_and_its_sums_agree(case: Case) -> None:
+    """The serial backward (one row at a time, later rows' g carried in registers) gives the two passes'
+    dx and d(initial_state) bit for bit over every option (packed sequences, states, final-state
+    gradient, activations, strided x, chunk edges), and dweight/dbias, summed in another order, within
+    the §6 table."""
+    t = tensors(case)
+    with _backward("two-pass"):
+        two = run(TRITON, case, t)
+    with _backward("serial"):
+        serial = run(TRITON, case, t)
+    assert serial.keys() == two.keys()
+    paths = ("serial", "two-pass")
+    for name in serial:
+        exact = name not in ("dweight", "dbias")
+        assert_equivalent(serial[name], two[name], name=name, paths=paths, exact=exact, context=case)
+
+
+@pytest.mark.teeth
+def test_serial_backward_that_forgets_the_sequence_end_is_caught() -> None:
+    """Planted defect the bitwise property must catch: a serial walk whose carried g ignores where the
+    sequence ends (packed sequences: the next sequence's first rows leak into this one's last dx)."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    case = Case(1, 7, 3, 3, torch.float32, True, "silu", False, False, (4, 3), (0, 0), 11)
+    t = tensors(case)
+    with _backward("two-pass"):
+        two = run(TRITON, case, t)
+    # cu_seqlens that the serial kernel reads as one sequence: what ignoring the boundary computes
+    with _backward("serial"), mock.patch.object(tb, "token_sequence_ids", lambda cu, T, dev: torch.zeros(
+            T, dtype=torch.int32, device=dev)):  # fmt: skip
+        leaky = run(TRITON, case, t)
+    with pytest.raises(Mismatch, match="dwide"):
+        assert_equivalent(leaky["dwide"], two["dwide"], name="dwide", paths=("leaky", "two-pass"), exact=True)
+
+
 @pytest.mark.teeth
 def test_one_pass_with_a_short_halo_is_caught() -> None:
     """Planted defect: a halo of two rows where the taps need W-1 = 3 (the one-pass kernel reads rows past
@@ -336,5 +380,5 @@ def test_one_pass_with_a_short_halo_is_caught() -> None:
 
 def test_an_unknown_backward_is_refused_with_the_rule() -> None:
     case = Case(1, 3, 2, 2, torch.float32, False, None, False, False, None, (0, 0), 1)
-    with _backward("three-pass"), pytest.raises(InvalidArgument, match=r"'three-pass'.*two-pass, one-pass"):
+    with _backward("three-pass"), pytest.raises(InvalidArgument, match=r"'three-pass'.*two-pass, one-pass, serial"):
         run(TRITON, case, tensors(case))

@@ -765,6 +765,174 @@ def _bwd_onepass_kernel(
 
 
 @triton.jit
+def _serial_window(
+    x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, rmask, sx_t, sx_d, ss_n, ss_d, ss_w, j: tl.constexpr,
+    W: tl.constexpr, HAS_STATE: tl.constexpr, CDT: tl.constexpr,
+):  # fmt: skip
+    """Tap ``j``'s input for the row at relative position ``p``; 0 for a tap the kernel does not have."""
+    if j < W:
+        v = _window(
+            x_ptr, s_ptr, x_base, p - (W - 1) + j, bos, seq, d, dmask, rmask, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+            HAS_STATE, CDT,
+        )  # fmt: skip
+    else:
+        v = tl.zeros_like(d).to(CDT)
+    return v
+
+
+@triton.jit
+def _serial_tap(w_ptr, d, dmask, sw_d, sw_w, j: tl.constexpr, W: tl.constexpr, CDT: tl.constexpr):
+    """Tap ``j``'s weight per channel (0 for a tap the kernel does not have)."""
+    if j < W:
+        w = tl.load(w_ptr + d * sw_d + j * sw_w, mask=dmask, other=0.0).to(CDT)
+    else:
+        w = tl.zeros_like(d).to(CDT)
+    return w
+
+
+@triton.jit
+def _bwd_serial_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    dy_ptr,
+    df_ptr,
+    dx_ptr,
+    part_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    sdy_b,
+    sdy_t,
+    sdy_d,
+    sdf_n,
+    sdf_d,
+    sdf_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_DF: tl.constexpr,
+    VARLEN: tl.constexpr,
+    NEED_DW: tl.constexpr,
+    CDT: tl.constexpr,
+    CT: tl.constexpr,
+    BD: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """The backward walking time backwards, one row at a time, for a chunk of CT rows and BD channels
+    (W <= 4): ``g`` of each row recomputed as pass 1 forms it, the W-1 later rows' ``g`` carried in
+    registers (``g1..g3``), so no shift ever crosses threads. dx as ``_grad_input`` sums it (same order,
+    ``z`` outside the row's sequence); dweight/dbias summed row by row (latest row first) per chunk,
+    then the chunks in order: other bits than the two passes' sums, still per channel only."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    d = pid_d * BD + tl.arange(0, BD)
+    dmask = d < D
+    c0 = pid_t * CT
+    end = tl.minimum(c0 + CT, T)
+    if VARLEN:
+        x_base = 0
+        dy_base = 0
+    else:
+        x_base = pid_b.to(tl.int64) * sx_b
+        dy_base = pid_b.to(tl.int64) * sdy_b
+    w0 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 0, W, CDT)
+    w1 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 1, W, CDT)
+    w2 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 2, W, CDT)
+    w3 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 3, W, CDT)
+    z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
+    zero = tl.zeros([BD], dtype=CDT)
+    g1 = zero
+    g2 = zero
+    g3 = zero
+    a0 = zero
+    a1 = zero
+    a2 = zero
+    a3 = zero
+    ab = zero
+    for i in tl.range(0, CT + W - 1, num_stages=STAGES):
+        t = c0 + CT + W - 2 - i
+        rmask = t < T
+        if VARLEN:
+            seq = tl.load(seq_ptr + t, mask=rmask, other=0)
+            bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+            L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
+        else:
+            seq = pid_b
+            bos = 0
+            L = T
+        p = t - bos
+        gmask = rmask & (p >= 0) & (p < L)
+        dy = tl.load(dy_ptr + dy_base + (bos + p).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
+        v0 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 0, W,
+                            HAS_STATE, CDT)  # fmt: skip
+        v1 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 1, W,
+                            HAS_STATE, CDT)  # fmt: skip
+        v2 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 2, W,
+                            HAS_STATE, CDT)  # fmt: skip
+        v3 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 3, W,
+                            HAS_STATE, CDT)  # fmt: skip
+        # the pre-activation in _preact's order: tap 0, then + each later tap, then + bias
+        a = v0 * w0
+        if W > 1:
+            a = a + v1 * w1
+        if W > 2:
+            a = a + v2 * w2
+        if W > 3:
+            a = a + v3 * w3
+        if HAS_BIAS:
+            a = a + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
+        g = _act_grad(dy.to(CDT), a, ACT)
+        mine = rmask & (t >= c0) & (t < end)
+        if mine:
+            # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
+            wl = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 1, W, CDT)
+            dx = g * wl
+            if W > 1:
+                dx = dx + tl.where(p + 1 < L, g1, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 2, W, CDT)
+            if W > 2:
+                dx = dx + tl.where(p + 2 < L, g2, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 3, W, CDT)
+            if W > 3:
+                dx = dx + tl.where(p + 3 < L, g3, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 4, W, CDT)
+            if HAS_DF:
+                dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, rmask, sdf_n, sdf_d, sdf_w, W, CDT)
+            tl.store(dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=dmask)
+            if NEED_DW:
+                a0 = a0 + g * v0
+                a1 = a1 + g * v1
+                a2 = a2 + g * v2
+                a3 = a3 + g * v3
+                ab = ab + g
+        g3 = g2
+        g2 = g1
+        g1 = g
+    if NEED_DW:
+        prow = pid_b * tl.num_programs(0) + pid_t
+        base = part_ptr + prow.to(tl.int64) * (W + 1) * D
+        tl.store(base + d, a0, mask=dmask)
+        if W > 1:
+            tl.store(base + D + d, a1, mask=dmask)
+        if W > 2:
+            tl.store(base + 2 * D + d, a2, mask=dmask)
+        if W > 3:
+            tl.store(base + 3 * D + d, a3, mask=dmask)
+        tl.store(base + W * D + d, ab, mask=dmask)
+
+
+@triton.jit
 def _dstate_onepass_kernel(
     x_ptr,
     w_ptr,

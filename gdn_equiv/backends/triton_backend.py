@@ -64,8 +64,13 @@ _GPU_FWD = (16, 256, 4)
 _GPU_GRAD = (16, 256, 4)
 _GPU_BWD = (128, 64, 4)
 _GPU_ONEPASS = (64, 64, 4)
+# The serial backward (``GDN_EQUIV_TRITON_BACKWARD=serial``, W <= 4; wider kernels run the two passes):
+# (chunk rows CT, channels BD, warps, pipeline stages of its row loop).
+_GPU_SERIAL = (64, 256, 2, 3)
+_INTERP_SERIAL = (8, 32, 1, 1)
+SERIAL_MAX_W = 4
 #: ``GDN_EQUIV_TRITON_BACKWARD``: which backward the triton backend runs.
-BACKWARDS = ("two-pass", "one-pass")
+BACKWARDS = ("two-pass", "one-pass", "serial")
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
 
@@ -218,15 +223,26 @@ def _backward_impl(
     flags = dict(W=W, HAS_BIAS=bias is not None, ACT=_act_code(activation), HAS_DF=dfinal is not None,
                  VARLEN=vl.on, CDT=cdt, enable_fp_fusion=False)  # fmt: skip
     dx = torch.empty((B, T, D), dtype=x.dtype, device=x.device)
-    if backward_mode() == "one-pass":
-        BT, BD, warps = _blocks(_GPU_ONEPASS)
+    mode = backward_mode()
+    if mode == "serial" and W > SERIAL_MAX_W:
+        mode = "two-pass"
+    if mode in ("one-pass", "serial"):
+        if mode == "serial":
+            BT, BD, warps, stages = _INTERP_SERIAL if _interpreting() else _GPU_SERIAL
+        else:
+            BT, BD, warps = _blocks(_GPU_ONEPASS)
         n_t = _cdiv(T, BT)
         part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
         sdy = _strides3(dy)
-        if B * T * D > 0:
+        args = (x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf)
+        if B * T * D > 0 and mode == "serial":
+            k._bwd_serial_kernel[(n_t, _cdiv(D, BD), B)](
+                *args, HAS_STATE=initial_state is not None, NEED_DW=need_dw, CT=BT, BD=BD, STAGES=stages,
+                num_warps=warps, **flags,
+            )  # fmt: skip
+        elif B * T * D > 0:
             k._bwd_onepass_kernel[(n_t, _cdiv(D, BD), B)](
-                x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf,
-                HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, BD=BD, HB=_halo(W),
+                *args, HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, BD=BD, HB=_halo(W),
                 num_warps=warps, **flags,
             )  # fmt: skip
         dw, db = _weight_sums(k, part, weight, bias, B * n_t, BD, warps) if need_dw else (None, None)
