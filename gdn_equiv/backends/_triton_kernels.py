@@ -864,7 +864,8 @@ def _bwd_serial_kernel(
     a3 = zero
     ab = zero
     for i in tl.range(0, CT + W - 1, num_stages=STAGES):
-        t = c0 + CT + W - 2 - i
+        # the row as a vector over the channels (one value): the interpreter cannot mask with a scalar
+        t = c0 + CT + W - 2 - i + tl.zeros([BD], dtype=tl.int32)
         rmask = t < T
         if VARLEN:
             seq = tl.load(seq_ptr + t, mask=rmask, other=0)
@@ -896,26 +897,25 @@ def _bwd_serial_kernel(
         if HAS_BIAS:
             a = a + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
         g = _act_grad(dy.to(CDT), a, ACT)
-        mine = rmask & (t >= c0) & (t < end)
-        if mine:
-            # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
-            wl = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 1, W, CDT)
-            dx = g * wl
-            if W > 1:
-                dx = dx + tl.where(p + 1 < L, g1, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 2, W, CDT)
-            if W > 2:
-                dx = dx + tl.where(p + 2 < L, g2, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 3, W, CDT)
-            if W > 3:
-                dx = dx + tl.where(p + 3 < L, g3, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 4, W, CDT)
-            if HAS_DF:
-                dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, rmask, sdf_n, sdf_d, sdf_w, W, CDT)
-            tl.store(dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d, dx.to(dx_ptr.dtype.element_ty), mask=dmask)
-            if NEED_DW:
-                a0 = a0 + g * v0
-                a1 = a1 + g * v1
-                a2 = a2 + g * v2
-                a3 = a3 + g * v3
-                ab = ab + g
+        mine = rmask & (t >= c0) & (t < end)  # a row of this chunk (not its halo)
+        # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
+        dx = g * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 1, W, CDT)
+        if W > 1:
+            dx = dx + tl.where(p + 1 < L, g1, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 2, W, CDT)
+        if W > 2:
+            dx = dx + tl.where(p + 2 < L, g2, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 3, W, CDT)
+        if W > 3:
+            dx = dx + tl.where(p + 3 < L, g3, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 4, W, CDT)
+        if HAS_DF:
+            dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, mine, sdf_n, sdf_d, sdf_w, W, CDT)
+        dx_at = dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d
+        tl.store(dx_at, dx.to(dx_ptr.dtype.element_ty), mask=mine & dmask)
+        if NEED_DW:
+            a0 = tl.where(mine, a0 + g * v0, a0)
+            a1 = tl.where(mine, a1 + g * v1, a1)
+            a2 = tl.where(mine, a2 + g * v2, a2)
+            a3 = tl.where(mine, a3 + g * v3, a3)
+            ab = tl.where(mine, ab + g, ab)
         g3 = g2
         g2 = g1
         g1 = g
