@@ -10,6 +10,7 @@ per call over 20 back-to-back calls, median of 50. Under a minute on an H200, co
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py                      # both passes, CANDIDATES
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --onepass 64x64x4 32x128x4  # the one-pass backward
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --serial 64x256x2x3 128x512x4x4  # serial: CT x BD x warps x stages
 
 A tile ``BTxBDxW`` is (tokens, channels, num_warps) per program.
 """
@@ -73,20 +74,23 @@ def main() -> None:
 
     print(f"B={B} T={T} D={D} W={W} bf16 silu bias; {torch.cuda.get_device_name()}")
     print(f"defaults: pass 1 _GPU_GRAD={tb._GPU_GRAD}, pass 2 _GPU_BWD={tb._GPU_BWD}")
-    print(f"one-pass: _GPU_ONEPASS={tb._GPU_ONEPASS}")
+    print(f"one-pass: _GPU_ONEPASS={tb._GPU_ONEPASS}; serial: _GPU_SERIAL={tb._GPU_SERIAL}")
     args = sys.argv[1:]
     if "--pass2" in args:
         names: tuple[str, ...] = ("_GPU_BWD",)
     elif "--onepass" in args:
         names = ("_GPU_ONEPASS",)
+    elif "--serial" in args:
+        names = ("_GPU_SERIAL",)
     else:
         names = ("_GPU_GRAD", "_GPU_BWD", "_GPU_ONEPASS")
+    mode_of = {"_GPU_ONEPASS": "one-pass", "_GPU_SERIAL": "serial"}
     tiles = [tuple(int(v) for v in a.split("x")) for a in args if not a.startswith("--")] or CANDIDATES
     os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "two-pass"
     print(f"backward kernels, two-pass at its defaults: {_median_ms(_graphed(backward)):.4f} ms", flush=True)
     for name in names:
         default = getattr(tb, name)
-        os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "one-pass" if name == "_GPU_ONEPASS" else "two-pass"
+        os.environ["GDN_EQUIV_TRITON_BACKWARD"] = mode_of.get(name, "two-pass")
         for tile in tiles:
             setattr(tb, name, tile)
             try:
@@ -99,12 +103,13 @@ def main() -> None:
             print(f"backward kernels, {name}={tile}: {ms:.4f} ms", flush=True)
     os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "two-pass"
     two = backward()
-    os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "one-pass"
-    one = backward()
-    print(
-        f"one-pass vs two-pass at the default tiles: dx bitwise equal {torch.equal(one[0], two[0])}, "
-        f"dweight max |diff| {float((one[1].float() - two[1].float()).abs().max()):.3g} (tile-dependent sums)"
-    )
+    for mode in ("one-pass", "serial"):
+        os.environ["GDN_EQUIV_TRITON_BACKWARD"] = mode
+        other = backward()
+        print(
+            f"{mode} vs two-pass at the default tiles: dx bitwise equal {torch.equal(other[0], two[0])}, "
+            f"dweight max |diff| {float((other[1].float() - two[1].float()).abs().max()):.3g} (sum order)"
+        )
 
     xg, wg, bg = (t.detach().requires_grad_() for t in (x, weight, bias))
 

@@ -18,6 +18,7 @@
 #   fla-grad-probe  scripts/fla_grad_probe.py (PR #977's fused-vs-separate grad.x on the layer and the conv)
 #   onepass-suite  the triton backend's tests, conformance and fused-vs-separate with GDN_EQUIV_TRITON_BACKWARD=one-pass
 #   ncu-onepass  the ncu stage with the one-pass backward
+#   serial-suite, ncu-serial  the same two for GDN_EQUIV_TRITON_BACKWARD=serial (W <= 4)
 #   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile)
 # TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
@@ -75,6 +76,12 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     onepass-suite) stage onepass-suite "${!var:-200}" env GDN_EQUIV_TRITON_BACKWARD=one-pass python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/onepass-suite-failures.txt" --gdn-backend triton \
         tests/test_backends_triton.py tests/test_conformance.py tests/test_fused_equivalence.py ;;
+    serial-suite) stage serial-suite "${!var:-200}" env GDN_EQUIV_TRITON_BACKWARD=serial python3 -m pytest -n "$W" -q \
+        -p no:cacheprovider -rfE --gdn-failure-log "$OUT/serial-suite-failures.txt" --gdn-backend triton \
+        tests/test_backends_triton.py tests/test_fused_equivalence.py ;;
+    ncu-serial) stage ncu-serial "${!var:-120}" env GDN_EQUIV_TRITON_BACKWARD=serial ncu --clock-control none \
+        --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats python3 scripts/ncu_prologue.py ;;
     ncu-onepass) stage ncu-onepass "${!var:-120}" env GDN_EQUIV_TRITON_BACKWARD=one-pass ncu --clock-control none \
         --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats python3 scripts/ncu_prologue.py ;;
