@@ -66,7 +66,7 @@ _GPU_BWD = (128, 64, 4)
 _GPU_ONEPASS = (64, 64, 4)
 # The serial backward (``GDN_EQUIV_TRITON_BACKWARD=serial``, W <= 4; wider kernels run the two passes):
 # (chunk rows CT, channels BD, warps, pipeline stages of its row loop).
-_GPU_SERIAL = (64, 256, 2, 3)
+_GPU_SERIAL = (64, 256, 4, 1)
 _INTERP_SERIAL = (8, 32, 1, 1)
 SERIAL_MAX_W = 4
 #: ``GDN_EQUIV_TRITON_BACKWARD``: which backward the triton backend runs.
