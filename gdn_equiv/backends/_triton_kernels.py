@@ -854,15 +854,16 @@ def _bwd_serial_kernel(
     w2 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 2, W, CDT)
     w3 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 3, W, CDT)
     z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
-    zero = tl.zeros([BD], dtype=CDT)
-    g1 = zero
-    g2 = zero
-    g3 = zero
-    a0 = zero
-    a1 = zero
-    a2 = zero
-    a3 = zero
-    ab = zero
+    # one tl.zeros per loop-carried value: the H200 build gave a wrong dx wherever the farthest carried g
+    # was read when all started as one tensor (the interpreter did not); distinct values compile right
+    g1 = tl.zeros([BD], dtype=CDT)
+    g2 = tl.zeros([BD], dtype=CDT)
+    g3 = tl.zeros([BD], dtype=CDT)
+    a0 = tl.zeros([BD], dtype=CDT)
+    a1 = tl.zeros([BD], dtype=CDT)
+    a2 = tl.zeros([BD], dtype=CDT)
+    a3 = tl.zeros([BD], dtype=CDT)
+    ab = tl.zeros([BD], dtype=CDT)
     for i in tl.range(0, CT + W - 1, num_stages=STAGES):
         # the row as a vector over the channels (one value): the interpreter cannot mask with a scalar
         t = c0 + CT + W - 2 - i + tl.zeros([BD], dtype=tl.int32)

@@ -64,8 +64,12 @@ _GPU_FWD = (16, 256, 4)
 _GPU_GRAD = (16, 256, 4)
 _GPU_BWD = (128, 64, 4)
 _GPU_ONEPASS = (64, 64, 4)
-# The serial backward (``GDN_EQUIV_TRITON_BACKWARD=serial``, W <= 4; wider kernels run the two passes):
-# (chunk rows CT, channels BD, warps, pipeline stages of its row loop).
+# The serial backward (the default for W <= 4; wider kernels run the two passes): each program walks a
+# chunk of CT rows backwards, carrying the later rows' g in registers. (CT, BD, warps, pipeline stages of
+# its row loop). H200, B2 T2048 D6144 W4 bf16 (scripts/bwd_tiles.py, CUDA graph, 2026-12-04): 64x256x4x1
+# 0.1644 ms, 128x256x4x1 0.1608, 32x256x4x1 0.1700, 64x256x8x1 0.1966, 256x256x4x1 0.2413, 3 stages
+# 0.1641, against the two passes' 0.2167 in the same run (1.32x); ncu of an earlier tile: 123
+# registers, 25% occupancy, latency-bound (a serial loop), 17% of DRAM bandwidth.
 _GPU_SERIAL = (64, 256, 4, 1)
 _INTERP_SERIAL = (8, 32, 1, 1)
 SERIAL_MAX_W = 4
@@ -111,9 +115,10 @@ def _halo(W: int) -> int:
 
 
 def backward_mode() -> str:
-    """The backward chosen by ``GDN_EQUIV_TRITON_BACKWARD`` (default ``two-pass``); both give the same
-    bits for the same tile (under the interpreter both use one tile)."""
-    mode = os.environ.get("GDN_EQUIV_TRITON_BACKWARD", "") or "two-pass"
+    """The backward chosen by ``GDN_EQUIV_TRITON_BACKWARD``: ``serial`` (the default; W > 4 runs
+    ``two-pass``), ``two-pass`` or ``one-pass``. All three give the same dx and d(initial_state) bits;
+    dweight/dbias are sums whose order each one fixes (one-pass and two-pass agree for the same tile)."""
+    mode = os.environ.get("GDN_EQUIV_TRITON_BACKWARD", "") or "serial"
     if mode not in BACKWARDS:
         raise InvalidArgument(
             f"GDN_EQUIV_TRITON_BACKWARD={mode!r}: the triton backward is one of {', '.join(BACKWARDS)}"
