@@ -141,6 +141,7 @@ def check_path_taken(example: Example, *, device: str = "cpu", target: TargetLik
     testing of the installed suite, docs/mutation.md)."""
     handle, inputs, decision = _setup(example, device, target)
     if hasattr(handle, "decision"):
+        _check_layer_facts(handle, example)
         spec = decide(handle.layer_facts(), handle.call_facts(inputs))
         if spec.fuse != decision.fuse:
             raise Mismatch(
@@ -181,6 +182,44 @@ def check_path_taken(example: Example, *, device: str = "cpu", target: TargetLik
                 Report("path", ("fused", "expected"), False, 1, problem=f"{outcome.path} != {want}"),
             )
     return decision
+
+
+def _check_layer_facts(handle: Any, example: Example) -> None:
+    """What the guard and the spec decide from describes the layer as built, read here from the example
+    and the conv modules themselves rather than through the layer's facts code: a facts reader that
+    inverts a conv's bias, forgets the layer's flag or misreads a width would make guard and spec agree
+    on another layer than the one that runs (found by mutation testing of the installed suite)."""
+    facts = handle.layer_facts()
+    seen: dict[str, Any] = {
+        "use_short_conv": bool(example.config.use_short_conv),
+        "conv_bias": bool(example.config.conv_bias),
+    }
+    told: dict[str, Any] = {"use_short_conv": facts.use_short_conv, "conv_bias": facts.conv_bias}
+    if facts.use_short_conv:
+        convs = list(handle.layer.convs())
+        told["convs"] = len(facts.convs or ())
+        seen["convs"] = len(convs)
+        for name, fact, conv in zip(facts.names, facts.convs or (), convs, strict=False):
+            bias = conv.bias
+            module = {
+                "has_bias": bias is not None,
+                "kernel_size": int(conv.weight.shape[-1]),
+                "activation": conv.activation,
+                "backend": str(conv.backend),
+                "weight_dtype": str(conv.weight.dtype).split(".")[-1],
+                "bias_dtype": None if bias is None else str(bias.dtype).split(".")[-1],
+                "device": str(conv.weight.device),
+            }
+            for key, value in module.items():
+                seen[f"{name}.{key}"] = value
+                told[f"{name}.{key}"] = getattr(fact, key)
+    wrong = {k: (told[k], seen[k]) for k in seen if told[k] != seen[k]}
+    if wrong:
+        detail = ", ".join(f"{k}: facts say {t!r}, the layer has {v!r}" for k, (t, v) in wrong.items())
+        raise Mismatch(
+            f"P1 facts: the facts the guard decides from are not the layer's ({detail})\nExample: {example.short()}",
+            Report("facts", ("layer_facts", "layer"), False, len(seen), len(wrong), problem=detail),
+        )
 
 
 def _fused_and_separate(example: Example, device: str, target: TargetLike) -> tuple[Outcome, Outcome, Decision]:
