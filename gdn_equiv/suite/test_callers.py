@@ -694,6 +694,107 @@ def test_a_cache_that_puts_a_state_elsewhere_or_holds_attention_is_refused() -> 
         layer(x, past_key_values=legacy, use_cache=True)
 
 
+class _FlaLikeWithoutCount:
+    """A cache with fla's ``update`` signature and ``[layer_idx]``, but no ``get_seq_length``/``len()``."""
+
+    def update(self, recurrent_state=None, conv_state=None, layer_idx=None, offset=1):
+        return {}
+
+    def __getitem__(self, layer_idx):
+        return None
+
+
+class _FlaLikeHoldingATuple(_FlaLikeWithoutCount):
+    """A complete fla-like cache whose state at the layer's index is not a state dict."""
+
+    def __getitem__(self, layer_idx):
+        return (torch.zeros(1), None)
+
+    def __len__(self):
+        return 1
+
+    def get_seq_length(self, layer_idx=0):
+        return 3
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_fla_like_cache_missing_a_method_or_holding_a_non_state_is_refused_by_name(family) -> None:
+    """A cache whose ``update`` fits but which lacks what fla's layers read is refused naming what it
+    lacks (not only a cache whose ``update`` does not fit); one holding something other than a state
+    dict at the layer's index is refused naming what it holds (mutants #34, #36, #43, #46 of cache.py)."""
+    config = get_family(family).config_cls(**{**get_family(family).small, "hidden_size": 8})
+    layer = _layer(family, config, 0)
+    x = randn(0, 1, 2, 8, dtype=F64)
+    with pytest.raises(InvalidArgument, match=re.escape("_FlaLikeWithoutCount, which has no get_seq_length, __len__")):
+        layer(x, past_key_values=_FlaLikeWithoutCount(), use_cache=True)
+    with pytest.raises(InvalidArgument, match=re.escape("cache state of layer 0 must be a dict with keys")):
+        layer(x, past_key_values=_FlaLikeHoldingATuple(), use_cache=True)
+
+
+class _ListCache:
+    """An fla-style cache written through ``update(layer_idx=...)``: states are dicts that also name
+    every other kind a layer may keep, unset (``A_state=None``, as fla PR #977's does); ``legacy``
+    appends a new layer's state at the end wherever ``layer_idx`` points (fla's legacy cache)."""
+
+    def __init__(self, legacy: bool = False) -> None:
+        self.states: list = []
+        self.counts: list = []
+        self.legacy = legacy
+
+    def update(self, recurrent_state=None, conv_state=None, layer_idx=0, offset=1, attn_state=None, ffn_state=None):
+        state = {
+            "recurrent_state": recurrent_state,
+            "conv_state": conv_state,
+            "attn_state": attn_state,
+            "ffn_state": ffn_state,
+            "A_state": None,
+        }
+        if layer_idx < len(self.states):
+            self.states[layer_idx], self.counts[layer_idx] = state, self.counts[layer_idx] + offset
+        else:
+            while not self.legacy and len(self.states) < layer_idx:
+                self.states.append(None)
+                self.counts.append(0)
+            self.states.append(state)
+            self.counts.append(offset)
+        return state
+
+    def __getitem__(self, layer_idx):
+        return self.states[layer_idx]
+
+    def __len__(self):
+        return len(self.states)
+
+    def get_seq_length(self, layer_idx=0):
+        return self.counts[layer_idx] if layer_idx < len(self.counts) else 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_cache_naming_unset_state_kinds_decodes_as_ours_and_a_misplacing_one_is_refused(family) -> None:
+    """A caller's cache whose states also name unset kinds (``A_state=None``) decodes exactly as with our
+    Cache: only the unset extras are dropped (mutant #52 of cache.py); a cache that appends a layer's
+    state at the end refuses as soon as the state is not at ``layer_idx`` (index 1 of an empty cache:
+    mutant #56). The view hands back what the caller's ``update`` returned (#58)."""
+    prompt, step = randn(0, 1, 3, 8, dtype=F64), randn(1, 1, 1, 8, dtype=F64)
+    for short_conv in (True, False):  # without short convs the state's conv_state is None, and kept
+        small = {**get_family(family).small, "hidden_size": 8, "use_short_conv": short_conv}
+        layer = _layer(family, get_family(family).config_cls(**small), 0)
+        outs = []
+        for cache in (_ListCache(), Cache()):
+            layer(prompt, past_key_values=cache, use_cache=True)
+            outs.append(layer(step, past_key_values=cache, use_cache=True)[0])
+        ctx = f"{family}, use_short_conv={short_conv}"
+        assert_equivalent(outs[0], outs[1], name="decode output", paths=("caller's cache", "our Cache"), context=ctx)
+    caller = _ListCache()
+    view = layer_cache(caller)
+    assert view is not None
+    stored = view.update(0, recurrent_state=torch.ones(1), conv_state=None, offset=2)
+    assert stored is caller[0]  # what the caller's update returned (mutant #58)
+    later = get_family(family).config_cls(**{**get_family(family).small, "hidden_size": 8, "layer_idx": 1})
+    with pytest.raises(InvalidArgument, match=re.escape("must be filled in layer order from 0")):
+        _layer(family, later, 0)(prompt, past_key_values=_ListCache(legacy=True), use_cache=True)
+
+
 # ---- killed mutants (scripts/mutate.py, docs/mutation.md) ----------------------------------------------
 
 
