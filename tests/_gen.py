@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from gdn_equiv.example import Example, build_layer
 from gdn_equiv.families.gated_deltanet import GatedDeltaNet, GDNConfig
+from gdn_equiv.ground_truth import gated_deltanet_truth
 from gdn_equiv.testing import cu_from_lens as cu_from_lens  # re-exported: the tests import both from here
 from gdn_equiv.testing import randn as randn
 
@@ -76,53 +76,5 @@ def make_layer(config: GDNConfig, seed: int, dtype: torch.dtype = torch.float32,
     return build_layer(Example(config=config, dtype=name, seed=seed), cls=cls)
 
 
-def spec_layer(layer: GatedDeltaNet, x: torch.Tensor, *, beta_scale: float | None = None) -> torch.Tensor:
-    """SPEC §2 written out independently, token by token in fp64, from ``layer``'s parameters only.
-
-    Uses ``F.conv1d`` (groups = channels, left padding) for the short convs and an explicit per-token
-    loop for the recurrence; shares no code with ``gdn_equiv.reference`` or ``gdn_equiv.core``.
-    ``x [B, T, H]``; returns ``[B, T, H]`` in fp64.
-    """
-    d = torch.float64
-    x = x.to(d)
-    B, T, _ = x.shape
-    Hk, Hv, Dk, Dv = layer.num_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
-
-    def lin(mod: torch.nn.Module, inp: torch.Tensor) -> torch.Tensor:
-        return inp @ mod.weight.to(d).T
-
-    q, k, v = lin(layer.q_proj, x), lin(layer.k_proj, x), lin(layer.v_proj, x)
-    if layer.use_short_conv:
-        outs = []
-        for conv, inp in zip((layer.q_conv1d, layer.k_conv1d, layer.v_conv1d), (q, k, v), strict=True):
-            W = conv.weight.shape[-1]
-            bias = None if conv.bias is None else conv.bias.to(d)
-            y = F.conv1d(F.pad(inp.transpose(1, 2), (W - 1, 0)), conv.weight.to(d), bias, groups=inp.shape[-1])
-            y = y.transpose(1, 2)
-            outs.append(y if conv.activation is None else y * torch.sigmoid(y))
-        q, k, v = outs
-    else:
-        q, k, v = (t * torch.sigmoid(t) for t in (q, k, v))
-    q, k, v = q.reshape(B, T, Hk, Dk), k.reshape(B, T, Hk, Dk), v.reshape(B, T, Hv, Dv)
-    q = q / torch.sqrt((q**2).sum(-1, keepdim=True) + 1e-6)
-    k = k / torch.sqrt((k**2).sum(-1, keepdim=True) + 1e-6)
-    a, b = lin(layer.a_proj, x), lin(layer.b_proj, x)  # [B, T, Hv]
-    g = -torch.exp(layer.A_log.to(d)) * F.softplus(a + layer.dt_bias.to(d))
-    beta = torch.sigmoid(b) * (beta_scale if beta_scale is not None else (2.0 if layer.allow_neg_eigval else 1.0))
-    o = torch.zeros(B, T, Hv, Dv, dtype=d)
-    group = Hv // Hk
-    for bi in range(B):
-        for h in range(Hv):
-            S = torch.zeros(Dv, Dk, dtype=d)
-            for t in range(T):
-                kt, qt = k[bi, t, h // group], q[bi, t, h // group]
-                S = torch.exp(g[bi, t, h]) * S
-                u = beta[bi, t, h] * (v[bi, t, h] - S @ kt)
-                S = S + torch.outer(u, kt)
-                o[bi, t, h] = S @ (qt * Dk**-0.5)
-    y = o * torch.rsqrt((o**2).mean(-1, keepdim=True) + layer.o_norm.eps) * layer.o_norm.weight.to(d)
-    if layer.use_gate:
-        gate = lin(layer.g_proj, x).reshape(B, T, Hv, Dv)
-        act = layer.config.output_gate_activation
-        y = y * gate * torch.sigmoid(gate) if act in ("swish", "silu") else y * torch.sigmoid(gate)
-    return y.reshape(B, T, Hv * Dv) @ layer.o_proj.weight.to(d).T
+#: SPEC §2 written out token by token (moved to :mod:`gdn_equiv.ground_truth`, which the gate uses too)
+spec_layer = gated_deltanet_truth
