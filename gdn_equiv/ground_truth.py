@@ -117,7 +117,7 @@ def gated_deltanet_truth(layer: Any, x: Tensor, *, beta_scale: float | None = No
     B, T, _ = x.shape
     Hk, Hv, Dk, Dv = layer.num_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
 
-    def lin(mod: torch.nn.Module, inp: torch.Tensor) -> torch.Tensor:
+    def lin(mod: Any, inp: Tensor) -> Tensor:
         return inp @ mod.weight.to(d).T
 
     q, k, v = lin(layer.q_proj, x), lin(layer.k_proj, x), lin(layer.v_proj, x)

@@ -165,7 +165,7 @@ def _gdn_layers(draw: st.DrawFn):
     return config, draw(st.integers(0, 2**16)), draw(st.integers(1, 2)), draw(st.integers(1, 12))
 
 
-@settings(deadline=None, max_examples=max(10, settings.default.max_examples // 2))
+@settings(deadline=None)
 @given(case=_gdn_layers())
 def test_reference_layer_matches_an_independent_fp64_transcription(case) -> None:
     """The layer every property compares paths against is itself right: Gated DeltaNet in fp64 (its convs
