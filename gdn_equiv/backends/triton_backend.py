@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -251,14 +252,12 @@ def _backward_impl(
                 num_warps=warps, **flags,
             )  # fmt: skip
         dw, db = _weight_sums(k, part, weight, bias, B * n_t, BD, warps) if need_dw else (None, None)
-        dstate = None
-        if need_dstate and initial_state is not None:
-            dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=x.device)
-            if vl.N * D > 0:
-                k._dstate_onepass_kernel[(vl.N, _cdiv(D, BD))](
-                    x, weight, b, state, dy, df, dstate, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf,
-                    BW=_pow2(W), BD=BD, num_warps=warps, **flags,
-                )  # fmt: skip
+        dstate = _state_gradient(vl, weight, initial_state if need_dstate else None, lambda ds: (
+            k._dstate_onepass_kernel[(vl.N, _cdiv(D, BD))](
+                x, weight, b, state, dy, df, ds, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf,
+                BW=_pow2(W), BD=BD, num_warps=warps, **flags,
+            )
+        ))  # fmt: skip
         return dx, dw, db, dstate
     BT, BD, warps = _blocks(_GPU_BWD)
     # pass 1: g = dy * act'(a), a computed once per token; without an activation g is dy, read in place
@@ -281,15 +280,25 @@ def _backward_impl(
             HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, BD=BD, num_warps=warps, **flags,
         )  # fmt: skip
     dw, db = _weight_sums(k, part, weight, bias, B * n_t, BD, warps) if need_dw else (None, None)
-    dstate = None
-    if need_dstate and initial_state is not None:
-        dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=x.device)
-        if vl.N * D > 0:
-            k._dstate_kernel[(vl.N, _cdiv(D, BD))](
-                weight, b, g, df, dstate, vl.cu, T, D, *ws, *sg, *sdf, BW=_pow2(W), BD=BD, num_warps=warps,
-                **flags,
-            )  # fmt: skip
+    dstate = _state_gradient(vl, weight, initial_state if need_dstate else None, lambda ds: (
+        k._dstate_kernel[(vl.N, _cdiv(D, BD))](
+            weight, b, g, df, ds, vl.cu, T, D, *ws, *sg, *sdf, BW=_pow2(W), BD=BD, num_warps=warps, **flags,
+        )
+    ))  # fmt: skip
     return dx, dw, db, dstate
+
+
+def _state_gradient(
+    vl: _Varlen, weight: Tensor, initial_state: Tensor | None, launch: Callable[[Tensor], object]
+) -> Tensor | None:
+    """d(initial_state) ``[N, D, W]`` in the state's dtype, filled by ``launch`` (None without a state)."""
+    if initial_state is None:
+        return None
+    D, W = weight.shape
+    dstate = torch.empty((vl.N, D, W), dtype=initial_state.dtype, device=weight.device)
+    if vl.N * D > 0:
+        launch(dstate)
+    return dstate
 
 
 def _weight_sums(
