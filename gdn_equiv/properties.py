@@ -189,16 +189,19 @@ def _check_layer_facts(handle: Any, example: Example) -> None:
     and the conv modules themselves rather than through the layer's facts code: a facts reader that
     inverts a conv's bias, forgets the layer's flag or misreads a width would make guard and spec agree
     on another layer than the one that runs (found by mutation testing of the installed suite)."""
+    from gdn_equiv.reference import ShortConv
+
     facts = handle.layer_facts()
     seen: dict[str, Any] = {
         "use_short_conv": bool(example.config.use_short_conv),
         "conv_bias": bool(example.config.conv_bias),
     }
     told: dict[str, Any] = {"use_short_conv": facts.use_short_conv, "conv_bias": facts.conv_bias}
+    # every conv module the layer holds (none without short convs), counted by type, not through convs()
+    told["conv modules"] = len(facts.convs or ())
+    seen["conv modules"] = sum(isinstance(m, ShortConv) for m in handle.layer.modules())
     if facts.use_short_conv:
         convs = list(handle.layer.convs())
-        told["convs"] = len(facts.convs or ())
-        seen["convs"] = len(convs)
         for name, fact, conv in zip(facts.names, facts.convs or (), convs, strict=False):
             bias = conv.bias
             module = {
