@@ -53,6 +53,15 @@ def test_auto_launches_one_conv_iff_guard_fuses(data, gdn_backend, gdn_families,
 
 @settings(deadline=None)
 @given(data=st.data())
+def test_a_layer_without_short_convs_runs_and_describes_none(data, gdn_backend, gdn_families, device):
+    """P1/P2 without short convs (SPEC G1), which the draws above rarely reach: the facts name no conv,
+    the layer holds none, and no path launches one."""
+    example = data.draw(examples(backends=(gdn_backend,), fusable=None, use_short_conv=False, family=gdn_families))
+    _run(P.check_path_taken, example, device)
+
+
+@settings(deadline=None)
+@given(data=st.data())
 def test_fused_forward_is_bitwise_equal(data, gdn_backend, gdn_families, device):
     """P3: guard true => fused output == separate output, bitwise, NaNs by position."""
     example = data.draw(either_side(gdn_backend, gdn_families))
