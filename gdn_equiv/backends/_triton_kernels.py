@@ -12,10 +12,12 @@ every kernel (the full-sequence and the step kernel give the same bits, and so d
 Time reductions (weight/bias gradients) are per-block ``tl.sum`` over a block shape fixed by the
 caller, then a sequential sum over blocks in block order: deterministic and independent of ``D``.
 
-The backward runs in two passes so that the pre-activation ``a`` is computed once per token rather
-than once per tap: ``_grad_kernel`` writes ``g = dy * silu'(a)`` (compute dtype), then ``_bwd_kernel``
-and ``_dstate_kernel`` read it (or ``dy`` itself, without an activation) for the input, weight, bias
-and state gradients.
+Three backwards, all computing ``g = dy * silu'(a)`` with ``_grad_preact``'s operations and summing dx
+in ``_grad_input``'s order: the two passes (``_grad_kernel`` writes g in the compute dtype, then
+``_bwd_kernel`` and ``_dstate_kernel`` read it, or ``dy`` itself without an activation), the one-pass
+``_bwd_onepass_kernel`` (g for a tile and its halo in registers, shifted with ``tl.gather``) and the
+serial ``_bwd_serial_kernel`` (rows walked backwards, later rows' g carried in registers; the default
+for W <= 4); the last two take d(initial_state) from ``_dstate_onepass_kernel``.
 """
 
 from __future__ import annotations

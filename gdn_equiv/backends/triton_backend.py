@@ -11,9 +11,13 @@ in fp32, or fp64 when ``x`` or ``weight`` is fp64 (fp64 is supported, on GPU and
 Multiplies and adds are never contracted into FMAs (``enable_fp_fusion=False``), so the step kernel
 reproduces the sequence kernel bit for bit. Block shapes are constants (no autotuning), so the
 weight/bias gradient reductions are also independent of ``D``: fixed per-tile sums, then a sequential
-sum over tiles. The backward computes ``g = dy * silu'(a)`` once per token into a scratch in the
-compute dtype (pass 1), then every gradient from it (pass 2), with the operations and their order of
-the one-pass form that recomputed ``a`` at each tap. The step kernel's taps see x at its own precision;
+sum over tiles. Three backwards (``GDN_EQUIV_TRITON_BACKWARD``, :func:`backward_mode`) form
+``g = dy * silu'(a)`` with the same operations and sum dx in the same order, so dx and
+d(initial_state) have the same bits in all three: ``serial`` (the default for W <= 4) walks each chunk
+of rows backwards carrying the later rows' g in registers; ``two-pass`` writes g to a scratch in the
+compute dtype (pass 1) and forms every gradient from it (pass 2); ``one-pass`` recomputes g for a tile
+and its halo in registers. Their weight/bias sums differ in order (serial: row by row per chunk). The
+step kernel's taps see x at its own precision;
 only the stored state is rounded to the state's dtype (as the torch backend does). Under the
 interpreter (triton 3.9) an fp32 -> bf16 cast truncates instead of rounding to nearest even, so bf16
 results there can be one bf16 ulp off torch's; on GPU the cast rounds to nearest even.
@@ -55,12 +59,12 @@ Tensor = torch.Tensor
 # 64x64x4 0.256, 128x128x8 0.264, 128x64x8 0.279, 32x64x4 0.327, 64x256x8 0.326, 64x128x8 0.356 ms.
 # With 128x64x4 (bench, device timing): fused forward+backward 0.2469 ms; ncu: pass 2 129 us, still
 # 255 registers/thread and 0.93 M spill requests at 12.5% occupancy: register-bound, not memory-bound.
-# The one-pass backward, which recomputed the pre-activation at every shift, took 0.535 ms for
-# forward+backward. Under the interpreter, small tiles keep it fast and make tiny tests cross tile
-# boundaries.
+# Under the interpreter, small tiles keep it fast and make tiny tests cross tile boundaries.
 # The one-pass backward (``GDN_EQUIV_TRITON_BACKWARD=one-pass``, _GPU_ONEPASS) recomputes g in
 # registers for its tile plus a W-1 row halo and shifts it with tl.gather: no g round trip through
-# HBM; its tile sets its dweight/dbias sums' bits as pass 2's does.
+# HBM; its tile sets its dweight/dbias sums' bits as pass 2's does. H200 (2026-12-04): 0.2636 ms at
+# 64x64x4 against the two passes' 0.2147, 255 registers/thread (an earlier form that recomputed the
+# pre-activation at every shift took 0.535 ms for forward+backward).
 _GPU_FWD = (16, 256, 4)
 _GPU_GRAD = (16, 256, 4)
 _GPU_BWD = (128, 64, 4)
@@ -241,16 +245,11 @@ def _backward_impl(
         part = torch.empty((B * n_t, W + 1, D), dtype=cdt_torch, device=x.device) if need_dw else x
         sdy = _strides3(dy)
         args = (x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf)
+        common = dict(HAS_STATE=initial_state is not None, NEED_DW=need_dw, BD=BD, num_warps=warps, **flags)
         if B * T * D > 0 and mode == "serial":
-            k._bwd_serial_kernel[(n_t, _cdiv(D, BD), B)](
-                *args, HAS_STATE=initial_state is not None, NEED_DW=need_dw, CT=BT, BD=BD, STAGES=stages,
-                num_warps=warps, **flags,
-            )  # fmt: skip
+            k._bwd_serial_kernel[(n_t, _cdiv(D, BD), B)](*args, CT=BT, STAGES=stages, **common)
         elif B * T * D > 0:
-            k._bwd_onepass_kernel[(n_t, _cdiv(D, BD), B)](
-                *args, HAS_STATE=initial_state is not None, NEED_DW=need_dw, BT=BT, BD=BD, HB=_halo(W),
-                num_warps=warps, **flags,
-            )  # fmt: skip
+            k._bwd_onepass_kernel[(n_t, _cdiv(D, BD), B)](*args, BT=BT, HB=_halo(W), **common)
         dw, db = _weight_sums(k, part, weight, bias, B * n_t, BD, warps) if need_dw else (None, None)
         dstate = _state_gradient(vl, weight, initial_state if need_dstate else None, lambda ds: (
             k._dstate_onepass_kernel[(vl.N, _cdiv(D, BD))](
