@@ -19,8 +19,10 @@ from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUT_TENSORS, LAYOUTS, apply_layout
 from gdn_equiv.suite import test_conformance as conformance
 
+# A reachability search stops at its first hit; the budget only bounds the tail. Measured over 30 seeds
+# (initial_state expanded, p ~ 2/15 per draw): first hits after 4-167 draws, so 300 flaked once in CI.
 SEARCH = settings(
-    max_examples=300,
+    max_examples=5000,
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
