@@ -19,11 +19,13 @@ import torch
 from gdn_equiv.backends import count_launches
 from gdn_equiv.cache import Cache
 from gdn_equiv.compare import Mismatch, Report, assert_equivalent, assert_tree_equivalent, compare
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer
 from gdn_equiv.families import get_family
 from gdn_equiv.guard import Condition, Decision, decide
 
 if TYPE_CHECKING:
+    from gdn_equiv.bad_input import BadCall
     from gdn_equiv.targets import Target
 
 Tensor = torch.Tensor
@@ -357,6 +359,66 @@ def forced_fusion_error(example: Example, *, device: str = "cpu", target: Target
         except Mismatch as exc:
             return str(exc).splitlines()[0] + " / " + " ".join(str(exc).splitlines()[1:2])
     return None
+
+
+def _cache_tensors(cache: Cache | None) -> dict[str, Tensor]:
+    found: dict[str, Tensor] = {}
+    for i, state in enumerate(cache.states if cache is not None else ()):
+        if not isinstance(state, dict):
+            continue
+        for key, value in state.items():
+            items = value if isinstance(value, (tuple, list)) else (value,)
+            for j, t in enumerate(items):
+                if isinstance(t, Tensor):
+                    found[f"cache[{i}].{key}" + (f"[{j}]" if isinstance(value, (tuple, list)) else "")] = t
+    return found
+
+
+def _p8_failure(problem: str, bad: BadCall, paths: tuple[str, str]) -> Mismatch:
+    return Mismatch(f"P8: {problem}\n{bad.short()}", Report("bad-input", paths, False, 0, problem=problem))
+
+
+def check_refuses_bad_input(bad: BadCall, *, device: str = "cpu") -> None:
+    """P8: a call with one thing wrong (:mod:`gdn_equiv.bad_input`) raises :class:`InvalidArgument`
+    whose message names the argument and the offending value, and leaves everything the caller holds
+    as it was: each tensor's values (bitwise), storage and version counter, and the cache's states."""
+    from gdn_equiv.bad_input import names, prepare
+
+    prepared = prepare(bad, device)
+    tracked = {**prepared.tracked, **_cache_tensors(prepared.cache)}
+    before = {
+        name: (None if t.is_meta else t.detach().clone(), t.data_ptr(), t._version) for name, t in tracked.items()
+    }
+    states = [] if prepared.cache is None else list(prepared.cache.states)
+    contents = [dict(s) if isinstance(s, dict) else s for s in states]
+    try:
+        prepared.call()
+    except InvalidArgument as exc:
+        missing = [n for n in prepared.needles if not names(str(exc), n)]
+        if missing:
+            raise _p8_failure(f"the refusal does not name {missing}: {exc}", bad, ("refusal", "needles")) from exc
+    except Exception as exc:
+        problem = f"{bad.kind}: raised {type(exc).__name__} instead of InvalidArgument: {exc}"
+        raise _p8_failure(problem, bad, ("raised", "InvalidArgument")) from exc
+    else:
+        raise _p8_failure(f"{bad.kind}: accepted, no InvalidArgument", bad, ("accepted", "InvalidArgument"))
+    for name, t in tracked.items():
+        value, ptr, version = before[name]
+        if t.data_ptr() != ptr or t._version != version:
+            problem = f"the refused call modified {name} in place (version {version} -> {t._version})"
+            raise _p8_failure(problem, bad, ("after", "before"))
+        if value is not None:
+            assert_equivalent(
+                t.detach(), value, name=name, paths=("after the refused call", "before"), context=bad.short()
+            )
+    after = [] if prepared.cache is None else list(prepared.cache.states)
+    same = len(after) == len(states) and all(a is b for a, b in zip(after, states, strict=False))
+    same = same and all(
+        not isinstance(c, dict) or (isinstance(s, dict) and c.keys() == s.keys() and all(c[k] is s[k] for k in c))
+        for c, s in zip(contents, after, strict=False)
+    )
+    if not same:
+        raise _p8_failure("the refused call changed the cache's states", bad, ("after", "before"))
 
 
 def cross_backend(example: Example, backend: str, *, device: str = "cpu") -> Report:

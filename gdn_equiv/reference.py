@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, check_cu_seqlens
+from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, check_cu_seqlens, get_backend
 from gdn_equiv.cache import Cache, check_layer_state, layer_cache
 from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.conv_ops import apply_conv_facts, fact_params, normalize_extras, validate_extras
@@ -46,6 +46,11 @@ MASK_KINDS = ("unpad", "dense")
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _shape_or_type(value: Any) -> str:
+    """A tensor's shape, or what the value is when it is not a tensor (for refusals)."""
+    return str(tuple(value.shape)) if isinstance(value, Tensor) else f"a {type(value).__name__}"
 
 
 class ShortConv(nn.Module):
@@ -122,6 +127,7 @@ class ShortConv(nn.Module):
     def facts(self) -> ConvFacts:
         if self.activation not in CONV_ACTIVATIONS:
             raise InvalidArgument(f"conv activation must be one of {CONV_ACTIVATIONS}, got {self.activation!r}")
+        get_backend(self.backend)  # an unknown name is refused here, whichever path the call takes
         return ConvFacts(
             extras=self.extras(),
             backend=str(self.backend),
@@ -252,7 +258,7 @@ class ShortConvLayer(nn.Module):
             config = self.config_cls(**kwargs)
         elif kwargs:
             raise InvalidArgument(f"pass either a config or constructor arguments, got both (and {sorted(kwargs)})")
-        if not isinstance(config, self.config_cls):
+        if type(config) is not self.config_cls:  # exactly: SimpleGLAConfig is a GLAConfig too
             raise InvalidArgument(
                 f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}"
             )
@@ -367,9 +373,7 @@ class ShortConvLayer(nn.Module):
         path), find the layer's cache."""
         cache = self.cache_view(past_key_values)
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.hidden_size:
-            raise InvalidArgument(
-                f"hidden_states must have shape [B, T, {self.hidden_size}], got {tuple(getattr(x, 'shape', ()))}"
-            )
+            raise InvalidArgument(f"hidden_states must have shape [B, T, {self.hidden_size}], got {_shape_or_type(x)}")
         weight = self._input_linears()[0][1].weight
         if x.dtype != weight.dtype:
             raise InvalidArgument(
@@ -411,7 +415,7 @@ class ShortConvLayer(nn.Module):
     def _check_mask(mask: Tensor, B: int, T: int, device: torch.device) -> None:
         if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[0] != B or mask.shape[1] < T:
             raise InvalidArgument(
-                f"attention_mask must be a 0/1 matrix of shape [B={B}, S>={T}], got {tuple(getattr(mask, 'shape', ()))}"
+                f"attention_mask must be a 0/1 matrix of shape [B={B}, S>={T}], got {_shape_or_type(mask)}"
             )
         if mask.device != device:
             raise InvalidArgument(f"attention_mask is on {mask.device} but hidden_states are on {device}")

@@ -10,8 +10,10 @@ Every strategy follows Hypothesis' own API style: keyword-only arguments, ``min_
   :func:`attention_mask_lens`, :func:`seq_lens`, :func:`rare`
 - single conv-backend calls: :func:`conv_calls` (:class:`ConvCall`)
 - whole test cases: :func:`examples` (``fusable=True|False`` builds either guard outcome by construction)
+- bad input (SPEC P8): :func:`bad_calls` (a valid example with one thing made wrong)
 """
 
+from .bad_inputs import bad_calls
 from .convs import ConvCall, conv_calls
 from .examples import CALL_REASONS, REASONS, attention_mask_lens, cu_seqlens_for, examples, seq_lens
 from .facts import call_facts, conv_facts, dtypes, layer_facts, rare
@@ -24,6 +26,7 @@ __all__ = [
     "REASONS",
     "ConvCall",
     "attention_mask_lens",
+    "bad_calls",
     "call_facts",
     "conv_calls",
     "conv_facts",

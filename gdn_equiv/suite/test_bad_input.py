@@ -1,0 +1,28 @@
+"""P8: bad input gets an ``InvalidArgument`` naming the argument and the value, and nothing the caller
+holds is modified, for every family and the backend chosen by ``--gdn-backend``.
+
+Each example is a valid call with one thing made wrong (:mod:`gdn_equiv.bad_input`): hidden states,
+``attention_mask``, ``cu_seqlens``, ``use_cache``, the cached state, the conv modules, the config.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from gdn_equiv import properties as P
+from gdn_equiv.strategies import bad_calls
+from gdn_equiv.testing import count_example
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_bad_input_is_refused_naming_the_value(data, gdn_backend, gdn_families, device):
+    """P8, every kind of :data:`gdn_equiv.bad_input.KINDS` drawn on every family."""
+    bad = data.draw(bad_calls(backends=(gdn_backend,), family=gdn_families))
+    count_example()
+    note(bad.short())
+    P.check_refuses_bad_input(bad, device=device)
