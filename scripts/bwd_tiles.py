@@ -11,6 +11,7 @@ per call over 20 back-to-back calls, median of 50. Under a minute on an H200, co
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --onepass 64x64x4 32x128x4  # the one-pass backward
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --serial 64x256x2x3 128x512x4x4  # serial: CT x BD x warps x stages
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --forward 16x256x4 32x512x8  # the forward kernel's tile
 
 A tile ``BTxBDxW`` is (tokens, channels, num_warps) per program.
 """
@@ -76,6 +77,9 @@ def main() -> None:
     print(f"defaults: pass 1 _GPU_GRAD={tb._GPU_GRAD}, pass 2 _GPU_BWD={tb._GPU_BWD}")
     print(f"one-pass: _GPU_ONEPASS={tb._GPU_ONEPASS}; serial: _GPU_SERIAL={tb._GPU_SERIAL}")
     args = sys.argv[1:]
+    if "--forward" in args:
+        _forward_tiles(tb, x, weight, bias, [tuple(int(v) for v in a.split("x")) for a in args if a[0] != "-"])
+        return
     if "--pass2" in args:
         names: tuple[str, ...] = ("_GPU_BWD",)
     elif "--onepass" in args:
@@ -122,6 +126,29 @@ def main() -> None:
     for mode in tb.BACKWARDS:
         os.environ["GDN_EQUIV_TRITON_BACKWARD"] = mode
         print(f"forward+backward (eager, defaults, {mode}): {_median_ms(forward_backward, calls=20):.4f} ms")
+
+
+def _forward_tiles(tb: object, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, tiles: list) -> None:
+    """The forward kernel alone (CUDA graph) at each tile (BT x BD x warps), and its share of the HBM
+    bandwidth: x read once and y written once (the W-1 halo rows and the weights are noise)."""
+    moved = 2 * x.numel() * x.element_size()
+    default = tb._GPU_FWD  # type: ignore[attr-defined]
+
+    def forward() -> object:
+        return tb.forward(x, weight, bias, "silu", None, False, None)  # type: ignore[attr-defined]
+
+    reference = forward()[0]
+    for tile in [default, *tiles]:
+        tb._GPU_FWD = tile  # type: ignore[attr-defined]
+        try:
+            ms = _median_ms(_graphed(forward))
+            same = torch.equal(forward()[0], reference)
+        except Exception as exc:  # a tile that does not compile is reported
+            print(f"forward, _GPU_FWD={tile}: failed, {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        finally:
+            tb._GPU_FWD = default  # type: ignore[attr-defined]
+        print(f"forward, _GPU_FWD={tile}: {ms:.4f} ms, {moved / ms / 1e9:.2f} TB/s, output bitwise {same}", flush=True)
 
 
 if __name__ == "__main__":
