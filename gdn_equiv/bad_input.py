@@ -311,6 +311,12 @@ def _conv_attr(attr: str, values: tuple[str, ...]) -> Kind:
     return Kind("short_conv", apply)
 
 
+def _conv_unknown_argument(bad: BadCall, layer: Any, inputs: Inputs, device: str) -> Prepared:
+    """A conv module built with a keyword no registered conv fact takes."""
+    conv, name = _conv(bad, layer), _choice(bad, ("window", "dilation_rate", "no_such_fact"))
+    return Prepared(lambda: type(conv)(conv.channels, conv.kernel_size, **{name: 3}), (name,))
+
+
 def _use_cache(bad: BadCall, layer: Any, inputs: Inputs, device: str) -> Prepared:
     value = _choice(bad, ("yes", 1, "False", None))
     return Prepared(_plain(bad, layer, inputs.x, use_cache=value), ("use_cache", repr(value)), {"x": inputs.x})
@@ -399,6 +405,7 @@ KINDS: dict[str, Kind] = {
     "cached state not a dict": _state_kind(_state_not_dict),
     "cache for fewer sequences": Kind("populated plain", _more_sequences),
     "conv weight [D, >1, W]": Kind("short_conv", _conv_weight),
+    "conv module unknown argument": Kind("short_conv", _conv_unknown_argument),
     "conv activation": _conv_attr("activation", ("gelu", "tanh", "softplus", "no-such-activation")),
     "conv backend": _conv_attr("backend", ("no-such-backend", "tpu-magic")),
     "unexpected keyword": Kind("any", _unexpected_keyword),

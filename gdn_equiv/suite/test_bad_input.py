@@ -20,7 +20,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-@settings(deadline=None, max_examples=max(4, settings.default.max_examples // 10))  # 41 kinds share it
+@settings(
+    deadline=None, max_examples=max(4, settings.default.max_examples // 10)
+)  # one test per kind: each gets a tenth
 @given(data=st.data())
 def test_bad_input_is_refused_naming_the_value(data, kind, gdn_backend, gdn_families, device):
     """P8, each kind of :data:`gdn_equiv.bad_input.KINDS` on its own (so every run reaches every kind),
