@@ -10,6 +10,7 @@ and the example, or :class:`NotApplicable` when the example does not meet its pr
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
@@ -374,7 +375,7 @@ def _cache_tensors(cache: Cache | None) -> dict[str, Tensor]:
     return found
 
 
-def _p8_failure(problem: str, bad: BadCall, paths: tuple[str, str]) -> Mismatch:
+def _p8_failure(problem: str, paths: tuple[str, str], bad: BadCall) -> Mismatch:
     return Mismatch(f"P8: {problem}\n{bad.short()}", Report("bad-input", paths, False, 0, problem=problem))
 
 
@@ -391,22 +392,28 @@ def check_refuses_bad_input(bad: BadCall, *, device: str = "cpu") -> None:
     }
     states = [] if prepared.cache is None else list(prepared.cache.states)
     contents = [dict(s) if isinstance(s, dict) else s for s in states]
+    failure: tuple[str, tuple[str, str]] | None = None
     try:
         prepared.call()
     except InvalidArgument as exc:
         missing = [n for n in prepared.needles if not names(str(exc), n)]
         if missing:
-            raise _p8_failure(f"the refusal does not name {missing}: {exc}", bad, ("refusal", "needles")) from exc
+            failure = (f"the refusal does not name {missing}: {exc}", ("refusal", "needles"))
     except Exception as exc:
-        problem = f"{bad.kind}: raised {type(exc).__name__} instead of InvalidArgument: {exc}"
-        raise _p8_failure(problem, bad, ("raised", "InvalidArgument")) from exc
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        problem = f"raised {type(exc).__name__} instead of InvalidArgument: {exc} (at {where.filename}:{where.lineno})"
+        failure = (f"{bad.kind}: {problem}", ("raised", "InvalidArgument"))
     else:
-        raise _p8_failure(f"{bad.kind}: accepted, no InvalidArgument", bad, ("accepted", "InvalidArgument"))
+        failure = (f"{bad.kind}: accepted, no InvalidArgument", ("accepted", "InvalidArgument"))
+    if failure is not None:
+        # raised outside the except block (no exception context): one failure however deep the wrong
+        # exception came from, so Hypothesis shrinks one bug instead of one per raising line
+        raise _p8_failure(*failure, bad)
     for name, t in tracked.items():
         value, ptr, version = before[name]
         if t.data_ptr() != ptr or t._version != version:
             problem = f"the refused call modified {name} in place (version {version} -> {t._version})"
-            raise _p8_failure(problem, bad, ("after", "before"))
+            raise _p8_failure(problem, ("after", "before"), bad)
         if value is not None:
             assert_equivalent(
                 t.detach(), value, name=name, paths=("after the refused call", "before"), context=bad.short()
@@ -418,7 +425,7 @@ def check_refuses_bad_input(bad: BadCall, *, device: str = "cpu") -> None:
         for c, s in zip(contents, after, strict=False)
     )
     if not same:
-        raise _p8_failure("the refused call changed the cache's states", bad, ("after", "before"))
+        raise _p8_failure("the refused call changed the cache's states", ("after", "before"), bad)
 
 
 def cross_backend(example: Example, backend: str, *, device: str = "cpu") -> Report:

@@ -8,7 +8,7 @@ Each example is a valid call with one thing made wrong (:mod:`gdn_equiv.bad_inpu
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv import properties as P
