@@ -156,8 +156,8 @@ def _mask_other_batch(bad: BadCall, x: Tensor) -> Tensor:
 
 def _mask_with_value(bad: BadCall, x: Tensor) -> Tensor:
     B, T = x.shape[:2]
-    floating = bad.pick % 2 == 1
-    value = _choice(bad, (0.5, 2.0, -1.0, 3.5)) if floating else _choice(bad, (2, 7, -1, 5))
+    floating, which = bad.pick % 2 == 1, (bad.pick // 2) % 4
+    value = (0.5, 2.0, -1.0, 3.5)[which] if floating else (2, 7, -1, 5)[which]
     mask = _ones(x, B, T).to(torch.float32 if floating else torch.long)
     mask.view(-1)[bad.pick % (B * T)] = value
     return mask
