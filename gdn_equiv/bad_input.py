@@ -327,6 +327,17 @@ def _unexpected_keyword(bad: BadCall, layer: Any, inputs: Inputs, device: str) -
     return Prepared(_own_call(bad, layer, inputs, **{name: 3}), (name,), _held(inputs), inputs.cache)
 
 
+def _reference_unexpected_keyword(bad: BadCall, layer: Any, inputs: Inputs, device: str) -> Prepared:
+    """The family's reference layer (separate prologue only, no ``prologue=``) given a keyword it lacks."""
+    reference = build_layer(bad.example, cls=get_family(bad.example.family).layer_cls, device=device)
+    own = materialize(bad.example, reference, device)
+    name = _choice(bad, ("prologue", "window", "cache_params"))
+    kwargs = {**own.kwargs(), name: "auto"}
+    prepared = Prepared(lambda: reference(own.x, **kwargs), (name,), _held(own), own.cache)
+    prepared.tracked.update({f"reference param {n}": p for n, p in reference.named_parameters()})
+    return prepared
+
+
 def _unknown_prologue(bad: BadCall, layer: Any, inputs: Inputs, device: str) -> Prepared:
     value = _choice(bad, ("both", "fuse", "Separate", ""))
     kwargs = inputs.kwargs()
@@ -410,6 +421,7 @@ KINDS: dict[str, Kind] = {
     "conv backend": _conv_attr("backend", ("no-such-backend", "tpu-magic")),
     "unexpected keyword": Kind("any", _unexpected_keyword),
     "unknown prologue": Kind("any", _unknown_prologue),
+    "unexpected keyword, reference layer": Kind("any", _reference_unexpected_keyword),
     "config and keywords": Kind("any", _config_and_kwargs),
     "config of another family": Kind("any", _config_of_another_family),
     "config field": Kind("any", _config_field),
