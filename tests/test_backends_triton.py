@@ -306,7 +306,9 @@ def _backward(mode: str, tile: tuple[int, int, int] | None = None) -> Iterator[N
                 yield
 
 
-@settings(max_examples=25, deadline=None)
+# the one-pass backward is opt-in (GDN_EQUIV_TRITON_BACKWARD=one-pass) and its H200 runs check it at
+# length; on the interpreter a few examples keep its index arithmetic honest (CI time, issue #17)
+@settings(max_examples=8, deadline=None)
 @given(case=cases(varlen=None, max_w=5, dtypes=(torch.float32, torch.float16, torch.bfloat16)))
 def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
     """dx, dweight, dbias and d(initial_state) of the one-pass backward (g recomputed in registers,
@@ -324,7 +326,7 @@ def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
         assert_equivalent(one[name], two[name], name=name, paths=("one-pass", "two-pass"), exact=True, context=case)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(case=cases(varlen=None, max_w=4, dtypes=(torch.float32, torch.float16, torch.bfloat16)))
 def test_serial_backward_dx_is_bitwise_the_two_pass_and_its_sums_agree(case: Case) -> None:
     """The serial backward (one row at a time, later rows' g carried in registers) gives the two passes'
