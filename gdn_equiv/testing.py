@@ -31,6 +31,7 @@ __all__ = [
     "counts",
     "cu_from_lens",
     "default_profile",
+    "first_hit",
     "nan_poisoned_empty",
     "parse_names",
     "pin_xdist_worker_device",
@@ -102,6 +103,21 @@ PROFILES: dict[str, dict[str, Any]] = {
     "gpu": {"max_examples": 50, "deadline": None, "derandomize": True},
     "fuzz": {"max_examples": 10_000, "deadline": None},
 }
+
+
+def first_hit(max_examples: int) -> Any:
+    """Hypothesis settings for a search that stops at its first hit (``hypothesis.find`` of a planted
+    defect or a region a strategy must reach): no database, deadline or health checks, and no shrink
+    phase, since any hit will do; ``max_examples`` only bounds a miss."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
 
 
 def register_profiles() -> None:

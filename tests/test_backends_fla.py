@@ -18,7 +18,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import find
 
 from gdn_equiv.backends import Backend, causal_conv1d, causal_conv1d_update, get_backend, register_backend, registered
 from gdn_equiv.backends import fla_backend as fb
@@ -29,14 +29,9 @@ from gdn_equiv.strategies import ConvCall
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
 from gdn_equiv.targets import fla_target
+from gdn_equiv.testing import first_hit
 
-SEARCH = settings(
-    max_examples=300,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)
+SEARCH = first_hit(300)
 FLA_TRITON_REASON = fb.TRITON.unavailable()
 needs_fla_triton = pytest.mark.skipif(FLA_TRITON_REASON is not None, reason=f"fla-triton: {FLA_TRITON_REASON}")
 

@@ -11,7 +11,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import find, given, settings
 from hypothesis.errors import NoSuchExample
 
 from gdn_equiv import properties as P
@@ -21,16 +21,12 @@ from gdn_equiv.compare import Mismatch
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families import known_families
 from gdn_equiv.strategies import bad_calls
+from gdn_equiv.suite.test_bad_input import *  # noqa: F403  (the gate's P8 property, run here too)
+from gdn_equiv.testing import first_hit
 
 FAMILIES = tuple(known_families())
 # the first hit is enough (no shrinking): each search stops there
-SEARCH = settings(
-    max_examples=400,
-    database=None,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)
+SEARCH = first_hit(400)
 
 
 def _fails(bad: BadCall) -> bool:

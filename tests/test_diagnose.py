@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import HealthCheck, find, given, settings
 
 from gdn_equiv import properties as P
 from gdn_equiv.backends import Backend, registered
@@ -26,6 +26,7 @@ from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import examples
 from gdn_equiv.suite.test_necessity import BUILTIN_BACKENDS, no_counterexample
 from gdn_equiv.targets import get_target
+from gdn_equiv.testing import first_hit
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -33,13 +34,7 @@ if sys.version_info < (3, 11):
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 # first failure ends the search (no shrink): every assertion below holds for any failing example
-SEARCH = settings(
-    max_examples=200,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)
+SEARCH = first_hit(200)
 SIZES = (8, 8, 16)
 NAMES = ("q", "k", "v")
 

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import find
 
 from gdn_equiv.backends import get_backend, registered
 from gdn_equiv.backends import torch_backend as tb
@@ -21,14 +21,9 @@ from gdn_equiv.strategies import conv_calls
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
 from gdn_equiv.suite.test_ground_truth import *  # noqa: F403
+from gdn_equiv.testing import first_hit
 
-SEARCH = settings(
-    max_examples=300,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)
+SEARCH = first_hit(300)
 
 
 def _reversed_taps_forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import find, given
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -18,16 +18,11 @@ from gdn_equiv.compare import Mismatch
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUT_TENSORS, LAYOUTS, apply_layout
 from gdn_equiv.suite import test_conformance as conformance
+from gdn_equiv.testing import first_hit
 
 # A reachability search stops at its first hit; the budget only bounds the tail. Measured over 30 seeds
 # (initial_state expanded, p ~ 2/15 per draw): first hits after 4-167 draws, so 300 flaked once in CI.
-SEARCH = settings(
-    max_examples=5000,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)
+SEARCH = first_hit(5000)
 
 
 # ---- the layouts themselves ------------------------------------------------------------------------

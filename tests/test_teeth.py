@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import find, settings
 
 from gdn_equiv import properties as P
 from gdn_equiv.backends import Backend, registered
@@ -19,18 +19,13 @@ from gdn_equiv.families import known_families
 from gdn_equiv.guard import Condition, Decision, decide, decide_upstream
 from gdn_equiv.strategies import examples
 from gdn_equiv.targets import get_target
+from gdn_equiv.testing import first_hit
 
 pytestmark = pytest.mark.teeth
 
 # No shrink phase: a defect is caught by the first failing example (every assertion below holds for
 # any failing one); `gdn-equiv check` shrinks what it reports, and CI time goes to more states.
-SEARCH = settings(
-    max_examples=400,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)
+SEARCH = first_hit(400)
 FAMILIES = known_families()
 
 

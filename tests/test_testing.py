@@ -90,3 +90,17 @@ def test_triton_kernels_are_kept_under_the_project_on_a_gpu_unless_the_caller_ch
     assert testing.project_triton_cache("/repo", {"TRITON_CACHE_DIR": "/mine"}, gpu=True) is None
     assert testing.project_triton_cache("/repo", {"TRITON_CACHE_DIR": ""}, gpu=True) == "/repo/.gdn-equiv/triton"
     assert testing.project_triton_cache("/repo", {}, gpu=False) is None
+
+
+def test_every_gate_module_also_runs_in_the_repositorys_tests(request: pytest.FixtureRequest):
+    """The README's test command collects ``tests/`` only: each ``gdn_equiv/suite`` module's tests reach
+    it by a star import there (a new gate module without one would pass CI untested)."""
+    from pathlib import Path
+
+    import gdn_equiv.suite
+
+    suite = Path(gdn_equiv.suite.__file__).parent
+    tests = Path(request.config.rootpath, "tests")
+    imported = "\n".join(p.read_text() for p in tests.glob("test_*.py"))
+    for module in sorted(suite.glob("test_*.py")):
+        assert f"from gdn_equiv.suite.{module.stem} import *" in imported, module.name
