@@ -64,6 +64,17 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
             "gdn_equiv/suite/test_callers.py",
         ],
     ),
+    # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
+    "dispatch": (
+        "gdn_equiv/backends/__init__.py",
+        [
+            "tests/test_backends_torch.py",
+            "tests/test_conformance.py",
+            "tests/test_bad_input.py",
+            "tests/test_teeth.py",
+            "tests/test_dispatch.py",
+        ],
+    ),
     "torch_backend": (
         "gdn_equiv/backends/torch_backend.py",
         ["tests/test_backends_torch.py", "tests/test_conformance.py"],

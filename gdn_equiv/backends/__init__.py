@@ -63,7 +63,6 @@ _BUILTIN = {
     "fla-gluon": "gdn_equiv.backends.fla_backend:GLUON",
 }
 _REGISTRY: dict[str, Backend] = {}
-_ENTRY_POINTS_LOADED = False
 
 
 def _load_object(spec: str) -> object:
@@ -85,11 +84,7 @@ def _entry_point_specs() -> dict[str, str]:
 
 def known_backends() -> list[str]:
     """Every name that :func:`get_backend` accepts (it may still be unavailable here)."""
-    global _ENTRY_POINTS_LOADED
-    names = set(_REGISTRY) | set(_BUILTIN)
-    if not _ENTRY_POINTS_LOADED:
-        names |= set(_entry_point_specs())
-    return sorted(names)
+    return sorted(set(_REGISTRY) | set(_BUILTIN) | set(_entry_point_specs()))
 
 
 def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
