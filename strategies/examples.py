@@ -51,7 +51,9 @@ def cu_seqlens_for(
 @st.composite
 def _lengths(draw: st.DrawFn, total: int, min_seqs: int, max_seqs: int, allow_empty: bool) -> tuple[int, ...]:
     n = draw(st.integers(min_seqs, max_seqs))
-    if allow_empty:
+    if n == 1:  # one sequence of all the tokens (st.integers(1, total - 1) is empty for total 1)
+        cuts = []
+    elif allow_empty:
         cuts = sorted(draw(st.lists(st.integers(0, total), min_size=n - 1, max_size=n - 1)))
     else:
         cuts = sorted(draw(st.lists(st.integers(1, total - 1), min_size=n - 1, max_size=n - 1, unique=True)))
