@@ -38,7 +38,7 @@ def cu_seqlens_for(
         raise InvalidArgument(f"total must be >= 0, got {total}")
     if min_seqs < 1:
         raise InvalidArgument(f"min_seqs must be >= 1, got {min_seqs}")
-    if not allow_empty and min_seqs > max(total, 1):
+    if not allow_empty and min_seqs > total:  # total 0: no non-empty sequence at all
         raise InvalidArgument(f"{min_seqs} non-empty sequences cannot sum to {total}")
     hi = max_seqs if max_seqs is not None else total + 1
     if hi < min_seqs:

@@ -24,11 +24,28 @@ REFUSED = [
     ("attention_mask_lens batch 0", lambda: attention_mask_lens(batch=0, seq_len=3), "got 0, 3"),
     ("attention_mask_lens seq_len 0", lambda: attention_mask_lens(batch=2, seq_len=0), "got 2, 0"),
     ("attention_mask_lens min_tokens -1", lambda: attention_mask_lens(batch=2, seq_len=3, min_tokens=-1), "got -1"),
-    ("attention_mask_lens min_tokens 7", lambda: attention_mask_lens(batch=2, seq_len=3, min_tokens=7), "got 7"),
+    (
+        "attention_mask_lens min_tokens 7",
+        lambda: attention_mask_lens(batch=2, seq_len=3, min_tokens=7),
+        "min_tokens must be in [0, 6], got 7",
+    ),
     ("seq_lens min 0", lambda: seq_lens(min_value=0), "got 0, 140"),
     ("seq_lens min > max", lambda: seq_lens(min_value=5, max_value=4), "got 5, 4"),
     ("examples unknown family", lambda: examples(family="mamba9"), "unknown family 'mamba9'"),
     ("examples min_batch 0", lambda: examples(min_batch=0), "got 0, 2"),
+    ("examples min_seq_len 0", lambda: examples(min_seq_len=0), "got 0, 140"),
+    ("fusable with varlen", lambda: examples(fusable=True, varlen=True), "cannot be combined with varlen=True"),
+    ("fusable with use_cache", lambda: examples(fusable=True, use_cache=True), "combined with use_cache=True"),
+    ("fusable without convs", lambda: examples(fusable=True, use_short_conv=False), "with use_short_conv=False"),
+    ("fusable with reasons", lambda: examples(fusable=True, reasons=["G2"]), "breaks no condition, got reasons=['G2']"),
+    ("reasons without fusable=False", lambda: examples(reasons=["G2"]), "reasons needs fusable=False"),
+    ("an unknown reason", lambda: examples(fusable=False, reasons=["G99"]), "non-empty subset of"),
+    ("no reasons", lambda: examples(fusable=False, reasons=[]), "got []"),
+    (
+        "cu_seqlens_for no non-empty sequence in 0 tokens",
+        lambda: cu_seqlens_for(0, allow_empty=False),
+        "1 non-empty sequences cannot sum to 0",
+    ),
     ("examples min_seq_len > max", lambda: examples(min_seq_len=9, max_seq_len=8), "got 9, 8"),
 ]  # fmt: skip
 
@@ -54,11 +71,12 @@ def test_a_strategy_refuses_a_bad_argument_naming_it(build, needle):
         (seq_lens(min_value=1, max_value=1), lambda n: n == 1),
         (seq_lens(min_value=7, max_value=7), lambda n: n == 7),
         (examples(min_batch=1, max_batch=1, min_seq_len=3, max_seq_len=3), lambda ex: (ex.batch, ex.seq_len) == (1, 3)),
+        (examples(fusable=True, use_short_conv=True), lambda ex: ex.config.use_short_conv),
     ],
     ids=[
         "total 0", "3 non-empty in 3", "1 non-empty in 1", "3 in 2 with empties", "min = max seqs",
         "mask 1x1", "mask min_tokens 0 (all padding)", "mask min_tokens = B*T", "seq_lens 1..1", "seq_lens 7..7",
-        "examples B and T pinned",
+        "examples B and T pinned", "fusable with convs pinned on",
     ],
 )  # fmt: skip
 def test_a_strategy_accepts_its_boundary_and_draws_it(strategy, holds):
