@@ -189,8 +189,6 @@ def examples(
         bad = set(reasons) - set(allowed)
         if bad or not reasons:
             raise InvalidArgument(f"reasons must be a non-empty subset of {allowed} here, got {sorted(reasons)}")
-    if fusable is False and not allowed:
-        raise InvalidArgument("no guard condition can be broken under these pins")
     varlen_kinds = ("none", "cu_seqlens", "mask") if min_batch == 1 else ("none", "mask")
 
     return _examples(
