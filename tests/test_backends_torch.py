@@ -288,3 +288,22 @@ def test_registered_puts_the_registry_back_as_it_was():
     with registered(Backend(name="test-registered-new", forward=TORCH.forward), twin):
         assert get_backend("torch") is twin and "test-registered-new" in known_backends()
     assert get_backend("torch") is torch_backend and "test-registered-new" not in known_backends()
+
+
+@pytest.mark.parametrize("trainable", ["weight-and-bias", "input-only", "bias-only"])
+def test_gradients_flow_to_exactly_the_inputs_that_ask(trainable):
+    """A frozen input with a trainable weight and bias (a conv over fixed features), the other way round,
+    and only the bias trainable: each tensor that requires grad gets its gradient, equal to F.conv1d's
+    (fp64). (The weight/bias gradients are gated on their own flags, not the input's.)"""
+    x, weight, bias = randn(0, 2, 7, 3, dtype=torch.float64), randn(1, 3, 4, dtype=torch.float64), randn(2, 3)
+    bias = bias.double()
+    x.requires_grad_(trainable == "input-only")
+    weight.requires_grad_(trainable == "weight-and-bias")
+    bias.requires_grad_(trainable != "input-only")
+    y, _ = causal_conv1d(x, weight, bias, "silu")
+    wanted = [t for t in (x, weight, bias) if t.requires_grad]
+    got = torch.autograd.grad(y.sum(), wanted)
+    ref = F.silu(F.conv1d(F.pad(x.transpose(1, 2), (3, 0)), weight[:, None], bias, groups=3)).transpose(1, 2)
+    expected = torch.autograd.grad(ref.sum(), wanted)
+    for name, g, e in zip(("first", "second", "third"), got, expected, strict=False):
+        assert_equivalent(g, e, name=f"{name} gradient", exact=False, dtype=torch.float64)
