@@ -44,7 +44,7 @@ def cu_seqlens_for(
     if hi < min_seqs:
         raise InvalidArgument(f"need min_seqs <= max_seqs, got {min_seqs}, {max_seqs}")
     if not allow_empty:
-        hi = min(hi, max(total, 1))
+        hi = min(hi, total)  # total >= min_seqs >= 1 here
     return _lengths(total, min_seqs, hi, allow_empty)
 
 
