@@ -322,17 +322,47 @@ NORMS = (None, "l2")
 
 def l2_norm_heads(y: Tensor, head_dim: int, eps: float) -> Tensor:
     """``y [..., H*d] -> y / sqrt(sum_d y^2 + eps)`` per head, in the compute dtype (fp32, fp64 for
-    fp64), cast back. The sum runs over a head's channels one at a time, in order."""
+    fp64), cast back. The sum runs over a head's channels one at a time, in order, and so do the
+    backward's: autograd's own backward of the division reduces the broadcast denominator's gradient
+    with a library sum whose order follows the incoming gradient's memory layout, and the fused
+    prologue hands the norm a contiguous gradient where a separate conv may get a strided one (found
+    as a one-ulp ``grad.x`` difference under fusion; a transposed incoming gradient changed the bits in
+    199 of 200 random ``[2, 6, 7]`` fp64 cases)."""
     D = y.shape[-1]
     if D % head_dim:
         raise InvalidArgument(f"conv norm: {D} channels are not a whole number of heads of head_dim={head_dim}")
-    cdt = torch.float64 if y.dtype == torch.float64 else torch.float32
-    h = y.to(cdt).unflatten(-1, (D // head_dim, head_dim))  # [..., D] -> [..., H, d]
-    ss = h[..., 0] * h[..., 0]
-    for j in range(1, head_dim):
-        ss = ss + h[..., j] * h[..., j]
-    out = h / torch.sqrt(ss + eps).unsqueeze(-1)
-    return out.flatten(-2).to(y.dtype)  # [..., H, d] -> [..., D]
+    return _L2NormHeads.apply(y, head_dim, eps)
+
+
+def _sum_of_products(a: Tensor, b: Tensor) -> Tensor:
+    """``sum_j a[..., j] * b[..., j]`` one channel at a time, in order (no library reduction)."""
+    total = a[..., 0] * b[..., 0]
+    for j in range(1, a.shape[-1]):
+        total = total + a[..., j] * b[..., j]
+    return total
+
+
+class _L2NormHeads(torch.autograd.Function):
+    """The L2 norm per head with a backward written out elementwise (see :func:`l2_norm_heads`)."""
+
+    @staticmethod
+    def forward(ctx: Any, y: Tensor, head_dim: int, eps: float) -> Tensor:
+        cdt = torch.float64 if y.dtype == torch.float64 else torch.float32
+        h = y.to(cdt).unflatten(-1, (y.shape[-1] // head_dim, head_dim))  # [..., D] -> [..., H, d]
+        r = torch.sqrt(_sum_of_products(h, h) + eps).unsqueeze(-1)  # [..., H, 1]
+        ctx.save_for_backward(h, r)
+        ctx.dtype = y.dtype
+        return (h / r).flatten(-2).to(y.dtype)  # [..., H, d] -> [..., D]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        h, r = ctx.saved_tensors
+        g = grad.to(h.dtype).reshape(h.shape)
+        # out = h / r, r = sqrt(sum h^2 + eps): dh = g / r + h * (d r / r) with d r = -sum(g h) / r^2
+        dr = -_sum_of_products(g, h).unsqueeze(-1) / (r * r)
+        dh = g / r + h * (dr / r)
+        return dh.flatten(-2).to(ctx.dtype), None, None
 
 
 def _norm_key(v: dict[str, Any]) -> Any:

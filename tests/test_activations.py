@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import HealthCheck, Phase, assume, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument as StrategyArgument
 from hypothesis.errors import NoSuchExample
@@ -181,6 +181,64 @@ def test_l2_norm_conv_fuses_bitwise_and_separate_path_normalises(activation: str
     h = conv(x)[0].double().view(1, 4, -1, 4)
     expected = (h / (h.pow(2).sum(-1, keepdim=True) + 1e-5).sqrt()).view_as(y)
     torch.testing.assert_close(y.double(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_l2_norm_gradient_is_the_derivative_of_its_maths() -> None:
+    """The norm's backward is written out (no library reduction): checked against finite differences,
+    with and without ``eps``, and against autograd through the forward formula."""
+    g = torch.Generator().manual_seed(0)
+    for eps in (1e-5, 0.0):
+        y = torch.randn(2, 3, 12, dtype=torch.float64, generator=g).requires_grad_()
+        assert torch.autograd.gradcheck(lambda t, e=eps: l2_norm_heads(t, 4, e), (y,))
+    y = torch.randn(5, 8, generator=g)
+    dy = torch.randn(5, 8, generator=g)
+    ours = torch.autograd.grad(l2_norm_heads(y.requires_grad_(), 4, 1e-5), y, dy)[0]
+    h = y.view(5, 2, 4)
+    theirs = torch.autograd.grad(h / (h.pow(2).sum(-1, keepdim=True) + 1e-5).sqrt(), y, dy.view(5, 2, 4))[0]
+    torch.testing.assert_close(ours, theirs)
+
+
+def _active_values(draw, fact, channels: list[int]) -> dict:
+    """Values that turn the fact on (off it is the identity): the fact's own ``violate`` of its defaults."""
+    values = fact.violate(draw, dict(fact.params), channels)
+    assume(fact.active(values))
+    return values
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(data=st.data())
+def test_conv_fact_gradients_do_not_depend_on_the_heads_sharing_the_call_or_the_layout(data) -> None:
+    """Every registered fact's forward and backward give each channel the same bits whether its conv
+    runs alone or side by side with others (the fused call), whatever the incoming gradient's memory
+    layout: the fused prologue hands a fact a contiguous gradient where a separate conv may get a
+    strided one from the core (a library reduction in the backward made that a one-ulp ``grad.x``
+    difference, found by the G6 search)."""
+    from gdn_equiv.conv_ops import conv_facts
+
+    fact = data.draw(st.sampled_from(conv_facts()))
+    unit = data.draw(st.integers(1, 12), label="unit")
+    channels = [unit * data.draw(st.integers(1, 3)) for _ in range(3)]
+    values = _active_values(data.draw, fact, channels)
+    dtype = data.draw(st.sampled_from([torch.float64, torch.float32, torch.bfloat16]))
+    seed = data.draw(st.integers(0, 2**16))
+    gen = torch.Generator().manual_seed(seed)
+    B, T = 2, data.draw(st.integers(1, 5))
+    y = torch.randn(B, T, sum(channels), generator=gen).to(dtype)
+    dy = torch.randn(B, T, sum(channels), generator=gen).to(dtype)
+
+    fused_in = y.clone().requires_grad_()
+    fused_out = fact.apply(fused_in, values)
+    fused_out.backward(dy)
+    starts = [sum(channels[:i]) for i in range(3)]
+    order = data.draw(st.permutations([0, 1, 2]), label="memory order of the incoming gradient's dims")
+    back = [order.index(d) for d in range(3)]
+    for start, c in zip(starts, channels, strict=True):
+        part = y[..., start : start + c].clone().requires_grad_()
+        out = fact.apply(part, values)
+        # the same gradient values, laid out in memory in the drawn dim order (channels strided or not)
+        out.backward(dy[..., start : start + c].permute(order).contiguous().permute(back))
+        assert torch.equal(out, fused_out[..., start : start + c])
+        assert torch.equal(part.grad, fused_in.grad[..., start : start + c]), (fact.name, values, start, c)
 
 
 def test_norm_without_a_whole_number_of_heads_is_refused() -> None:
