@@ -783,6 +783,20 @@ def _serial_window(
 
 
 @triton.jit
+def _serial_pick(w0, w1, w2, w3, j: tl.constexpr):
+    """Tap ``j``'s weight from the four loaded before the row loop (``_serial_tap``: 0 past W)."""
+    if j == 0:
+        w = w0
+    elif j == 1:
+        w = w1
+    elif j == 2:
+        w = w2
+    else:
+        w = w3
+    return w
+
+
+@triton.jit
 def _serial_tap(w_ptr, d, dmask, sw_d, sw_w, j: tl.constexpr, W: tl.constexpr, CDT: tl.constexpr):
     """Tap ``j``'s weight per channel (0 for a tap the kernel does not have)."""
     if j < W:
@@ -855,6 +869,8 @@ def _bwd_serial_kernel(
     w1 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 1, W, CDT)
     w2 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 2, W, CDT)
     w3 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 3, W, CDT)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
     z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
     # one tl.zeros per loop-carried value: the H200 build gave a wrong dx wherever the farthest carried g
     # was read when all started as one tensor (the interpreter did not); distinct values compile right
@@ -866,6 +882,14 @@ def _bwd_serial_kernel(
     a2 = tl.zeros([BD], dtype=CDT)
     a3 = tl.zeros([BD], dtype=CDT)
     ab = tl.zeros([BD], dtype=CDT)
+    # the previous (later) row's window, carried: row t-1's tap j input is row t's tap j-1 input when both
+    # rows are of one sequence and row t was read, so only tap 0 is read from memory (the others' loads
+    # are masked off); the same values, so the same bits as reading all W
+    u0 = tl.zeros([BD], dtype=CDT)
+    u1 = tl.zeros([BD], dtype=CDT)
+    u2 = tl.zeros([BD], dtype=CDT)
+    prev_seq = tl.full([BD], -1, dtype=tl.int32)
+    prev_ok = tl.zeros([BD], dtype=tl.int1)
     for i in tl.range(0, CT + W - 1, num_stages=STAGES):
         # the row as a vector over the channels (one value): the interpreter cannot mask with a scalar
         t = c0 + CT + W - 2 - i + tl.zeros([BD], dtype=tl.int32)
@@ -875,20 +899,28 @@ def _bwd_serial_kernel(
             bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
             L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
         else:
-            seq = pid_b
+            seq = pid_b + tl.zeros([BD], dtype=tl.int32)
             bos = 0
             L = T
         p = t - bos
         gmask = rmask & (p >= 0) & (p < L)
+        carry = prev_ok & gmask & (seq == prev_seq)
+        fresh = gmask & (carry == 0)
         dy = tl.load(dy_ptr + dy_base + (bos + p).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
         v0 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 0, W,
                             HAS_STATE, CDT)  # fmt: skip
-        v1 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 1, W,
+        v1 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 1, W,
                             HAS_STATE, CDT)  # fmt: skip
-        v2 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 2, W,
+        v2 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 2, W,
                             HAS_STATE, CDT)  # fmt: skip
-        v3 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 3, W,
+        v3 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 3, W,
                             HAS_STATE, CDT)  # fmt: skip
+        if W > 1:
+            v1 = tl.where(carry, u0, v1)
+        if W > 2:
+            v2 = tl.where(carry, u1, v2)
+        if W > 3:
+            v3 = tl.where(carry, u2, v3)
         # the pre-activation in _preact's order: tap 0, then + each later tap, then + bias
         a = v0 * w0
         if W > 1:
@@ -898,17 +930,17 @@ def _bwd_serial_kernel(
         if W > 3:
             a = a + v3 * w3
         if HAS_BIAS:
-            a = a + tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
+            a = a + bias
         g = _act_grad(dy.to(CDT), a, ACT)
         mine = rmask & (t >= c0) & (t < end)  # a row of this chunk (not its halo)
         # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
-        dx = g * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 1, W, CDT)
+        dx = g * _serial_pick(w0, w1, w2, w3, W - 1)
         if W > 1:
-            dx = dx + tl.where(p + 1 < L, g1, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 2, W, CDT)
+            dx = dx + tl.where(p + 1 < L, g1, z) * _serial_pick(w0, w1, w2, w3, W - 2)
         if W > 2:
-            dx = dx + tl.where(p + 2 < L, g2, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 3, W, CDT)
+            dx = dx + tl.where(p + 2 < L, g2, z) * _serial_pick(w0, w1, w2, w3, W - 3)
         if W > 3:
-            dx = dx + tl.where(p + 3 < L, g3, z) * _serial_tap(w_ptr, d, dmask, sw_d, sw_w, W - 4, W, CDT)
+            dx = dx + tl.where(p + 3 < L, g3, z) * w0
         if HAS_DF:
             dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, mine, sdf_n, sdf_d, sdf_w, W, CDT)
         dx_at = dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d
@@ -922,6 +954,11 @@ def _bwd_serial_kernel(
         g3 = g2
         g2 = g1
         g1 = g
+        u2 = v2
+        u1 = v1
+        u0 = v0
+        prev_seq = seq
+        prev_ok = gmask
     if NEED_DW:
         prow = pid_b * tl.num_programs(0) + pid_t
         base = part_ptr + prow.to(tl.int64) * (W + 1) * D
