@@ -74,12 +74,9 @@ def _load_object(spec: str) -> object:
 
 
 def _entry_point_specs() -> dict[str, str]:
-    from importlib.metadata import entry_points
+    from gdn_equiv._source import entry_point_specs
 
-    specs = {}
-    for ep in entry_points(group="gdn_equiv.backends"):
-        specs[ep.name] = ep.value
-    return specs
+    return entry_point_specs("gdn_equiv.backends")
 
 
 def known_backends() -> list[str]:

@@ -13,9 +13,9 @@ with ``fla_only=True`` (``--family`` under ``--target fla``, where ``all`` means
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 from typing import Any
 
+from gdn_equiv._source import entry_point_specs
 from gdn_equiv.errors import InvalidArgument
 
 DEFAULT_FAMILY = "gated_deltanet"
@@ -31,7 +31,7 @@ _LOADED: dict[str, Any] = {}
 
 
 def _entry_point_specs() -> dict[str, str]:
-    return {ep.name: ep.value for ep in entry_points(group="gdn_equiv.families")}
+    return entry_point_specs("gdn_equiv.families")
 
 
 def known_families() -> list[str]:
