@@ -183,6 +183,38 @@ def test_offset_and_count_dependent_kernel():
     assert "differs once a call has more than 24 channels" in found.verdict
 
 
+def _library_silu(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """A correct conv in fp32 whose activation is ``F.silu``: on CPU its vectorised body and scalar tail
+    round differently, so an element's bits depend on where it lands in the call's buffer."""
+    up = [None if t is None else t.float() for t in (x, weight, bias, initial_state)]
+    y, final = tb.forward(up[0], up[1], up[2], None, up[3], output_final_state, cu_seqlens)
+    y = torch.nn.functional.silu(y) if activation is not None else y
+    return y.to(x.dtype), None if final is None else final.to(x.dtype)
+
+
+def test_a_library_silu_kernel_is_diagnosed_as_rounding_not_as_a_fused_path_bug():
+    """The issue's F.silu kernel: wherever its fused call differs from the separate ones, the diagnosis
+    names what the result depends on (offset or count) and that it is a rounding difference within
+    tolerance, never "a real difference in the layer's fused path" or past the tolerance."""
+    differing = 0
+    with registered(Backend("diagnose-library-silu", forward=_library_silu)):
+        for sizes in [(8, 8, 16), (5, 3, 9), (7, 7, 7), (16, 16, 32), (3, 13, 6), (24, 8, 40)]:
+            for seed in range(3):
+                x, w, b = _call(sum(sizes), T=5, seed=seed)
+                fused, _ = _library_silu(x, w, b, "silu", None, False, None)
+                starts = [sum(sizes[:i]) for i in range(3)]
+                alone = [_library_silu(x[..., a : a + n], w[a : a + n], b[a : a + n], "silu", None, False, None)[0]
+                         for a, n in zip(starts, sizes, strict=True)]  # fmt: skip
+                if torch.equal(fused, torch.cat(alone, dim=-1)):
+                    continue  # these inputs round the same fused and alone: nothing to diagnose
+                differing += 1
+                found = diagnose("diagnose-library-silu", x, w, b, "silu", sizes)
+                assert found.kind in (OFFSET, COUNT, OFFSET_AND_COUNT) and found.within_tolerance, (sizes, found)
+                assert "within the float32 tolerance (a rounding difference)" in found.verdict, found.verdict
+    if not differing:
+        pytest.skip("F.silu gives the same bits at every position on this CPU: nothing to diagnose")
+
+
 def test_bias_lost_past_the_tolerance():
     x, w, b = _call()
     found = diagnose("diagnose-bias16", x, w, b, "silu", SIZES, names=NAMES)
