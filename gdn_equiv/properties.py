@@ -451,6 +451,23 @@ def check_backend_matches_torch(example: Example, *, device: str = "cpu", target
     return decision
 
 
+def check_conv_conformance(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
+    """P7 at the conv, as a property of one example: every conformance check of the pytest suite
+    (:mod:`gdn_equiv.conformance`: forward and final state, gradients, the step kernel, continuation
+    from a final state, decoding after a prefill, slot slices bitwise) on the conv call the example's
+    fused prologue makes, on its conv backend against torch. Not applicable where the layer makes no
+    such call (no short convs; a width or activation the backend does not run)."""
+    from gdn_equiv.conformance import NotAConvCall, check_example_conv, conv_call_of
+
+    _, _, decision = _setup(example, device, target)
+    try:
+        conv_call_of(example)
+    except NotAConvCall as exc:
+        raise NotApplicable(str(exc)) from None
+    check_example_conv(example, device=device)
+    return decision
+
+
 def _with_backend(example: Example, backend: str) -> Example:
     from dataclasses import replace
 
@@ -469,6 +486,7 @@ PROPERTIES: dict[str, Callable[..., Any]] = {
     "P4-gradients": check_gradients,
     "P5-fallback-exact": check_fallback_exact,
     "P7-backend-vs-torch": check_backend_matches_torch,
+    "P7-conv-conformance": check_conv_conformance,
 }
 
 __all__ = [
@@ -477,6 +495,7 @@ __all__ = [
     "NotApplicable",
     "Outcome",
     "check_backend_matches_torch",
+    "check_conv_conformance",
     "check_fallback_exact",
     "check_forward_exact",
     "check_gradients",

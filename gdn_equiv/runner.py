@@ -80,6 +80,7 @@ SPECS: dict[str, tuple[Callable[..., Any], str]] = {
     "P4-gradients": (P.check_gradients, "fusable-grad"),
     "P5-fallback-exact": (P.check_fallback_exact, "refused"),
     "P7-backend-vs-torch": (P.check_backend_matches_torch, "any"),
+    "P7-conv-conformance": (P.check_conv_conformance, "any"),
 }
 
 
