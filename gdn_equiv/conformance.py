@@ -216,11 +216,11 @@ class NotAConvCall(Exception):
 
 def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
     """The conv call the example's fused prologue would make, as plain data: every slot's channels side
-    by side, the q conv's width, activation and parameter dtype, a bias where the layer's ``conv_bias``
-    says so and every conv has one (upstream's rule for the fused call),
-    the example's dtype, batch, length and seed; ``cu_seqlens`` varlen as packed sequences; an initial
-    state when the example continues a populated cache (a padding mask only zeroes inputs: dense here).
-    Returns the call, the slots' channel counts and the backend."""
+    by side; the q conv's width, activation and parameter dtype; a bias where the layer's ``conv_bias``
+    says so and every conv has one (upstream's rule for the fused call); the example's dtype, batch,
+    length and seed; ``cu_seqlens`` varlen as packed sequences; an initial state when the example
+    continues a populated cache (a padding mask only zeroes inputs: dense here). Returns the call, the
+    slots' channel counts and the backend."""
     from gdn_equiv.backends import supported_widths
     from gdn_equiv.conv_ops import supported_activations
     from gdn_equiv.strategies import ConvCall
