@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
@@ -138,6 +138,10 @@ def run_property(
                 raise
         check.worst = worst(reports, check.worst)
         check.reasons[decision.reason_id] += 1
+        if settings.get_current_profile_name() == "fuzz":  # toward differences near their tolerance
+            used = [r.tol_used for r in reports if r.tol_used < float("inf")]
+            if used:
+                target(max(used), label=f"{name}: share of its tolerance used")
 
     prop.hypothesis.inner_test._hypothesis_internal_add_digest = check.database_key  # type: ignore[attr-defined]
     try:

@@ -158,7 +158,7 @@ def examples(
 
     ``family``: one family name, or several to draw from (shrinking towards the first).
 
-    In the ``fuzz`` profile, ``target()`` pushes towards long, large-valued inputs.
+    In the ``fuzz`` profile, ``target()`` pushes towards long, large-valued inputs and wide fused conv calls.
 
     Shrinks towards ``B=1, T=1``, fp32, no varlen, no cache, no bias, seed 0, scale 1, the smallest
     config.
@@ -363,4 +363,6 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     if _fuzzing():
         target(float(batch * seq_len), label="examples: tokens")
         target(float(example.scale), label="examples: input scale")
+        if config.use_short_conv:  # the fused call's channels: where real kernels change code path
+            target(float(sum(config.conv_channels(n) for n in config.SLOTS)), label="examples: conv channels")
     return example

@@ -105,3 +105,35 @@ def test_the_rows_conv_call_is_the_call_the_fused_prologue_makes(example) -> Non
     assert bool(call.seq_lens) == (example.varlen == "cu_seqlens")
     assert call.initial_state == (example.cache == "populated")
     assert dataclasses.replace(call, seed=0) == dataclasses.replace(conv_call_of(example)[0], seed=0)
+
+
+def test_fuzz_targets_wide_conv_calls_and_differences_near_their_tolerance(monkeypatch) -> None:
+    """In the fuzz profile, ``hypothesis.target()`` pushes toward what the issue asked: wide fused conv
+    calls (the strategy targets the call's channel count) and differences close to their tolerance (the
+    runner targets the largest share of tolerance an example's comparisons used)."""
+    import importlib
+
+    from hypothesis import settings as hsettings
+
+    from gdn_equiv import testing
+
+    examples_module = importlib.import_module("gdn_equiv.strategies.examples")  # the package exports the function
+
+    seen: list[tuple[str, float]] = []
+    for module in (examples_module, runner):
+        monkeypatch.setattr(module, "target", lambda value, label: seen.append((label, value)))
+    testing.register_profiles()
+    previous = hsettings.get_current_profile_name()
+    hsettings.load_profile("fuzz")
+    try:
+        check = runner.run_property("P7-backend-vs-torch", "torch", max_examples=8, max_seq_len=4)
+    finally:
+        hsettings.load_profile(previous)
+    assert check.result == "pass", check.failure
+    channels = [v for label, v in seen if label == "examples: conv channels"]
+    shares = [v for label, v in seen if label == "P7-backend-vs-torch: share of its tolerance used"]
+    assert channels and all(v >= 3 for v in channels)
+    assert shares and all(0 <= v <= 1 for v in shares)
+    seen.clear()
+    runner.run_property("P7-backend-vs-torch", "torch", max_examples=4, max_seq_len=4)  # not fuzzing: no target
+    assert seen == []
