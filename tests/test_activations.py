@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 
 import pytest
 import torch
@@ -270,13 +271,20 @@ def test_g10_fails_exactly_when_the_convs_norms_differ(layer) -> None:
     assert (Condition["G10"] in decide(layer, PLAIN).failed) == differ, layer
 
 
-def test_g10_alone_shrinks_to_one_normalised_conv() -> None:
+def test_g10_alone_shrinks_to_one_conv_whose_norm_differs() -> None:
+    """The shrunk G10-only state has exactly one conv whose norm differs from the other two's. Either
+    basin is minimal for the shrinker: the layer's shared norm off and one conv varied to a norm, or
+    the shared norm on and one conv varied to none (``layer_facts`` draws a base conv, then varies each
+    conv's fields); which one a search ends in depends on what ran before it in the process (a
+    ``runner.run_property`` call first made CI end in the second, where this test had asked for the
+    first)."""
     layer = find(
         layer_facts(use_short_conv=True),
         lambda ly: [c.id for c in decide(ly, PLAIN).failed] == ["G10"],
         settings=settings(SEARCH, max_examples=3000, derandomize=True),
     )
-    assert sum(bool(c.extras) for c in layer.convs) == 1, layer
+    norms = Counter(c.extras for c in layer.convs)
+    assert sorted(norms.values()) == [1, 2], layer
 
 
 def test_eps_and_head_dim_of_a_norm_that_is_off_do_not_block_fusion() -> None:
