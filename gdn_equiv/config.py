@@ -107,6 +107,20 @@ class LayerConfig:
             raise InvalidArgument(f"conv slot must be one of {self.SLOTS}, got {name!r}")
         return getattr(self, f"{name}_conv")
 
+    # a slot's values where its ConvSpec defers to the layer's (None)
+    def slot_backend(self, name: str) -> str:
+        spec = self.conv_spec(name)
+        return self.conv_backend if spec.backend is None else spec.backend
+
+    def slot_kernel_size(self, name: str) -> int:
+        spec = self.conv_spec(name)
+        return self.conv_size if spec.kernel_size is None else spec.kernel_size
+
+    def slot_bias(self, name: str) -> bool:
+        """Whether slot ``name``'s conv has a bias (its own ``bias``, else the layer's ``conv_bias``)."""
+        spec = self.conv_spec(name)
+        return self.conv_bias if spec.bias is None else spec.bias
+
     def conv_channels(self, name: str) -> int:
         """Channels of conv slot ``name`` (what its weight's first dim is)."""
         raise NotImplementedError

@@ -14,7 +14,7 @@ example makes, so ``gdn-equiv check`` and ``fuzz`` have the same conformance row
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -228,9 +228,9 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
     config = example.config
     if not config.use_short_conv:
         raise NotAConvCall("use_short_conv=False: the layer makes no conv call")
-    q = config.conv_spec(config.SLOTS[0])
-    backend = q.backend or config.conv_backend
-    W = q.kernel_size or config.conv_size
+    first = config.SLOTS[0]
+    q = config.conv_spec(first)
+    backend, W = config.slot_backend(first), config.slot_kernel_size(first)
     lo, hi = supported_widths([backend])
     if not lo <= W <= hi:
         raise NotAConvCall(f"backend {backend!r} runs kernel widths {lo}..{hi}, not {W}")
@@ -246,7 +246,7 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
         D=sum(dims),
         W=W,
         dtype=example.dtype,
-        bias=config.conv_bias and all(_has_bias(config, n) for n in config.SLOTS),
+        bias=config.conv_bias and all(config.slot_bias(n) for n in config.SLOTS),
         activation=q.activation,
         initial_state=state,
         seq_lens=tuple(example.seq_lens) if varlen else (),
@@ -254,11 +254,6 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
         param_dtype=param_dtype,
     )
     return call, dims, backend
-
-
-def _has_bias(config: Any, slot: str) -> bool:
-    spec = config.conv_spec(slot)
-    return bool(config.conv_bias if spec.bias is None else spec.bias)
 
 
 def check_example_conv(example: Example, *, device: str = "cpu") -> None:

@@ -305,10 +305,10 @@ class ShortConvLayer(nn.Module):
             spec = c.conv_spec(name)
             conv = ShortConv(
                 c.conv_channels(name),
-                c.conv_size if spec.kernel_size is None else spec.kernel_size,
-                bias=c.conv_bias if spec.bias is None else spec.bias,
+                c.slot_kernel_size(name),
+                bias=c.slot_bias(name),
                 activation=spec.activation,
-                backend=c.conv_backend if spec.backend is None else spec.backend,
+                backend=c.slot_backend(name),
                 device=factory["device"],
                 dtype=factory["dtype"] if spec.dtype is None else getattr(torch, spec.dtype),
                 **dict(spec.extras),

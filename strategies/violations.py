@@ -77,7 +77,7 @@ def violating(
     if condition is Condition.G7:
         from gdn_equiv.backends import supported_widths
 
-        size = c.conv_spec(name).kernel_size or c.conv_size
+        size = c.slot_kernel_size(name)
         lo, hi = supported_widths(backends)
         sizes = [w for w in range(max(lo, 2), min(hi, 6) + 1) if w != size]
         return _with_conv(base, name, kernel_size=draw(st.sampled_from(sizes)))

@@ -253,10 +253,10 @@ def build_fla_layer(
             spec = config.conv_spec(name)
             conv = _conv_module(
                 fla_conv_channels(family, config, name),
-                config.conv_size if spec.kernel_size is None else spec.kernel_size,
-                config.conv_bias if spec.bias is None else spec.bias,
+                config.slot_kernel_size(name),
+                config.slot_bias(name),
                 spec.activation,
-                fla_backend(config.conv_backend if spec.backend is None else spec.backend),
+                fla_backend(config.slot_backend(name)),
             )
             if spec.dtype is not None:  # G9: one conv's parameters in another dtype
                 conv = conv.to(getattr(torch, spec.dtype))
