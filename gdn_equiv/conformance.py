@@ -6,9 +6,9 @@ ground truth on one :class:`~gdn_equiv.strategies.ConvCall`: forward and final s
 the step kernel, a continuation from a final state, decoding after a prefill (all within the §6
 table), and a call over concatenated channels against one call per slice (bitwise: the promise the
 fused prologue rests on). :mod:`gdn_equiv.suite.test_conformance` draws the calls (every layout,
-block edges, the backend's reach); :func:`check_example_conv` runs them on the conv call a layer
-example makes, so ``gdn-equiv check`` and ``fuzz`` have the same conformance rows as the pytest suite
-(``P7-conv-conformance``, replayable from a failure JSON like every other row).
+block edges, the backend's reach); :func:`check_layer_conv_call` runs them on the conv call a layer
+example makes (:func:`conv_call_of`), so ``gdn-equiv check`` and ``fuzz`` have the same conformance
+rows as the pytest suite (``P7-conv-conformance``, replayable from a failure JSON like every other row).
 """
 
 from __future__ import annotations
@@ -256,20 +256,21 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
     return call, dims, backend
 
 
-def check_example_conv(example: Example, *, device: str = "cpu") -> None:
-    """Every conformance check on the example's fused conv call (:func:`conv_call_of`) on its backend:
+def check_layer_conv_call(
+    call: ConvCall, dims: tuple[int, ...], backend: str, *, seed: int, grad: bool, device: str = "cpu"
+) -> None:
+    """Every conformance check on a layer's fused conv call (:func:`conv_call_of`) on its backend:
     forward and final state; gradients (``grad``); the step kernel from a state (unchanged after);
     a continuation from the final state and decoding after a prefill, each at a split point drawn from
-    the seed (dense calls of two tokens or more); and the call sliced by slot, bitwise."""
-    call, dims, backend = conv_call_of(example)
-    label_conv_call(call, grad=example.grad, final_state=True)
+    ``seed`` (dense calls of two tokens or more); and the call sliced by slot (``dims``), bitwise."""
+    label_conv_call(call, grad=grad, final_state=True)
     check_forward(call, backend, device)
-    if example.grad:
+    if grad:
         check_gradients(call, backend, device)
     # packed sequences: the checks below run on the same tokens as one sequence
     dense = dataclasses.replace(call, seq_lens=(), initial_state=call.initial_state and not call.seq_lens)
     check_update(dataclasses.replace(dense, initial_state=True), backend, device)
     if dense.T >= 2:
-        check_continuation(dense, 1 + example.seed % (dense.T - 1), backend, device)
-    check_decode_continuation(dense, example.seed % dense.T, backend, device)
+        check_continuation(dense, 1 + seed % (dense.T - 1), backend, device)
+    check_decode_continuation(dense, seed % dense.T, backend, device)
     check_fused_slices(dataclasses.replace(dense, initial_state=False), list(dims), backend, device)

@@ -457,14 +457,14 @@ def check_conv_conformance(example: Example, *, device: str = "cpu", target: Tar
     from a final state, decoding after a prefill, slot slices bitwise) on the conv call the example's
     fused prologue makes, on its conv backend against torch. Not applicable where the layer makes no
     such call (no short convs; a width or activation the backend does not run)."""
-    from gdn_equiv.conformance import NotAConvCall, check_example_conv, conv_call_of
+    from gdn_equiv.conformance import NotAConvCall, check_layer_conv_call, conv_call_of
 
     _, _, decision = _setup(example, device, target)
     try:
-        conv_call_of(example)
+        call, dims, backend = conv_call_of(example)
     except NotAConvCall as exc:
         raise NotApplicable(str(exc)) from None
-    check_example_conv(example, device=device)
+    check_layer_conv_call(call, dims, backend, seed=example.seed, grad=example.grad, device=device)
     return decision
 
 
