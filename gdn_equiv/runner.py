@@ -31,6 +31,7 @@ from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY, example_family
 from gdn_equiv.guard import Condition
 from gdn_equiv.report import Check, Failure, interrupt_pending
+from gdn_equiv.testing import fuzzing
 
 alias_strategies()  # the CLI imports gdn_equiv.strategies from here, installed or not
 
@@ -138,7 +139,7 @@ def run_property(
                 raise
         check.worst = worst(reports, check.worst)
         check.reasons[decision.reason_id] += 1
-        if settings.get_current_profile_name() == "fuzz":  # toward differences near their tolerance
+        if fuzzing():  # toward differences near their tolerance
             used = [r.tol_used for r in reports if r.tol_used < float("inf")]
             if used:
                 target(max(used), label=f"{name}: share of its tolerance used")

@@ -32,6 +32,7 @@ __all__ = [
     "cu_from_lens",
     "default_profile",
     "first_hit",
+    "fuzzing",
     "nan_poisoned_empty",
     "parse_names",
     "pin_xdist_worker_device",
@@ -103,6 +104,13 @@ PROFILES: dict[str, dict[str, Any]] = {
     "gpu": {"max_examples": 50, "deadline": None, "derandomize": True},
     "fuzz": {"max_examples": 10_000, "deadline": None},
 }
+
+
+def fuzzing() -> bool:
+    """Whether the ``fuzz`` profile is loaded: where strategies and the runner call ``hypothesis.target()``."""
+    from hypothesis import settings
+
+    return settings.get_current_profile_name() == "fuzz"
 
 
 def first_hit(max_examples: int) -> Any:

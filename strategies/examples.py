@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from hypothesis import settings, target
 from hypothesis import strategies as st
+from hypothesis import target
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY, get_family, known_families
 from gdn_equiv.guard import Condition
+from gdn_equiv.testing import fuzzing
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 from .layers import fact_reasons, layer_configs
@@ -106,10 +107,6 @@ def _seq_len(draw: st.DrawFn, min_value: int, max_value: int) -> int:
     band = draw(st.integers(0, 9))
     hi = 8 if band < 7 else CHUNK if band < 9 else max_value
     return draw(st.integers(min_value, max(min_value, min(hi, max_value))))
-
-
-def _fuzzing() -> bool:
-    return settings.get_current_profile_name() == "fuzz"
 
 
 def _flag(value: bool | None, p: float) -> st.SearchStrategy[bool]:
@@ -360,7 +357,7 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
         grad=draw(_flag(p.grad, 0.5)),
         train=draw(_flag(p.train, 0.5)),
     )
-    if _fuzzing():
+    if fuzzing():
         target(float(batch * seq_len), label="examples: tokens")
         target(float(example.scale), label="examples: input scale")
         if config.use_short_conv:  # the fused call's channels: where real kernels change code path
