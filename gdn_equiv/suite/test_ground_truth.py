@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend, supported_widths
 from gdn_equiv.compare import assert_equivalent
+from gdn_equiv.conformance import _reach
 from gdn_equiv.coverage import label_conv_call
 from gdn_equiv.ground_truth import conv1d_truth, update_truth
 from gdn_equiv.strategies import ConvCall, conv_calls
-from gdn_equiv.suite.test_conformance import _reach
 from gdn_equiv.testing import count_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
