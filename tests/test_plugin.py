@@ -119,14 +119,23 @@ def _failed_with_shrunk_example(result: subprocess.CompletedProcess, test: str, 
     assert "are not close" in text or "are not equal" in text, text[-3000:]
 
 
-def test_installed_plugin_catches_broken_kernel_named_by_entry_point(runs):
+def test_a_kernel_repos_ci_gates(runs, env_dir) -> None:
+    """The four gates of :func:`runs`, checked in one test: each test that uses the fixture costs a
+    fresh venv and four gate runs on the xdist worker it lands on (~55 s of a CI core each time)."""
+    _entry_point_catches_its_broken_kernel(runs)
+    _module_callable_catches_its_broken_kernel(runs)
+    _correct_kernel_passes(runs)
+    _check_writes_junit_and_json_for_a_broken_kernel(runs, env_dir)
+
+
+def _entry_point_catches_its_broken_kernel(runs) -> None:
     """``--gdn-backend example-state-shift`` (a ``gdn_equiv.backends`` entry point of the kernel package)."""
     _failed_with_shrunk_example(
         runs["entry_point"], "test_backend_update_matches_torch_and_keeps_state", "example-state-shift"
     )
 
 
-def test_installed_plugin_catches_broken_kernel_named_as_module_callable(runs):
+def _module_callable_catches_its_broken_kernel(runs) -> None:
     """``--gdn-backend gdn_example_kernels.broken:bias_block``: a bare forward function, no registration."""
     _failed_with_shrunk_example(
         runs["module_callable"], "test_backend_forward_matches_torch", "gdn_example_kernels.broken:bias_block"
@@ -137,7 +146,7 @@ def test_installed_plugin_catches_broken_kernel_named_as_module_callable(runs):
     assert "are not close" in log or "are not equal" in log, log[-2000:]
 
 
-def test_installed_plugin_passes_correct_kernel(runs):
+def _correct_kernel_passes(runs) -> None:
     result = runs["correct"]
     assert result.returncode == 0, result.stdout[-3000:]
     # the conformance tests and the ground-truth ones the selection matches (at least two), none failing
@@ -146,7 +155,7 @@ def test_installed_plugin_passes_correct_kernel(runs):
     assert "gdn-equiv:" in result.stdout, result.stdout[-3000:]
 
 
-def test_check_writes_junit_and_json_for_a_broken_kernel(runs, env_dir):
+def _check_writes_junit_and_json_for_a_broken_kernel(runs, env_dir) -> None:
     """One JUnit testcase per property x backend x dtype row; the failure carries the shrunk example."""
     result, cwd = runs["check"], runs["cwd"]
     assert result.returncode == 1, result.stdout[-3000:]
