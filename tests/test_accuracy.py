@@ -13,6 +13,7 @@ sums in the library's order), or a planted defect.
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -94,11 +95,28 @@ def _judge(example: Example, backend: str) -> None:
     assert_run_as_accurate(run_layer(other, materialize(example, reference), backward), refs, truth)
 
 
+def _sample(dtype: str, k: int) -> Example:
+    """The ``k``-th example of a fixed sample over the ranges of :func:`_examples` (a seeded plain draw)."""
+    rng = random.Random(f"{dtype}-{k}")
+    config = GDNConfig(
+        hidden_size=16, head_dim=8, num_heads=rng.randint(1, 2), expand_v=rng.choice([1, 2]),
+        use_gate=rng.random() < 0.5, allow_neg_eigval=rng.random() < 0.5, conv_size=rng.randint(2, 4),
+        conv_bias=True,
+    )  # fmt: skip
+    return Example(
+        config=config, dtype=dtype, batch=rng.randint(1, 2), seq_len=rng.randint(1, 24), seed=rng.randint(0, 999),
+        grad=True,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@settings(deadline=None, max_examples=15)
-@given(data=st.data())
-def test_a_correct_implementation_that_rounds_differently_passes(dtype: str, data: st.DataObject) -> None:
-    _judge(data.draw(_examples(dtype)), "acc_fconv")
+def test_a_correct_implementation_that_rounds_differently_passes(dtype: str) -> None:
+    """A fixed sample, not fresh draws: the bar is statistical, and a correct stand-in fails it now and
+    then (fp32: 1 of 1,500 generated examples, ``dA_log`` at 2.51x the bar, a tensor of 2 elements; the
+    rate is measured by ``scripts/accuracy_spread.py``, see :data:`gdn_equiv.compare.ACCURACY_FACTOR`),
+    which would fail about 1 CI run in 100 at 15 fresh examples."""
+    for k in range(15):
+        _judge(_sample(dtype, k), "acc_fconv")
 
 
 @pytest.mark.parametrize(("dtype", "backend"), [("float32", "acc_bf16"), ("float32", "acc_nobias"),
