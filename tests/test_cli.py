@@ -382,7 +382,9 @@ def test_fuzz_time_budget_is_checked_per_example(gdn, tmp_path) -> None:
     status, out, _ = gdn("fuzz", *TINY, "--property", "P3-forward-exact", "--examples", "1000", "--seconds", "2")
     elapsed = time.perf_counter() - started
     assert status == cli.EXIT_OK, out
-    assert elapsed < 2 + 4, f"fuzz --seconds 2 took {elapsed:.1f} s"
+    # 2.1 s measured on a loaded 2-core machine; a round that ran out its 1,000 examples would take about
+    # 15 s (200 such examples: 2.9 s), so 6 s of slack for a busy CI machine still tells the two apart
+    assert elapsed < 2 + 6, f"fuzz --seconds 2 took {elapsed:.1f} s"
     summary = _summary(tmp_path)
     assert summary["status"] == "complete" and summary["checks"][0]["budget_spent"] is True
 
