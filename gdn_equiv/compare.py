@@ -59,9 +59,9 @@ EXACT = (0.0, 0.0)
 #: larger (2026-12-04, 120 fp32 examples): plain alone 32 of 120 over 2 (worst 15.8); plain + 3, 1 of 120
 #: (2.47); plain + 8 and plain + 16, none (worst 1.53, 90th percentile 0.74 with 16), and seed 420 passes.
 #: Longer (2026-12-04, plain + 16, the share of the bar used, 1 = at the bar): 1,500 fp32 examples, median
-#: 0.26, 90th percentile 0.42, worst 0.96 and **1.26, a false alarm** (1 in 1,500: ``dA_log``, 2 elements);
-#: another search (up to 3,000 examples) had 4 over 0.8 (0.94 on ``dA_log``), none over 1. The bar's
-#: weak spot is the per-head tensors: with 2 elements, the least accurate of 17 runs is a noisy estimate.
+#: 0.26, 90th percentile 0.42, worst 0.96 and **1.26, a false alarm** (1 in 1,500; its tensor was not
+#: recorded); another search (up to 3,000 examples) had 4 over 0.8, the worst 0.94 on ``dA_log`` (2
+#: elements), none over 1. With so few elements the least accurate of 17 runs is a noisy estimate.
 ACCURACY_FACTOR = 2.0
 
 

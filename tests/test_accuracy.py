@@ -112,9 +112,9 @@ def _sample(dtype: str, k: int) -> Example:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_correct_implementation_that_rounds_differently_passes(dtype: str) -> None:
     """A fixed sample, not fresh draws: the bar is statistical, and a correct stand-in fails it now and
-    then (fp32: 1 of 1,500 generated examples, ``dA_log`` at 2.51x the bar, a tensor of 2 elements; the
-    rate is measured by ``scripts/accuracy_spread.py``, see :data:`gdn_equiv.compare.ACCURACY_FACTOR`),
-    which would fail about 1 CI run in 100 at 15 fresh examples."""
+    then (fp32: 1 of 1,500 generated examples at 1.26x the bar; see
+    :data:`gdn_equiv.compare.ACCURACY_FACTOR`), which would fail about 1 CI run in 100 at 15 fresh
+    examples. The sample still fails a bar half as wide (factor 1), so it is not an easy one."""
     for k in range(15):
         _judge(_sample(dtype, k), "acc_fconv")
 
