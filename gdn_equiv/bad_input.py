@@ -345,6 +345,18 @@ def _unknown_prologue(bad: BadCall, layer: Any, inputs: Inputs, device: str) -> 
     return Prepared(call, ("prologue", repr(value)), _held(inputs), inputs.cache)
 
 
+def _fused_without_short_convs(bad: BadCall, layer: Any, inputs: Inputs, device: str) -> Prepared:
+    """``prologue="fused"`` forced on the example's layer built without short convs: nothing to fuse."""
+    example = replace(bad.example, config=bad.example.config.replace(use_short_conv=False))
+    plain = build_layer(example, device=device)
+    own = materialize(example, plain, device)
+    kwargs = own.kwargs()
+    prepared = Prepared(lambda: plain(own.x, prologue="fused", **kwargs), ("prologue", "use_short_conv"), _held(own))
+    prepared.cache = own.cache
+    prepared.tracked.update({f"layer without convs param {n}": p for n, p in plain.named_parameters()})
+    return prepared
+
+
 def _config_and_kwargs(bad: BadCall, layer: Any, inputs: Inputs, device: str) -> Prepared:
     name = _choice(bad, ("hidden_size", "conv_size", "layer_idx"))
     cls, config = type(layer), bad.example.config
@@ -421,6 +433,7 @@ KINDS: dict[str, Kind] = {
     "conv backend": _conv_attr("backend", ("no-such-backend", "tpu-magic")),
     "unexpected keyword": Kind("any", _unexpected_keyword),
     "unknown prologue": Kind("any", _unknown_prologue),
+    "fused prologue without short convs": Kind("any", _fused_without_short_convs),
     "unexpected keyword, reference layer": Kind("any", _reference_unexpected_keyword),
     "config and keywords": Kind("any", _config_and_kwargs),
     "config of another family": Kind("any", _config_of_another_family),
