@@ -14,6 +14,7 @@ import torch
 from gdn_equiv.backends import (
     Backend,
     as_backend,
+    available_backends,
     causal_conv1d,
     causal_conv1d_update,
     count_launches,
@@ -23,7 +24,7 @@ from gdn_equiv.backends import (
     supported_widths,
 )
 from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.testing import randn
 
 TORCH = get_backend("torch")
@@ -133,9 +134,12 @@ def _in_place(x, state, y, new_state):
         ),
         (None, _update_returning(lambda x, s, y, n: (y, n[..., :-1])), {}, r"update returned new_state \(2, 3, 3\)"),
         (None, _update_returning(_in_place), {}, "update modified the state it was given in place"),
+        (_forward_returning(lambda y, f: (y.tolist(), f)), None, {}, "forward returned y a list, expected"),
+        (None, _update_returning(lambda x, s, y, n: (y[:, :-1], n)), {}, r"update returned y \(2, 2\) torch"),
     ],
-    ids=["y-shape", "final-state-unasked", "final-state-dtype", "update-state-shape", "update-in-place"],
-)
+    ids=["y-shape", "final-state-unasked", "final-state-dtype", "update-state-shape", "update-in-place", "y-a-list",
+         "update-y-shape"],
+)  # fmt: skip
 def test_what_a_backend_returns_is_checked(forward, update, kwargs, message):
     broken = _named("broken-returns", forward=forward or tb.forward, update=update or tb.update)
     with registered(broken), pytest.raises(InvalidArgument, match=message):
@@ -145,3 +149,31 @@ def test_what_a_backend_returns_is_checked(forward, update, kwargs, message):
         else:
             causal_conv1d_update(randn(0, 2, 3), randn(1, 2, 3, 4), randn(2, 3, 4), None, "silu",
                                  backend="broken-returns")  # fmt: skip
+
+
+# ---- the whole set against the tree (2026-12-04): what was left -----------------------------------
+
+
+def test_only_a_backend_object_is_registered():
+    with pytest.raises(InvalidArgument, match=r"register_backend needs a gdn_equiv\.backends\.Backend, got function"):
+        register_backend(tb.forward)  # type: ignore[arg-type]
+
+
+def test_an_unavailable_backend_is_listed_nowhere_it_could_run_and_refused_naming_why():
+    unicorn = as_backend(_Kernel(), "dispatch-unicorn")
+    with registered(unicorn):
+        assert "torch" in available_backends() and "dispatch-unicorn" not in available_backends()
+        with pytest.raises(BackendUnavailable, match="'dispatch-unicorn' cannot run here: needs a unicorn"):
+            causal_conv1d(randn(0, 1, 4, 3), randn(1, 3, 4), backend="dispatch-unicorn")
+
+
+def test_an_activation_the_backend_does_not_run_is_refused_not_passed_on():
+    """relu is registered for torch and triton only: a plug-in that does not declare it must not get it
+    (fla's conv treats an activation it does not know as none, silently)."""
+    x, state, weight = randn(0, 1, 4, 3), randn(1, 1, 3, 4), randn(2, 3, 4)
+    with registered(_named("dispatch-no-relu")):
+        with pytest.raises(InvalidArgument, match="'dispatch-no-relu' does not run activation 'relu'; it runs"):
+            causal_conv1d(x, weight, activation="relu", backend="dispatch-no-relu")
+        with pytest.raises(InvalidArgument, match="'dispatch-no-relu' does not run activation 'relu'"):
+            causal_conv1d_update(x[:, 0], state, weight, None, "relu", backend="dispatch-no-relu")
+    causal_conv1d(x, weight, activation="relu", backend="torch")  # the torch backend runs it
