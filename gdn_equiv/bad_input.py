@@ -351,8 +351,8 @@ def _fused_without_short_convs(bad: BadCall, layer: Any, inputs: Inputs, device:
     plain = build_layer(example, device=device)
     own = materialize(example, plain, device)
     kwargs = own.kwargs()
-    prepared = Prepared(lambda: plain(own.x, prologue="fused", **kwargs), ("prologue", "use_short_conv"), _held(own))
-    prepared.cache = own.cache
+    call = lambda: plain(own.x, prologue="fused", **kwargs)  # noqa: E731
+    prepared = Prepared(call, ("prologue", "use_short_conv"), _held(own), own.cache)
     prepared.tracked.update({f"layer without convs param {n}": p for n, p in plain.named_parameters()})
     return prepared
 
