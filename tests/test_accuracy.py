@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -71,16 +72,31 @@ def stand_in_backends() -> Iterator[None]:
         yield
 
 
+def _example(
+    dtype: str, integer: Callable[[int, int], int], choice: Callable[[list], Any], boolean: Callable[[], bool]
+) -> Example:
+    """One example of this module's ranges, from ``integer(lo, hi)`` (both ends included), ``choice(options)``
+    and ``boolean()`` draws: a small Gated DeltaNet layer with conv biases, grad on."""
+    config = GDNConfig(
+        hidden_size=16, head_dim=8, num_heads=integer(1, 2), expand_v=choice([1, 2]), use_gate=boolean(),
+        allow_neg_eigval=boolean(), conv_size=integer(2, 4), conv_bias=True,
+    )  # fmt: skip
+    return Example(
+        config=config, dtype=dtype, batch=integer(1, 2), seq_len=integer(1, 24), seed=integer(0, 999), grad=True
+    )
+
+
 def _examples(dtype: str) -> st.SearchStrategy[Example]:
-    config = st.builds(
-        GDNConfig, hidden_size=st.just(16), head_dim=st.just(8), num_heads=st.integers(1, 2),
-        expand_v=st.sampled_from([1, 2]), use_gate=st.booleans(), allow_neg_eigval=st.booleans(),
-        conv_size=st.integers(2, 4), conv_bias=st.just(True),
-    )  # fmt: skip
-    return st.builds(
-        Example, config=config, dtype=st.just(dtype), batch=st.integers(1, 2), seq_len=st.integers(1, 24),
-        seed=st.integers(0, 999), grad=st.just(True),
-    )  # fmt: skip
+    @st.composite
+    def drawn(draw: st.DrawFn) -> Example:
+        return _example(
+            dtype,
+            lambda lo, hi: draw(st.integers(lo, hi)),
+            lambda options: draw(st.sampled_from(options)),
+            lambda: draw(st.booleans()),
+        )
+
+    return drawn()
 
 
 def _judge(example: Example, backend: str) -> None:
@@ -98,15 +114,7 @@ def _judge(example: Example, backend: str) -> None:
 def _sample(dtype: str, k: int) -> Example:
     """The ``k``-th example of a fixed sample over the ranges of :func:`_examples` (a seeded plain draw)."""
     rng = random.Random(f"{dtype}-{k}")
-    config = GDNConfig(
-        hidden_size=16, head_dim=8, num_heads=rng.randint(1, 2), expand_v=rng.choice([1, 2]),
-        use_gate=rng.random() < 0.5, allow_neg_eigval=rng.random() < 0.5, conv_size=rng.randint(2, 4),
-        conv_bias=True,
-    )  # fmt: skip
-    return Example(
-        config=config, dtype=dtype, batch=rng.randint(1, 2), seq_len=rng.randint(1, 24), seed=rng.randint(0, 999),
-        grad=True,
-    )  # fmt: skip
+    return _example(dtype, rng.randint, rng.choice, lambda: rng.random() < 0.5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
