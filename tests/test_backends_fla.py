@@ -31,7 +31,7 @@ from gdn_equiv.suite import test_ground_truth as ground_truth
 from gdn_equiv.targets import fla_target
 from gdn_equiv.testing import first_hit
 
-SEARCH = first_hit(300)
+SEARCH = first_hit()
 FLA_TRITON_REASON = fb.TRITON.unavailable()
 needs_fla_triton = pytest.mark.skipif(FLA_TRITON_REASON is not None, reason=f"fla-triton: {FLA_TRITON_REASON}")
 

@@ -35,7 +35,7 @@ if sys.version_info < (3, 11):
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 # first failure ends the search (no shrink): every assertion below holds for any failing example
-SEARCH = first_hit(200)
+SEARCH = first_hit()
 SIZES = (8, 8, 16)
 NAMES = ("q", "k", "v")
 

@@ -23,7 +23,7 @@ from gdn_equiv.suite import test_ground_truth as ground_truth
 from gdn_equiv.suite.test_ground_truth import *  # noqa: F403
 from gdn_equiv.testing import first_hit
 
-SEARCH = first_hit(300)
+SEARCH = first_hit()
 
 
 def _reversed_taps_forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):

@@ -6,21 +6,16 @@ a planted guard is supplied); the fla target's cache seam takes its converters a
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import find
 from hypothesis import strategies as st
 
 from gdn_equiv.cache import Cache, FlaCacheView, layer_cache
 from gdn_equiv.suite.test_callers import check_fla_cache_loop, check_round_trip, stacks
+from gdn_equiv.testing import first_hit
 
 pytestmark = [pytest.mark.teeth, pytest.mark.fla]
 
-SEARCH = settings(
-    max_examples=100,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],  # any failing example makes the point; no shrinking
-)
+SEARCH = first_hit()  # any failing example makes the point; no shrinking
 LOOPS = st.tuples(
     stacks(),
     st.integers(1, 6),
