@@ -27,7 +27,7 @@ from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import examples
 from gdn_equiv.suite.test_necessity import BUILTIN_BACKENDS, no_counterexample
 from gdn_equiv.targets import get_target
-from gdn_equiv.testing import first_hit
+from gdn_equiv.testing import MISS_BOUND, first_hit
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -329,12 +329,13 @@ REAL = mismatch_kind("P3 output: channel offset, beyond tolerance")
 def _p3_run(database: ExampleDatabase, *, one_kind: bool = False, only: type | None = None):
     """A Hypothesis run of P3 on the kernel with two defects, over ``database``. ``one_kind`` collapses
     every mismatch into one exception type raised from one line, as before kinds; ``only`` fails on that
-    kind alone (how the database gets one failing example of each kind)."""
+    kind alone (how the database gets one failing example of each kind: a search that must hit, so it
+    may run up to MISS_BOUND; it stops generating at its first failure, then shrinks it)."""
 
     @settings(
-        report_multiple_bugs=True,
+        report_multiple_bugs=only is None,
         database=database,
-        max_examples=60,
+        max_examples=60 if only is None else MISS_BOUND,
         deadline=None,
         suppress_health_check=list(HealthCheck),
     )
@@ -369,10 +370,9 @@ def test_a_one_ulp_finding_does_not_hide_a_real_defect():
     one kind it keeps one (the smaller, harmless one) and the real defect is never shown.
 
     The two examples come from two searches (one failing on each kind alone: a fusable example has
-    8-15 channels about 1 time in 5 and 16 or more 4 in 5, so 60 draws find each) and replay first from
-    the database. Left to one search, whether both are reported is Hypothesis' call: it stops generating
-    at twice the call count of its first failure, or 10 s after it, so one run reports both about half
-    the time."""
+    8-15 channels about 1 time in 5 and 16 or more 4 in 5) and replay first from the database. Left to
+    one search, whether both are reported is Hypothesis' call: it stops generating at twice the call
+    count of its first failure, or 10 s after it, so one run reports both about half the time."""
     seeded = []
     for kind in (HARMLESS, REAL):
         db = InMemoryExampleDatabase()
