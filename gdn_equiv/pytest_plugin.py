@@ -42,7 +42,7 @@ MARKERS = {
     "triton": "runs the triton backend (interpreter on CPU)",
     "cuda_backend": "needs the causal-conv1d package",
     "fla": "needs flash-linear-attention",
-    "slow": "long-running (not in the ci profile's default selection)",
+    "slow": "takes seconds (subprocesses, long searches); gdn-equiv's own tests start these first under xdist",
     "teeth": "runs a property against a planted defect and expects it to fail",
 }
 

@@ -141,6 +141,7 @@ for mode in ("full", "first"):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(fb._fla_reason()[1] is not None, reason=f"fla: {fb._fla_reason()[1]}")
 def test_autotune_first_pins_every_loaded_fla_kernel_and_full_none():
     """``GDN_EQUIV_FLA_AUTOTUNE=first`` reaches fla's layer cores (the fla target's runs on a GPU spent

@@ -185,6 +185,7 @@ def test_varlen_matches_torch(case: Case) -> None:
     assert_all_close(run(TRITON, case, t), run(TORCH, case, t), case)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backward", ["two-pass", "serial"])
 @settings(max_examples=6, deadline=None)
 @given(case=cases(state=False, max_t=10, max_d=8, max_w=4), dk=st.integers(1, 8), dv=st.integers(1, 8))
@@ -326,6 +327,7 @@ def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
         assert_equivalent(one[name], two[name], name=name, paths=("one-pass", "two-pass"), exact=True, context=case)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(case=cases(varlen=None, max_w=4, dtypes=(torch.float32, torch.float16, torch.bfloat16)))
 def test_serial_backward_dx_is_bitwise_the_two_pass_and_its_sums_agree(case: Case) -> None:

@@ -139,6 +139,7 @@ def test_a_number_is_named_only_as_a_token_of_its_own(message, needle, found):
     assert names(message, needle) is found
 
 
+@pytest.mark.slow
 def test_a_kind_whose_premise_fails_is_refused_by_name():
     bad = find(bad_calls(family=FAMILIES, kinds=["hidden_states rank 2"]), lambda b: b.example.cache != "populated")
     assert not applies("cached offset", bad.example)
@@ -148,6 +149,7 @@ def test_a_kind_whose_premise_fails_is_refused_by_name():
         prepare(BadCall(bad.example, "no such kind"))
 
 
+@pytest.mark.slow
 def test_a_bad_call_replays_from_json():
     bad = find(bad_calls(family=FAMILIES, kinds=["cached state shape"]), lambda b: b.pick > 3)
     assert BadCall.from_json(bad.to_json()) == bad

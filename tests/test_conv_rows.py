@@ -59,6 +59,7 @@ PLANTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_the_conformance_row_catches_each_planted_kernel(name: str) -> None:
     # The run stops at its first failure, so the budget only bounds a miss. Hypothesis does not draw
@@ -75,6 +76,7 @@ def test_the_conformance_row_catches_each_planted_kernel(name: str) -> None:
         P.check_conv_conformance(check.example)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_the_conformance_row_passes_the_builtin_backends(backend: str) -> None:
     check = runner.run_property(

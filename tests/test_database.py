@@ -87,6 +87,7 @@ def _gdn(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_finding_in_a_redis_database_is_replayed_first_by_the_next_check(tmp_path, redis_url) -> None:
     """One example of a fresh check cannot see the dropped bias (the simplest example has none);
     with the fuzz run's finding in the shared database, it does, without a local directory database."""

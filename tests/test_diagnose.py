@@ -364,6 +364,7 @@ def _p3_run(database: ExampleDatabase, *, one_kind: bool = False, only: type | N
     return fused_forward_is_exact
 
 
+@pytest.mark.slow
 def test_a_one_ulp_finding_does_not_hide_a_real_defect():
     """One kernel, two defects: channels >= 8 round one ulp up (harmless), channels >= 16 lose their bias
     (real). Given a failing example of each kind, Hypothesis reports both, each shrunk on its own; with
@@ -415,6 +416,7 @@ def test_necessity_search_on_a_plugin_without_counterexample_skips_with_the_repo
     assert "G6 is not needed for this kernel" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_check_writes_each_kind_of_failure_as_a_row_of_its_own():
     """`gdn-equiv check`'s runner: when Hypothesis reports two kinds (a harmless one-ulp offset finding and
     the lost bias), each becomes a row with its own shrunk example, not one row with the first."""

@@ -590,6 +590,7 @@ def test_fla_auto_path_is_its_guard(example: Example) -> None:
 
 
 # ---- the gap search behind `gdn-equiv check/fuzz --target fla` (CPU) ------------------------------
+@pytest.mark.slow
 def test_gap_search_finds_both_spec_gaps_by_itself() -> None:
     """One round per new gap kind, each shrunk on the guards and then shown once: SPEC §1's two gaps
     come out with no hint where to look (the search draws from the general example strategies)."""

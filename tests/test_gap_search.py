@@ -15,6 +15,7 @@ from gdn_equiv.example import Example
 from gdn_equiv.runner import search_gaps
 
 
+@pytest.mark.slow
 def test_gap_search_reports_each_kind_at_its_own_minimum() -> None:
     """Two overlapping gap kinds of a synthetic target (``A`` wherever batch >= 2, else ``B`` wherever
     seq_len >= 2, handed to the search as its ``check``): shrinking one kind meets the other, and each must

@@ -104,6 +104,7 @@ def _channels(stderr: str) -> int:
     return int(re.findall(r"dying at (\d+) channels", stderr)[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kernel", "how", "status"),
     [("exits", "exited with status 1", 1), ("segfaults", "killed by signal SIGSEGV", -signal.SIGSEGV)],
@@ -126,6 +127,7 @@ def test_a_crashing_kernel_fails_its_example_shrunk_and_the_run_goes_on(gdn, tmp
         assert gdn("repro", str(failure)).returncode == status
 
 
+@pytest.mark.slow
 def test_a_hanging_example_fails_after_the_timeout_and_the_next_runs_in_a_fresh_worker(tmp_path, monkeypatch) -> None:
     """The pool itself (a check of a hanging kernel shrinks through a timeout per candidate: minutes)."""
     (tmp_path / "deadly_kernels.py").write_text(KERNELS)
@@ -150,6 +152,7 @@ def test_a_hanging_example_fails_after_the_timeout_and_the_next_runs_in_a_fresh_
         pool.close()
 
 
+@pytest.mark.slow
 def test_a_suite_run_with_gdn_isolate_survives_a_crashing_kernel(tmp_path) -> None:
     """Under pytest (one process, no xdist) ``--gdn-isolate`` makes a dying kernel a failed test."""
     (tmp_path / "deadly_kernels.py").write_text(KERNELS)

@@ -123,6 +123,7 @@ def _failed_with_shrunk_example(result: subprocess.CompletedProcess, test: str, 
     assert "are not close" in text or "are not equal" in text, text[-3000:]
 
 
+@pytest.mark.slow
 def test_a_kernel_repos_ci_gates(runs, env_dir) -> None:
     """The four gates of :func:`runs`, checked in one test: each test that uses the fixture costs a
     fresh venv and four gate runs on the xdist worker it lands on (~55 s of a CI core each time)."""

@@ -194,6 +194,7 @@ def test_long_sequences_shrink_to_the_first_length_past_a_chunk() -> None:
     assert find(seq_lens(max_value=200), lambda n: n > 128, settings=FIND) == 129
 
 
+@pytest.mark.slow
 def test_bias_parity_states_shrink_to_one_odd_bias() -> None:
     ex = find(examples(fusable=False, reasons=["G8"], max_seq_len=16), lambda ex: _failed(ex) == ["G8"], settings=FIND)
     specs = [ex.config.conv_spec(n) for n in "qkv"]
