@@ -99,17 +99,19 @@ def _fields(
 def extras_strategy(channels: Sequence[int]) -> st.SearchStrategy[tuple[tuple[str, object], ...]]:
     """Values of every registered per-conv fact for convs of ``channels`` (``ConvSpec.extras`` /
     ``ConvFacts.extras`` form); each fact's own ``draw`` shrinks to its defaults (no norm)."""
+    return _extras(tuple(channels))
+
+
+# one module-level composite: a composite defined inside the function was decorated again on every
+# layer draw (Hypothesis builds a signature-preserving wrapper each time), ~8 ms of a ~30 ms draw
+@st.composite
+def _extras(draw: st.DrawFn, channels: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
     facts = registered_conv_facts()
-
-    @st.composite
-    def extras(draw: st.DrawFn) -> tuple[tuple[str, object], ...]:
-        out: dict[str, object] = {}
-        for fact in facts:
-            out.update(fact.draw(draw, channels))
-        defaults = {p: d for f in facts for p, d in f.params}
-        return tuple(sorted((k, v) for k, v in out.items() if v != defaults[k]))
-
-    return extras()
+    out: dict[str, object] = {}
+    for fact in facts:
+        out.update(fact.draw(draw, channels))
+    defaults = {p: d for f in facts for p, d in f.params}
+    return tuple(sorted((k, v) for k, v in out.items() if v != defaults[k]))
 
 
 class _Fields(NamedTuple):
