@@ -177,3 +177,22 @@ def test_an_activation_the_backend_does_not_run_is_refused_not_passed_on():
         with pytest.raises(InvalidArgument, match="'dispatch-no-relu' does not run activation 'relu'"):
             causal_conv1d_update(x[:, 0], state, weight, None, "relu", backend="dispatch-no-relu")
     causal_conv1d(x, weight, activation="relu", backend="torch")  # the torch backend runs it
+
+
+def test_the_triton_interpreter_without_numpy_is_unavailable_naming_numpy(monkeypatch):
+    """Triton's interpreter imports numpy, which triton does not require: without it every launch raised
+    ModuleNotFoundError, and the G5 necessity search (torch vs triton) read 300 raising states as "no
+    counterexample" (a tox env with only the triton extra). Now the backend says why it cannot run."""
+    import importlib.util
+
+    from gdn_equiv.backends import triton_backend
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    real = importlib.util.find_spec
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert triton_backend.unavailable() is None  # numpy is here (the triton extra names it)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a))
+    reason = triton_backend.unavailable()
+    assert reason is not None and "numpy" in reason and "TRITON_INTERPRET=1" in reason, reason
+    assert "triton" not in available_backends()

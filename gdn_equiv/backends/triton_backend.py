@@ -94,7 +94,13 @@ def unavailable() -> str | None:
     """``None`` when triton is importable and can run here (a CUDA device, or the interpreter)."""
     if importlib.util.find_spec("triton") is None:
         return "triton is not installed (pip install triton)"
-    if not (_interpreting() or torch.cuda.is_available()):
+    if _interpreting():
+        # the interpreter imports numpy, which triton does not require: without it every launch raises
+        # ModuleNotFoundError (a tox env with the triton extra alone had no numpy before the extra named it)
+        if importlib.util.find_spec("numpy") is None:
+            return "triton's interpreter (TRITON_INTERPRET=1) needs numpy, which is not installed (pip install numpy)"
+        return None
+    if not torch.cuda.is_available():
         return "triton needs a CUDA device, or TRITON_INTERPRET=1 to run its interpreter on CPU"
     return None
 

@@ -25,7 +25,7 @@ from gdn_equiv.backends import available_backends
 from gdn_equiv.example import Example
 from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import violating
-from gdn_equiv.testing import count_example
+from gdn_equiv.testing import MISS_BOUND, count_example
 
 # No shrink phase: the first state where forced fusion is wrong proves the condition necessary;
 # `gdn-equiv check` shrinks the counterexamples it reports.
@@ -39,18 +39,23 @@ BUILTIN_BACKENDS = ("torch", "triton", "cuda")
 
 
 class _Wrong:
-    """The search predicate: forcing fusion on this state is wrong; counts the states it saw."""
+    """The search predicate: forcing fusion on this state is wrong; counts the states it saw, and those
+    where the property did not apply (with the last reason)."""
 
     def __init__(self, device: str) -> None:
         self.device = device
         self.states = 0
+        self.not_applicable = 0
+        self.why: str | None = None
 
     def __call__(self, example: Example) -> bool:
         count_example()
         self.states += 1
         try:
             return P.forced_fusion_error(example, device=self.device) is not None
-        except P.NotApplicable:
+        except P.NotApplicable as exc:
+            self.not_applicable += 1
+            self.why = str(exc)
             return False
 
 
@@ -60,27 +65,41 @@ def search_counterexample(
     """A state breaking ``condition`` where forced fusion is wrong, and what goes wrong there.
 
     None found: a failure for a built-in ``backend``, a report and a skip for a plug-in one
-    (:func:`no_counterexample`)."""
+    (:func:`no_counterexample`). On a built-in backend the search must hit, so it may run up to
+    ``MISS_BOUND`` states (it stops at its first hit; first hits have a heavy tail); a plug-in's search
+    stops at ``MAX_STATES``, since there a miss is a possible answer and its cost is the whole budget."""
     wrong = _Wrong(device)
+    budget = MISS_BOUND if backend in BUILTIN_BACKENDS else MAX_STATES
     try:
-        found = find(strategy, wrong, settings=settings(SEARCH, max_examples=MAX_STATES))
+        found = find(strategy, wrong, settings=settings(SEARCH, max_examples=budget))
     except NoSuchExample:
-        no_counterexample(condition, backend, wrong.states)
+        no_counterexample(condition, backend, wrong.states, not_applicable=wrong.not_applicable, why=wrong.why)
     problem = P.forced_fusion_error(found, device=device)
     assert problem is not None, f"{condition}: the state found no longer shows a problem: {found.short()}"
     return found, problem
 
 
 def no_counterexample(
-    condition: Condition, backend: str, states: int, *, report: Callable[[str], None] = print
+    condition: Condition,
+    backend: str,
+    states: int,
+    *,
+    not_applicable: int = 0,
+    why: str | None = None,
+    report: Callable[[str], None] = print,
 ) -> None:
     """What a search without a counterexample means: raises ``AssertionError`` for a built-in backend,
-    else reports the condition as not needed for the kernel and skips (see the module docstring)."""
+    else reports the condition as not needed for the kernel and skips (see the module docstring). A
+    search whose states did not apply (the separate path raised too, say) says so: that is no evidence
+    either way, and the reason is usually the environment."""
     message = f"{condition.id} is not needed for this kernel: no counterexample in {states} states"
+    if not_applicable:
+        message += f" ({not_applicable} of them not applicable; the last: {why})"
     if backend in BUILTIN_BACKENDS:
         raise AssertionError(
             f"{condition}: no state where forcing fusion is wrong in {states} states on the built-in backend "
             f"{backend!r}, where the condition is known to be necessary (a strategy or fused-path regression)"
+            + (f"; {not_applicable} of the states were not applicable, the last: {why}" if not_applicable else "")
         )
     report(f"{message} (backend {backend!r}; {condition}: {condition.rule})")
     pytest.skip(f"{message} (backend {backend!r})")
