@@ -14,8 +14,15 @@ which mutants ran before it.
 
 Targets are the presets below (a name or the module path); ``--tests`` replaces the "tree"
 selection. ``--max-mutants N`` keeps N mutants spread evenly over the file (deterministic).
-Exit status: 0 when every run mutant was killed, 1 when any survived or timed out, 2 on a usage
-error or when the unmutated code fails its own tests (nothing to measure then).
+Mutants argued equivalent (no behaviour the selection can observe) are listed, with the argument, in
+``docs/mutation-equivalent.json`` (``--equivalent``), matched by target, selection, kind, before/after
+text and the text of their source line (not by id: ids move when the file changes). A listed mutant
+that survives counts as ``equivalent``, outside the score; one that is killed is reported as a stale
+entry. The score is killed / (run - equivalent).
+
+Exit status: 0 when every selection's score reaches ``--min-score`` (default 1: every mutant killed
+or listed as equivalent), 1 otherwise, 2 on a usage error or when the unmutated code fails its own
+tests (nothing to measure then).
 """
 
 from __future__ import annotations
@@ -246,6 +253,36 @@ def sample(all_mutants: list[Mutant], limit: int | None) -> list[Mutant]:
     return [all_mutants[(i * n) // limit] for i in range(limit)]
 
 
+EQUIVALENT = ROOT / "docs" / "mutation-equivalent.json"
+
+
+def line_text(source: str, m: Mutant) -> str:
+    """The stripped text of the mutant's first source line: with kind and before/after, what names a
+    mutant across file versions."""
+    return source.splitlines()[m.line - 1].strip()
+
+
+def load_equivalent(path: Path | None) -> list[dict]:
+    """The entries of the equivalence list (none without one); each must say why."""
+    if path is None or not path.is_file():
+        return []
+    entries = json.loads(path.read_text())["equivalent"]
+    for e in entries:
+        missing = {"target", "against", "kind", "before", "after", "line", "why"} - e.keys()
+        if missing:
+            raise SystemExit(f"{path}: an entry lacks {sorted(missing)}: {e}")
+    return entries
+
+
+def equivalent_entry(entries: list[dict], target: str, against: str, source: str, m: Mutant) -> dict | None:
+    """The entry that argues this mutant equivalent for this selection, if any."""
+    key = (m.kind, m.before, m.after, line_text(source, m))
+    for e in entries:
+        if e["target"] == target and against in e["against"] and (e["kind"], e["before"], e["after"], e["line"]) == key:
+            return e
+    return None
+
+
 # ---- running -------------------------------------------------------------------------------
 
 
@@ -333,8 +370,20 @@ def score(target: str, against: str, tests: list[str], chosen: list[Mutant], cop
 
     with concurrent.futures.ThreadPoolExecutor(len(copies)) as pool:
         results = list(pool.map(one, chosen))
-    counts = {s: sum(r["status"] == s for r in results) for s in ("killed", "survived", "timeout", "error")}
+    entries = load_equivalent(args.equivalent)
+    for m, r in zip(chosen, results, strict=True):
+        entry = equivalent_entry(entries, target, against, source, m)
+        if entry is None:
+            continue
+        if r["status"] in ("survived", "timeout"):
+            r["status"], r["why"] = "equivalent", entry["why"]
+        else:
+            r["stale_entry"] = entry["why"]  # listed as equivalent, yet the selection kills it
+    counts = {
+        s: sum(r["status"] == s for r in results) for s in ("killed", "survived", "timeout", "error", "equivalent")
+    }
     run = len(results)
+    scored = run - counts["equivalent"]
     return {
         "target": target,
         "against": against,
@@ -344,7 +393,7 @@ def score(target: str, against: str, tests: list[str], chosen: list[Mutant], cop
         "mutants_total": len(mutants(source)),
         "mutants_run": run,
         **counts,
-        "score": round(counts["killed"] / run, 3) if run else None,
+        "score": round(counts["killed"] / scored, 3) if scored else None,
         "results": results,
     }
 
@@ -365,6 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write every result here")
     p.add_argument("--list", action="store_true", help="list the (sampled) mutants and exit")
     p.add_argument("--verbose", action="store_true", help="keep pytest's output tail of survivors in the JSON")
+    p.add_argument(
+        "--equivalent",
+        type=Path,
+        default=EQUIVALENT,
+        help="the list of mutants argued equivalent (default docs/mutation-equivalent.json; a missing file: none)",
+    )
+    p.add_argument(
+        "--min-score", type=float, default=1.0, help="exit 0 when every selection's score reaches this (default 1)"
+    )
     args = p.parse_args(argv)
 
     jobs = []
@@ -383,6 +441,10 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append((target, against, tree if against == "tree" else SUITE))
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
+    if not 0 <= args.min_score <= 1:
+        p.error(f"--min-score must be within [0, 1], got {args.min_score}")
+    if args.equivalent is not None and args.equivalent.exists():
+        load_equivalent(args.equivalent)  # a malformed list is refused before any run
 
     checkout_digests = {t: digest(ROOT / t) for t, _, _ in jobs}
     reports = []
@@ -413,23 +475,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {t} changed in the checkout during the run (someone else's edit)", file=sys.stderr)
     if args.list:
         return 0
-    print("\n| target | against | mutants (run/total) | killed | survived | timeout | error | score |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| target | against | mutants (run/total) | killed | survived | timeout | error | equivalent | score |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in reports:
+        shown = "-" if r["score"] is None else f"{r['score']:.0%}"
         print(
             f"| {r['target']} | {r['against']} | {r['mutants_run']}/{r['mutants_total']} | {r['killed']} | "
-            f"{r['survived']} | {r['timeout']} | {r['error']} | {r['score']:.0%} |"
+            f"{r['survived']} | {r['timeout']} | {r['error']} | {r['equivalent']} | {shown} |"
         )
     for r in reports:
         for m in r["results"]:
-            if m["status"] != "killed":
-                print(
-                    f"{m['status']}: {r['target']} ({r['against']}) #{m['id']} L{m['line']} {m['kind']}: "
-                    f"{m['before']} -> {m['after']}"
-                )
+            said = f"{r['target']} ({r['against']}) #{m['id']} L{m['line']} {m['kind']}: {m['before']} -> {m['after']}"
+            if m["status"] not in ("killed", "equivalent"):
+                print(f"{m['status']}: {said}")
+            if "stale_entry" in m:
+                print(f"stale equivalence entry (killed): {said}")
     if args.json:
         args.json.write_text(json.dumps({"profile": args.profile, "seed": args.seed, "reports": reports}, indent=1))
-    return 0 if all(r["survived"] + r["timeout"] + r["error"] == 0 for r in reports) else 1
+    return 0 if all(passes(r, args.min_score) for r in reports) else 1
+
+
+def passes(report: dict, min_score: float) -> bool:
+    """A selection passes when its score reaches ``min_score`` and nothing errored (a selection whose
+    every mutant is listed as equivalent has no score, and passes)."""
+    return report["error"] == 0 and (report["score"] is None or report["score"] >= min_score)
 
 
 if __name__ == "__main__":
