@@ -16,7 +16,8 @@ Targets are the presets below (a name or the module path); ``--tests`` replaces 
 selection. ``--max-mutants N`` keeps N mutants spread evenly over the file (deterministic).
 Mutants argued equivalent (no behaviour the selection can observe) are listed, with the argument, in
 ``docs/mutation-equivalent.json`` (``--equivalent``), matched by target, selection, kind, before/after
-text and the text of their source line (not by id: ids move when the file changes). A listed mutant
+text, the text of their source line and the names of the functions around it (not by id: ids move
+when the file changes). A listed mutant
 that survives counts as ``equivalent``, outside the score; one that is killed is reported as a stale
 entry. The score is killed / (run - equivalent).
 
@@ -257,9 +258,28 @@ EQUIVALENT = ROOT / "docs" / "mutation-equivalent.json"
 
 
 def line_text(source: str, m: Mutant) -> str:
-    """The stripped text of the mutant's first source line: with kind and before/after, what names a
-    mutant across file versions."""
+    """The stripped text of the mutant's first source line: with kind, before/after and :func:`scope`,
+    what names a mutant across file versions."""
     return source.splitlines()[m.line - 1].strip()
+
+
+def scope(source: str, m: Mutant) -> str:
+    """The dotted names of the classes and functions around the mutant (``""`` at module level): the same
+    line can sit in two places (``return c`` in two lookups)."""
+    names: list[str] = []
+
+    def visit(node: ast.AST, path: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                end = child.end_lineno or child.lineno
+                if child.lineno <= m.line <= end:
+                    names[:] = [*path, child.name]
+                    visit(child, [*path, child.name])
+            else:
+                visit(child, path)
+
+    visit(ast.parse(source), [])
+    return ".".join(names)
 
 
 def load_equivalent(path: Path | None) -> list[dict]:
@@ -268,7 +288,7 @@ def load_equivalent(path: Path | None) -> list[dict]:
         return []
     entries = json.loads(path.read_text())["equivalent"]
     for e in entries:
-        missing = {"target", "against", "kind", "before", "after", "line", "why"} - e.keys()
+        missing = {"target", "against", "kind", "before", "after", "line", "scope", "why"} - e.keys()
         if missing:
             raise SystemExit(f"{path}: an entry lacks {sorted(missing)}: {e}")
     return entries
@@ -277,9 +297,14 @@ def load_equivalent(path: Path | None) -> list[dict]:
 def equivalent_entry(entries: list[dict], target: str, against: str, source: str, m: Mutant) -> dict | None:
     """The entry that argues this mutant equivalent for this selection, if any."""
     key = (m.kind, m.before, m.after, line_text(source, m))
+    here = None  # the scope, parsed only for an entry that matches the rest
     for e in entries:
-        if e["target"] == target and against in e["against"] and (e["kind"], e["before"], e["after"], e["line"]) == key:
-            return e
+        if e["target"] != target or against not in e["against"]:
+            continue
+        if (e["kind"], e["before"], e["after"], e["line"]) == key:
+            here = scope(source, m) if here is None else here
+            if e["scope"] == here:
+                return e
     return None
 
 

@@ -29,6 +29,11 @@ SOURCE = """def f(x):
     if x > 0:
         return x + 1
     return 0
+
+
+class C:
+    def g(self, x):
+        return x + 1
 """
 
 
@@ -40,6 +45,7 @@ def _entry(source: str, mutant, **changes) -> dict:
         "before": mutant.before,
         "after": mutant.after,
         "line": M.line_text(source, mutant),
+        "scope": M.scope(source, mutant),
         "why": "planted for the test",
     }
     return entry | changes
@@ -60,6 +66,10 @@ def test_an_entry_names_its_mutant_by_content_so_ids_and_lines_may_move() -> Non
     assert M.equivalent_entry([entry], "pkg/g.py", "suite", SOURCE, plus) is None
     other = next(m for m in mutants if m.line == plus.line and m is not plus)
     assert M.equivalent_entry([entry], "pkg/f.py", "suite", SOURCE, other) is None
+    # the same line in another function (C.g's `return x + 1`) is another mutant
+    twin = next(m for m in mutants if m.kind == "arithmetic" and m is not plus)
+    assert M.line_text(SOURCE, twin) == M.line_text(SOURCE, plus) and M.scope(SOURCE, twin) == "C.g"
+    assert M.equivalent_entry([entry], "pkg/f.py", "suite", SOURCE, twin) is None
     edited = SOURCE.replace("return x + 1", "return x + 1  # one more")
     again = next(m for m in M.mutants(edited) if m.kind == "arithmetic")
     assert M.equivalent_entry([entry], "pkg/f.py", "suite", edited, again) is None
@@ -87,11 +97,13 @@ def test_every_committed_entry_names_a_mutant_of_the_current_source() -> None:
     """An entry whose mutant no longer exists (the line was edited) is stale: argue it again or drop it."""
     entries = M.load_equivalent(M.EQUIVALENT)
     assert entries, f"{M.EQUIVALENT} lists no mutant"
+    sources = {t: (ROOT / t).read_text() for t in {e["target"] for e in entries}}
+    mutants = {t: M.mutants(source) for t, source in sources.items()}
     for e in entries:
-        source = (ROOT / e["target"]).read_text()
+        source = sources[e["target"]]
         found = [
             m
-            for m in M.mutants(source)
+            for m in mutants[e["target"]]
             for against in e["against"]
             if M.equivalent_entry([e], e["target"], against, source, m) is e
         ]
