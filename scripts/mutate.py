@@ -17,9 +17,8 @@ selection. ``--max-mutants N`` keeps N mutants spread evenly over the file (dete
 Mutants argued equivalent (no behaviour the selection can observe) are listed, with the argument, in
 ``docs/mutation-equivalent.json`` (``--equivalent``), matched by target, selection, kind, before/after
 text, the text of their source line and the names of the functions around it (not by id: ids move
-when the file changes). A listed mutant
-that survives counts as ``equivalent``, outside the score; one that is killed is reported as a stale
-entry. The score is killed / (run - equivalent).
+when the file changes). A listed mutant that survives counts as ``equivalent``, outside the score; one
+that is killed is reported as a stale entry. The score is killed / (run - equivalent).
 
 Exit status: 0 when every selection's score reaches ``--min-score`` (default 1: every mutant killed
 or listed as equivalent), 1 otherwise, 2 on a usage error or when the unmutated code fails its own
@@ -362,7 +361,9 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def score(target: str, against: str, tests: list[str], chosen: list[Mutant], copies: list[Path], args) -> dict:
+def score(
+    target: str, against: str, tests: list[str], chosen: list[Mutant], copies: list[Path], args, equivalent: list[dict]
+) -> dict:
     source = (copies[0] / target).read_text()
     baseline = run_pytest(copies[0], tests, args, timeout=args.baseline_timeout)
     print(
@@ -395,9 +396,8 @@ def score(target: str, against: str, tests: list[str], chosen: list[Mutant], cop
 
     with concurrent.futures.ThreadPoolExecutor(len(copies)) as pool:
         results = list(pool.map(one, chosen))
-    entries = load_equivalent(args.equivalent)
     for m, r in zip(chosen, results, strict=True):
-        entry = equivalent_entry(entries, target, against, source, m)
+        entry = equivalent_entry(equivalent, target, against, source, m)
         if entry is None:
             continue
         if r["status"] in ("survived", "timeout"):
@@ -468,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     if not 0 <= args.min_score <= 1:
         p.error(f"--min-score must be within [0, 1], got {args.min_score}")
-    if args.equivalent is not None and args.equivalent.exists():
-        load_equivalent(args.equivalent)  # a malformed list is refused before any run
+    equivalent = load_equivalent(args.equivalent)  # read once; a malformed list is refused before any run
 
     checkout_digests = {t: digest(ROOT / t) for t, _, _ in jobs}
     reports = []
@@ -494,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                 for m in chosen:
                     print("  " + m.describe())
                 continue
-            reports.append(score(target, against, tests, chosen, copies, args))
+            reports.append(score(target, against, tests, chosen, copies, args, equivalent))
     for t, d in checkout_digests.items():  # the checkout is never written; say so if it changed under us
         if digest(ROOT / t) != d:
             print(f"note: {t} changed in the checkout during the run (someone else's edit)", file=sys.stderr)
