@@ -20,7 +20,6 @@ Importing it must stay cheap (no torch): pytest imports every installed plugin a
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import time
@@ -49,7 +48,11 @@ MARKERS = {
 _ACTIVE = False
 _FAILURE_LOG: Path | None = None
 _CUDA: bool | None = None
-_WORKER_COUNTS: list[dict[str, int]] = []
+_COUNTS_KEY = "gdn_equiv_counts"
+_TOTALS: dict[str, int] = {"properties": 0, "hypothesis": 0}
+#: example counts whose time of reaching the summary line reports (issue #17's cold start: 500 in <= 60 s)
+MILESTONES = (100, 500, 1000)
+_REACHED: dict[int, float] = {}
 _START = time.perf_counter()
 _SUITE_ARG = re.compile(r"(^|[/\\.])gdn_equiv([/\\.:]|$)")
 
@@ -75,6 +78,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="comma list of layer families the properties draw from (or 'all', the default): built-ins and "
         "entry points of the gdn_equiv.families group; `gdn-equiv families` lists them",
+    )
+    group.addoption(
+        "--gdn-split-families",
+        action="store_true",
+        default=False,
+        help="run each layer-level property once per family (each with the profile's examples) instead of "
+        "once across all: more tests for `pytest -n` to share out (a GPU run's layer properties)",
     )
     group.addoption(
         "--fla-core",
@@ -137,11 +147,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         # no GPU: triton kernels run under the interpreter (set before triton is imported)
         os.environ["TRITON_INTERPRET"] = "1"
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    threads = testing.worker_threads(os.environ)
+    if threads is not None:
         import torch
 
-        # CPU examples are tiny: one intra-op thread per xdist worker is ~4x faster than oversubscribing.
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
     from hypothesis import settings
 
     testing.register_profiles()
@@ -205,6 +215,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if fixture in metafunc.fixturenames:
             names = _names(metafunc.config, fixture, default)
             metafunc.parametrize(fixture, names, ids=names, indirect=True, scope="session")
+    if "gdn_families" in metafunc.fixturenames and metafunc.config.getoption("gdn_split_families"):
+        names = families(metafunc.config)
+        metafunc.parametrize("gdn_families", [(n,) for n in names], ids=names, scope="session")
     if "gdn_family" in metafunc.fixturenames:
         names = families(metafunc.config)
         metafunc.parametrize("gdn_family", names, ids=names, scope="session")
@@ -213,7 +226,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def gdn_families(request: pytest.FixtureRequest) -> tuple[str, ...]:
     """Every family of ``--gdn-family``: properties draw their examples across them (shrinking towards
-    the first), so one test covers all without multiplying its examples."""
+    the first), so one test covers all without multiplying its examples. ``--gdn-split-families``
+    parametrises this fixture instead, one family per test."""
     return tuple(families(request.config))
 
 
@@ -303,42 +317,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    """Count the examples of every Hypothesis test, chaining Hypothesis' own statistics callback."""
+    """Count the examples of every Hypothesis test, chaining Hypothesis' own statistics callback.
+
+    The test's counts travel with its report (``user_properties``), so under xdist the controller
+    sums them as reports arrive and knows when the run reached each :data:`MILESTONES` count.
+    """
     if not _ACTIVE:
         return (yield)
     from hypothesis.statistics import collector as _collector
 
     collector = cast("DynamicVariable[Callable[[Any], None] | None]", _collector)
     previous = collector.value
+    before = testing.counts()
 
     def note(stats: Any) -> None:
         testing.count_hypothesis_test_cases(stats)
         if previous is not None:
             previous(stats)
 
-    with collector.with_value(note):
-        return (yield)
+    try:
+        with collector.with_value(note):
+            return (yield)
+    finally:
+        after = testing.counts()
+        item.user_properties.append((_COUNTS_KEY, {k: after[k] - before[k] for k in after}))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """``--gdn-failure-log``: a failure's full report, appended and flushed as soon as it arrives."""
+    """Sum the examples of each finished test (controller and single process alike); and
+    ``--gdn-failure-log``: a failure's full report, appended and flushed as soon as it arrives."""
+    if _ACTIVE and report.when == "call":
+        for key, value in report.user_properties:
+            if key == _COUNTS_KEY and isinstance(value, dict):
+                _count_report(value)
     if _FAILURE_LOG is None or not report.failed:
         return
     with _FAILURE_LOG.open("a", encoding="utf-8") as log:
         log.write(f"==== FAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n\n")
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    workeroutput = getattr(session.config, "workeroutput", None)
-    if _ACTIVE and workeroutput is not None:  # an xdist worker: hand the counts to the controller
-        workeroutput["gdn_equiv_counts"] = json.dumps(testing.counts())
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    data = getattr(node, "workeroutput", {}).get("gdn_equiv_counts")
-    if data:
-        _WORKER_COUNTS.append(json.loads(data))
+def _count_report(counts: dict[str, int]) -> None:
+    before = _TOTALS["hypothesis"]
+    for key, value in counts.items():
+        _TOTALS[key] = _TOTALS.get(key, 0) + int(value)
+    for milestone in MILESTONES:
+        if before < milestone <= _TOTALS["hypothesis"]:
+            _REACHED[milestone] = time.perf_counter() - _START
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -346,10 +370,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     from hypothesis import settings
 
-    totals = testing.counts()
-    for worker in _WORKER_COUNTS:
-        for key, value in worker.items():
-            totals[key] = totals.get(key, 0) + value
+    totals = _TOTALS
     elapsed = time.perf_counter() - _START
     n = totals["hypothesis"]
     rate = n / elapsed if elapsed > 0 else 0.0
@@ -358,3 +379,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         f"gdn-equiv: {n} Hypothesis examples in {elapsed:.1f} s ({rate:.1f} examples/s); "
         f"{totals['properties']} counted by properties (count_example); profile {profile!r}"
     )
+    if _REACHED:
+        reached = ", ".join(f"{m:,} by {t:.1f} s" for m, t in sorted(_REACHED.items()))
+        terminalreporter.write_line(f"gdn-equiv: examples reached {reached} (since pytest started)")

@@ -41,6 +41,7 @@ __all__ = [
     "randn",
     "register_profiles",
     "visible_device_count",
+    "worker_threads",
 ]
 
 # ---- example counting ----------------------------------------------------------------------
@@ -180,6 +181,24 @@ def parse_names(option: str) -> list[str]:
         if name and name not in out:
             out.append(name)
     return out
+
+
+def worker_threads(env: Mapping[str, str] = os.environ, cpus: int | None = None) -> int | None:
+    """Torch's intra-op threads for this pytest process, or None to keep torch's default.
+
+    Under Triton's interpreter examples are tiny CPU work: one thread (~4x faster than oversubscribing,
+    measured on 2 cores). An xdist worker otherwise gets its share of the cores, ``cpus // workers``
+    (at least 1): torch's default, every core in every worker, oversubscribes them ``workers`` times
+    over whenever examples do CPU work beside the GPU's.
+    """
+    if env.get("TRITON_INTERPRET") == "1":
+        return 1
+    workers = env.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers or not workers.isdigit() or int(workers) < 1:
+        return None
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // int(workers))
 
 
 # ---- xdist GPU pinning ---------------------------------------------------------------------

@@ -19,7 +19,10 @@
 #   onepass-suite  the triton backend's tests, conformance and fused-vs-separate with GDN_EQUIV_TRITON_BACKWARD=one-pass
 #   ncu-onepass  the ncu stage with the one-pass backward
 #   serial-suite, ncu-serial  the same two for GDN_EQUIV_TRITON_BACKWARD=serial (W <= 4)
-#   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile)
+#   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile;
+#                one test per family: SUITE_SPLIT="" runs them across families)
+#   gate         the whole installed gate (GATE_BACKENDS, default triton), one test per family as above
+#   kernels      how many compiled kernels the Triton cache holds
 # TILES_ARGS="--pass2 64x128x8" and FLA_TEST_ARGS="-v -x" pass arguments on; SUITE_BACKENDS=cuda narrows the suites stage; STAGES="fla-fuzz suites" picks and orders stages; LIMIT_fla_fuzz=120 overrides a stage's time limit.
 set -u
 OUT=${OUT:-/tmp/gpu_evidence}
@@ -66,10 +69,14 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         --family "${FUZZ_FAMILIES:-all}" --device cuda --seconds "${FUZZ_SECONDS:-240}" \
         --report "$OUT/fla-fuzz-own-report" ;;
     fla-grad-probe) stage fla-grad-probe "${!var:-200}" python3 scripts/fla_grad_probe.py ;;
-    cold-suite) stage cold-suite "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider \
-        --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ;;
-    warm-suite) stage warm-suite "${!var:-120}" python3 -m pytest -n "$W" -q -p no:cacheprovider \
-        --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ;;
+    cold-suite) stage cold-suite "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider --durations=15 \
+        --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ${SUITE_SPLIT---gdn-split-families} ;;
+    warm-suite) stage warm-suite "${!var:-120}" python3 -m pytest -n "$W" -q -p no:cacheprovider --durations=15 \
+        --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ${SUITE_SPLIT---gdn-split-families} ;;
+    gate) stage gate "${!var:-200}" python3 -m pytest -n "$W" -q -p no:cacheprovider --durations=30 -rfE \
+        --gdn-failure-log "$OUT/gate-failures.txt" --pyargs gdn_equiv.suite --gdn-backend "${GATE_BACKENDS:-triton}" \
+        ${SUITE_SPLIT---gdn-split-families} ;;
+    kernels) stage kernels 30 sh -c 'find "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" -name "*.cubin" | wc -l' ;;
     bench-layer) stage bench-layer "${!var:-300}" env GDN_EQUIV_FLA_AUTOTUNE="${FLA_AUTOTUNE:-full}" \
         python3 -m gdn_equiv bench layer --backend "${BENCH_BACKENDS:-triton,cuda,fla}" ${BENCH_ARGS:-} \
         --json "$OUT/bench-layer.json" --plot "$OUT/bench-layer.png" ;;
