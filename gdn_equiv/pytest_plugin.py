@@ -47,6 +47,7 @@ MARKERS = {
 
 _ACTIVE = False
 _FAILURE_LOG: Path | None = None
+_CONFIG: pytest.Config | None = None
 _CUDA: bool | None = None
 _COUNTS_KEY = "gdn_equiv_counts"
 _TOTALS: dict[str, int] = {"properties": 0, "hypothesis": 0}
@@ -129,12 +130,12 @@ def wanted(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    global _ACTIVE, _START, _FAILURE_LOG
+    global _ACTIVE, _START, _FAILURE_LOG, _CONFIG
     log = config.getoption("gdn_failure_log")
     _FAILURE_LOG = None if log is None or os.environ.get("PYTEST_XDIST_WORKER") else Path(log)
     if not wanted(config):
         return
-    _ACTIVE = True
+    _ACTIVE, _CONFIG = True, config
     _START = time.perf_counter()
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
@@ -363,6 +364,12 @@ def _count_report(counts: dict[str, int]) -> None:
     for milestone in MILESTONES:
         if before < milestone <= _TOTALS["hypothesis"]:
             _REACHED[milestone] = time.perf_counter() - _START
+            # said as it happens too, so a run cut short by a time limit still tells its cold start
+            reporter = _CONFIG.pluginmanager.get_plugin("terminalreporter") if _CONFIG is not None else None
+            if reporter is not None:
+                if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+                    reporter.write("\n")  # after the progress dots of -q
+                reporter.write_line(f"gdn-equiv: {milestone:,} examples by {_REACHED[milestone]:.1f} s")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
