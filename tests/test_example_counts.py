@@ -18,12 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_split_families_gives_each_family_a_test_and_counts_every_example_across_workers() -> None:
-    """Two properties split over every family under ``-n 2``: one test per family each, the examples of
-    every worker summed (15 per test in the dev profile) and the 100th example's time reported."""
+def test_split_families_gives_each_family_a_test_and_the_controller_counts_every_example() -> None:
+    """Two properties split over every family under xdist (``-n 1``): one test per family each, the examples
+    reported by the worker summed (15 per test in the dev profile) and the 100th example's time reported."""
     env = {**os.environ, "HYPOTHESIS_PROFILE": "dev", "PYTHONPATH": str(ROOT)}
     env.pop("CI", None)
-    cmd = [sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider", "--pyargs",
+    cmd = [sys.executable, "-m", "pytest", "-n", "1", "-v", "-p", "no:cacheprovider", "--pyargs",
            "gdn_equiv.suite.test_properties", "--gdn-backend", "torch", "--gdn-split-families",
            "-k", "forward_is_bitwise or fallback_is"]  # fmt: skip
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
