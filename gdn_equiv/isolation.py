@@ -30,6 +30,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from gdn_equiv.backends import BUILTIN_BACKENDS
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
 
@@ -45,7 +46,6 @@ __all__ = [
 
 DEFAULT_TIMEOUT = 60.0  # seconds per example: a cold GPU's first triton compile fits well inside
 START_TIMEOUT = 120.0  # a worker that is not ready by then is our failure, not the example's
-BUILTIN_BACKENDS = ("torch", "triton", "cuda")
 # what the worker must see as the parent does (the fork server may have started before they were set)
 _ENV_PREFIXES = ("GDN_", "TRITON_", "CUDA_VISIBLE_DEVICES")
 

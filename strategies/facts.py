@@ -13,6 +13,7 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from gdn_equiv.backends import BUILTIN_BACKENDS
 from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerFacts
 from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
 
@@ -20,7 +21,6 @@ DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda:0", "cuda:1")
 #: the channel count registered facts' values are drawn for (a head_dim must divide it)
 FACT_CHANNELS = (8,)
-BACKEND_NAMES = ("torch", "triton", "cuda")
 
 __all__ = ["call_facts", "conv_facts", "dtypes", "layer_facts", "rare"]
 
@@ -59,7 +59,7 @@ def dtypes(*, allowed: Sequence[str] = DTYPE_NAMES) -> st.SearchStrategy[str]:
 
 def conv_facts(
     *,
-    backends: Sequence[str] = BACKEND_NAMES,
+    backends: Sequence[str] = BUILTIN_BACKENDS,
     activations: Sequence[str | None] = CONV_ACTIVATIONS,
     min_kernel_size: int = 1,
     max_kernel_size: int = 8,
@@ -169,7 +169,7 @@ def _varied(draw: st.DrawFn, base: ConvFacts, f: _Fields, vary: st.SearchStrateg
 
 def layer_facts(
     *,
-    backends: Sequence[str] = BACKEND_NAMES,
+    backends: Sequence[str] = BUILTIN_BACKENDS,
     activations: Sequence[str | None] = CONV_ACTIVATIONS,
     min_kernel_size: int = 1,
     max_kernel_size: int = 8,

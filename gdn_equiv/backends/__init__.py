@@ -34,6 +34,7 @@ from gdn_equiv.backends.base import (
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 
 __all__ = [
+    "BUILTIN_BACKENDS",
     "Backend",
     "ConvBackend",
     "LaunchCounter",
@@ -52,6 +53,10 @@ __all__ = [
 ]
 
 Tensor = torch.Tensor
+
+#: The conv kernels this project ships (fla's are loaded by name too, but are an upstream's kernels):
+#: every guard condition is known to be necessary on them.
+BUILTIN_BACKENDS = ("torch", "triton", "cuda")
 
 # Built-ins load lazily so that importing the registry never imports triton, causal_conv1d or fla.
 _BUILTIN = {

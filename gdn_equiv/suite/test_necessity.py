@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from gdn_equiv import properties as P
-from gdn_equiv.backends import available_backends
+from gdn_equiv.backends import BUILTIN_BACKENDS, available_backends
 from gdn_equiv.example import Example
 from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import violating
@@ -33,9 +33,6 @@ SEARCH = settings(
     deadline=None, database=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate]
 )
 MAX_STATES = 300
-
-#: The kernels this project ships: every condition is known to be necessary on them.
-BUILTIN_BACKENDS = ("torch", "triton", "cuda")
 
 
 class _Wrong:
