@@ -388,4 +388,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     )
     if _REACHED:
         reached = ", ".join(f"{m:,} by {t:.1f} s" for m, t in sorted(_REACHED.items()))
-        terminalreporter.write_line(f"gdn-equiv: examples reached {reached} (since pytest started)")
+        first, at = min(_REACHED.items())
+        # past the start-up (workers, imports, device contexts, the first compiles): the warm rate
+        after = f"; {(n - first) / (elapsed - at):.1f} examples/s after the {first:,}th" if elapsed > at else ""
+        terminalreporter.write_line(f"gdn-equiv: examples reached {reached} (since pytest started){after}")
