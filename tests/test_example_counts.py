@@ -15,29 +15,60 @@ from gdn_equiv import testing
 from gdn_equiv.families import parse_families
 
 ROOT = Path(__file__).resolve().parent.parent
+PROPERTIES = (
+    "test_auto_launches_one_conv_iff_guard_fuses",
+    "test_a_layer_without_short_convs_runs_and_describes_none",
+    "test_fused_forward_is_bitwise_equal",
+    "test_fused_gradients_match",
+    "test_fallback_is_the_reference",
+)
+
+# two trivial Hypothesis tests of 60 examples each: what the run counts is known without a layer
+COUNTED = """
+from hypothesis import given, settings, strategies as st
+from gdn_equiv.testing import count_example
+
+@settings(max_examples=60, database=None, deadline=None)
+@given(st.integers(0, 10**9))
+def test_one(x):
+    count_example()
+
+@settings(max_examples=60, database=None, deadline=None)
+@given(st.integers(0, 10**9))
+def test_two(x):
+    count_example()
+"""
+
+
+def _pytest(*args: str, cwd: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("CI", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    return out
+
+
+def test_split_families_gives_each_layer_property_one_test_per_family() -> None:
+    out = _pytest("--collect-only", "-q", "--pyargs", "gdn_equiv.suite.test_properties", "--gdn-backend", "torch",
+                  "--gdn-split-families", cwd=ROOT)  # fmt: skip
+    ids = set(re.findall(r"::(test_\w+)\[torch-(\w+)\]", out))
+    assert ids == {(p, f) for p in PROPERTIES for f in parse_families("all")}, out
+    assert "[torch]" not in out, out  # no property left spanning the families
 
 
 @pytest.mark.slow
-def test_split_families_gives_each_family_a_test_and_the_controller_counts_every_example() -> None:
-    """Two properties split over every family under xdist (``-n 1``): one test per family each, the examples
-    reported by the worker summed (15 per test in the dev profile) and the 100th example's time reported."""
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "dev", "PYTHONPATH": str(ROOT)}
-    env.pop("CI", None)
-    cmd = [sys.executable, "-m", "pytest", "-n", "1", "-v", "-p", "no:cacheprovider", "--pyargs",
-           "gdn_equiv.suite.test_properties", "--gdn-backend", "torch", "--gdn-split-families",
-           "-k", "forward_is_bitwise or fallback_is"]  # fmt: skip
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    families = parse_families("all")
-    for test in ("test_fused_forward_is_bitwise_equal", "test_fallback_is_the_reference"):
-        ran = set(re.findall(rf"PASSED \S*::{test}\[torch-(\w+)\]", out))
-        assert ran == set(families), (test, ran, out)
-    expected = 2 * len(families) * testing.PROFILES["dev"]["max_examples"]
+def test_the_controller_counts_every_workers_examples_and_says_when_it_reached_the_100th(tmp_path: Path) -> None:
+    """Under xdist the counts travel with each test's report: two workers' 60 + 60 examples are 120, the
+    100th example's time is written as it happens and in the summary, with the rate after it."""
+    (tmp_path / "test_counted.py").write_text(COUNTED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngdn_equiv_suite = true\n")
+    out = _pytest("-n", "2", "-q", cwd=tmp_path)
     match = re.search(r"gdn-equiv: (\d+) Hypothesis examples in [\d.]+ s .*; (\d+) counted by properties", out)
     assert match is not None, out
-    assert (int(match[1]), int(match[2])) == (expected, expected), out
-    assert re.search(r"gdn-equiv: 100 examples by [\d.]+ s", out), out
+    assert (int(match[1]), int(match[2])) == (120, 120), out
+    assert re.search(r"^gdn-equiv: 100 examples by [\d.]+ s$", out, re.MULTILINE), out
     assert re.search(r"examples reached 100 by [\d.]+ s .*; [\d.]+ examples/s after the 100th", out), out
 
 
