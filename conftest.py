@@ -17,39 +17,6 @@ import pytest
 pytest_plugins = [] if "gdn_equiv.pytest_plugin" in sys.modules else ["gdn_equiv.pytest_plugin"]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``pytest -n N`` without ``--dist`` schedules by work stealing: this suite's long end-to-end tests
-    (subprocess gates, crash isolation, interpreter kernels) otherwise leave one worker idle at the end;
-    on 2 CPU cores the README's test command took 167 s instead of 189 s (issue #17). Runs before
-    pytest-xdist turns ``-n`` into ``--dist load``; an explicit ``--dist`` is kept."""
-    option = config.option
-    if getattr(option, "numprocesses", None) and getattr(option, "dist", None) == "no":
-        option.dist = "worksteal"
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the ``slow`` tests (subprocess gates, crash isolation, long searches: seconds each)
-    go to the front of each worker's first share, dealt round robin, so none starts last and leaves the
-    other workers idle at the end. Work stealing (:func:`pytest_cmdline_main`) hands each of ``n``
-    workers a contiguous ``len(items) // n`` share and then moves tests from the back of the longest
-    queue; every worker collects and orders the same way, as xdist requires."""
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if workers < 2 or not slow:
-        return
-    rest = [item for item in items if not item.get_closest_marker("slow")]
-    ordered: list[pytest.Item] = []
-    for w in range(workers):
-        share = len(items) // workers if w < workers - 1 else len(items) - len(ordered)
-        mine = slow[w::workers]
-        take = max(0, share - len(mine))
-        ordered += mine + rest[:take]
-        rest = rest[take:]
-    items[:] = ordered + rest
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Under Triton's interpreter (set by the plugin on a machine without CUDA), no int32 overflow checks.

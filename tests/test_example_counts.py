@@ -1,5 +1,6 @@
-"""The run's example count and its milestones (issue #17's cold-start figure), ``--gdn-split-families``
-and the torch threads each xdist worker gets."""
+"""How a gdn-equiv run is spread and counted under xdist (issue #17): the example count and its
+milestones, ``--gdn-split-families``, work stealing with the slow tests first, and the torch threads
+each worker gets."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ PROPERTIES = (
 
 # two trivial Hypothesis tests of 60 examples each: what the run counts is known without a layer
 COUNTED = """
+import pytest
 from hypothesis import given, settings, strategies as st
 from gdn_equiv.testing import count_example
 
@@ -37,6 +39,10 @@ def test_one(x):
 @given(st.integers(0, 10**9))
 def test_two(x):
     count_example()
+
+@pytest.mark.slow
+def test_slow_last():
+    pass
 """
 
 
@@ -61,15 +67,63 @@ def test_split_families_gives_each_layer_property_one_test_per_family() -> None:
 @pytest.mark.slow
 def test_the_controller_counts_every_workers_examples_and_says_when_it_reached_the_100th(tmp_path: Path) -> None:
     """Under xdist the counts travel with each test's report: two workers' 60 + 60 examples are 120, the
-    100th example's time is written as it happens and in the summary, with the rate after it."""
+    100th example's time is written as it happens and in the summary, with the rate after it; and
+    ``-n`` alone schedules by work stealing, with a slow test collected last started first."""
     (tmp_path / "test_counted.py").write_text(COUNTED)
     (tmp_path / "pytest.ini").write_text("[pytest]\ngdn_equiv_suite = true\n")
-    out = _pytest("-n", "2", "-q", cwd=tmp_path)
+    out = _pytest("-n", "2", "-v", cwd=tmp_path)
+    assert "WorkStealingScheduling" in out, out  # -n without --dist, in a gdn-equiv run
+    # collected last, started first on its worker (each worker's first share opens with its slow tests)
+    worker = re.search(r"^\[(gw\d)\].*test_slow_last", out, re.MULTILINE)
+    assert worker is not None, out
+    first = re.search(rf"^\[{worker[1]}\].* PASSED (\S+)", out, re.MULTILINE)
+    assert first is not None and first[1].endswith("::test_slow_last"), out
     match = re.search(r"gdn-equiv: (\d+) Hypothesis examples in [\d.]+ s .*; (\d+) counted by properties", out)
     assert match is not None, out
     assert (int(match[1]), int(match[2])) == (120, 120), out
     assert re.search(r"^gdn-equiv: 100 examples by [\d.]+ s$", out, re.MULTILINE), out
     assert re.search(r"examples reached 100 by [\d.]+ s .*; [\d.]+ examples/s after the 100th", out), out
+
+
+class _Item:
+    def __init__(self, name: str, slow: bool) -> None:
+        self.name, self.slow = name, slow
+
+    def get_closest_marker(self, name: str) -> object:
+        return object() if name == "slow" and self.slow else None
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class _Config:
+    def __init__(self, workers: int) -> None:
+        self.workerinput = {"workercount": workers}
+
+
+@pytest.mark.parametrize("workers", [2, 3, 12])
+def test_slow_tests_open_every_workers_share(workers: int) -> None:
+    """Work stealing gives worker ``w`` the ``w``-th contiguous share of the list: the slow tests (last
+    in collection, as the gate's layer properties are) are dealt round robin to the share fronts."""
+    from gdn_equiv.pytest_plugin import _slow_first
+
+    fast = [_Item(f"f{i}", False) for i in range(40)]
+    slow = [_Item(f"s{i}", True) for i in range(7)]
+    items = [*fast, *slow]
+    _slow_first(_Config(workers), items)  # type: ignore[arg-type]
+    assert sorted(map(repr, items)) == sorted(map(repr, fast + slow))  # a reordering, nothing lost
+    share = len(items) // workers
+    for w in range(workers):
+        mine = slow[w::workers]
+        assert items[w * share : w * share + len(mine)] == mine, (w, items)
+
+
+def test_slow_first_leaves_a_single_process_alone() -> None:
+    from gdn_equiv.pytest_plugin import _slow_first
+
+    items = [_Item("f", False), _Item("s", True)]
+    _slow_first(_Config(1), items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == ["f", "s"]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ from gdn_equiv.guard import Condition
 from gdn_equiv.strategies import examples
 from gdn_equiv.testing import count_example
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# slow: on a GPU each is tens of seconds cold (Triton compiles), so under xdist they start first
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 
 
 def _run(prop, example: Example, device: str, *, may_not_apply: bool = False):
