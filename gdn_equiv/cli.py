@@ -675,6 +675,8 @@ def plan_bench(args: argparse.Namespace) -> Any:
     from gdn_equiv.backends import available_backends
 
     what = args.what
+    if args.from_report is not None:
+        return _bench_replay(args)
     _at_least("--iters", args.iters, 1)
     _at_least("--warmup", args.warmup, 0)
     device = _device(args.device)
@@ -736,9 +738,59 @@ def plan_bench(args: argparse.Namespace) -> Any:
     )
 
 
+@dataclass
+class BenchReplay:
+    """``bench --from``: an earlier report to print and plot again, nothing timed."""
+
+    source: Path
+    report: dict[str, Any]
+    plot: Path | None
+
+
+#: the timing and selection options of ``bench``, which ``--from`` leaves to the report it reads
+#: (``--device`` is filled in before the command sees it, so it cannot be told apart from its default)
+_BENCH_RUN_OPTIONS = ("family", "backend", "dtype", "iters", "warmup", "shape", "json")
+
+
+def _bench_replay(args: argparse.Namespace) -> BenchReplay:
+    import json
+
+    from gdn_equiv import bench
+
+    given = [f"--{name}" for name in _BENCH_RUN_OPTIONS if getattr(args, name) is not None]
+    if args.quick:
+        given.append("--quick")
+    if given:
+        raise UsageError(f"--from {args.from_report!r} times nothing: {', '.join(given)} cannot apply")
+    source = Path(args.from_report)
+    if not source.is_file():
+        raise UsageError(f"--from {args.from_report!r} must name an existing bench report (.json)")
+    try:
+        report = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--from {args.from_report!r} is not a JSON file: {exc}") from exc
+    if not isinstance(report, dict) or not str(report.get("format", "")).startswith("gdn-equiv-bench/"):
+        raise UsageError(f"--from {args.from_report!r} is not a gdn-equiv bench report (no 'gdn-equiv-bench/' format)")
+    if report.get("command") != f"bench {args.what}" or not isinstance(report.get("rows"), list):
+        raise UsageError(
+            f"--from {args.from_report!r} is a report of {report.get('command')!r}, not of 'bench {args.what}'"
+        )
+    plot: Path | None = _bench_output("--plot", args.plot, Path(DEFAULT_REPORT) / f"bench-{args.what}.png", ".png")
+    if matplotlib_missing := bench.matplotlib_missing():
+        if args.plot is not None:
+            raise EnvironmentProblem(f"--plot {args.plot!r}: {matplotlib_missing}")
+        plot = None
+    return BenchReplay(source, report, plot)
+
+
 def cmd_bench(plan: Any) -> int:
     from gdn_equiv import bench
 
+    if isinstance(plan, BenchReplay):
+        print(f"gdn-equiv bench: {plan.source} ({plan.report.get('status')}, {len(plan.report['rows'])} rows)")
+        print()
+        print(bench.format_table(plan.report), flush=True)
+        return _bench_outcome(plan.report, plan.plot, plan.source)
     impls = [*plan.backends, *(["fla"] if plan.fla else [])]
     print(
         f"gdn-equiv bench {plan.what}: family={','.join(plan.families)} backend={','.join(impls)} "
@@ -752,12 +804,19 @@ def cmd_bench(plan: Any) -> int:
     finally:  # the table once, also of an interrupted run's finished rows
         print()
         print(bench.format_table(report), flush=True)
-    if plan.plot is not None:
-        bench.write_plot(report, plan.plot)
-        print(f"plot: {plan.plot}")
+    return _bench_outcome(report, plan.plot, plan.json)
+
+
+def _bench_outcome(report: dict[str, Any], plot: Path | None, json_path: Path | None) -> int:
+    """The plot, the report's path, the findings and the exit status of a bench report."""
+    from gdn_equiv import bench
+
+    if plot is not None:
+        bench.write_plot(report, plot)
+        print(f"plot: {plot}")
     else:
         print(f"plot skipped: {bench.matplotlib_missing()}")
-    print(f"report: {plan.json}")
+    print(f"report: {json_path}")
     found, errors = bench.findings(report["rows"]), bench.errors(report["rows"])
     for line in found:
         print(f"FINDING {line}")
@@ -964,6 +1023,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE.png",
         help=f"speedup plot, needs matplotlib (default {DEFAULT_REPORT}/bench-WHAT.png; skipped without matplotlib)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_report",
+        default=None,
+        metavar="FILE.json",
+        help="time nothing: print the table and write the plot of an earlier report of the same kind (e.g. one "
+        "a time limit cut short: its finished rows are in the JSON)",
     )
     p.set_defaults(prepare=plan_bench, run=cmd_bench)
     p = command("families", "list the layer families --family accepts")

@@ -207,3 +207,63 @@ def test_a_row_without_a_backward_shows_its_forward_and_says_why(capsys, tmp_pat
     line = bench.progress_line(report["rows"][0])
     assert re.fullmatch(r"gla gdn_equiv/torch B1 T16 float32: fwd [\d.]+ -> [\d.]+ ms \([\d.]+x\)", line), line
     assert "fla's own backward did not run here (planted)" in out
+
+
+# ---- bench --from: an earlier report printed and plotted again -------------------------------------
+
+
+def test_bench_from_shows_an_interrupted_reports_rows_and_times_nothing(capsys, tmp_path: Path, monkeypatch) -> None:
+    """The finished rows of a run cut short (here by a planted interrupt) come back as the table and the
+    plot, the report file untouched, and ``measure`` is never called."""
+    measure = bench.measure
+    calls = []
+
+    def interrupt_second(subject, plan):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure(subject, plan)
+
+    monkeypatch.setattr(bench, "measure", interrupt_second)
+    assert _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch")[0] == EXIT_INTERRUPTED
+    source = tmp_path / "bench.json"
+    before = source.read_bytes()
+    row = json.loads(before)["rows"][0]
+    calls.clear()
+    plot = tmp_path / "again.png"
+    status = main(["bench", "prologue", "--from", str(source), *(["--plot", str(plot)] if HAS_MATPLOTLIB else [])])
+    out = capsys.readouterr().out
+    assert status == EXIT_OK and calls == [], out
+    assert f"{source} (interrupted, 1 rows)" in out and _tables(out) == 1, out
+    assert f"| {row['family']} | {row['impl']} | {row['backend']} | {row['B']} | {row['T']} |" in out, out
+    assert source.read_bytes() == before
+    assert plot.exists() == HAS_MATPLOTLIB
+
+
+def test_bench_from_keeps_a_reports_finding(capsys, tmp_path: Path, monkeypatch) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(bench, "_outputs_equal", lambda a, b: False)
+        assert _run(capsys, tmp_path, "layer", *QUICK, "--family", "gla", "--backend", "torch")[0] == EXIT_FAILED
+    assert main(["bench", "layer", "--from", str(tmp_path / "bench.json")]) == EXIT_FAILED
+    assert "FINDING gla gdn_equiv/torch B1 T16 float32: fused forward output differs" in capsys.readouterr().out
+
+
+def test_bench_from_refuses_what_cannot_apply(capsys, tmp_path: Path) -> None:
+    layer = tmp_path / "layer.json"
+    layer.write_text(json.dumps({"format": bench.FORMAT, "command": "bench layer", "rows": []}))
+    (tmp_path / "other.json").write_text(json.dumps({"format": "something/1", "command": "bench layer"}))
+    (tmp_path / "broken.json").write_text("{")
+    refused = {
+        ("layer", str(layer), "--iters", "3"): "times nothing: --iters cannot apply",
+        ("layer", str(layer), "--quick", "--shape", "2x8"): "times nothing: --shape, --quick cannot apply",
+        ("prologue", str(layer)): "is a report of 'bench layer', not of 'bench prologue'",
+        ("layer", str(tmp_path / "missing.json")): "must name an existing bench report",
+        ("layer", str(tmp_path / "other.json")): "is not a gdn-equiv bench report",
+        ("layer", str(tmp_path / "broken.json")): "is not a JSON file",
+        ("layer", str(layer), "--plot", str(tmp_path / "p.txt")): "must name a .png file",
+    }
+    for (what, source, *rest), message in refused.items():
+        assert main(["bench", what, "--from", source, *rest]) == EXIT_USAGE, (what, source, rest)
+        captured = capsys.readouterr()
+        assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+        assert captured.out == "", captured.out
