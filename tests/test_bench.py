@@ -116,9 +116,10 @@ def test_bench_row_that_cannot_run_is_reported(capsys, tmp_path: Path, monkeypat
     assert _tables(out) == 1 and "error: RuntimeError: CUDA out of memory (planted)" in out
 
 
-def test_bench_interrupted_keeps_finished_rows(capsys, tmp_path: Path, monkeypatch) -> None:
+def _interrupt_the_second_measurement(monkeypatch) -> list[int]:
+    """``bench.measure`` raises KeyboardInterrupt on its second call; the list records every call."""
     measure = bench.measure
-    calls = []
+    calls: list[int] = []
 
     def interrupt_second(subject, plan):
         calls.append(1)
@@ -127,6 +128,11 @@ def test_bench_interrupted_keeps_finished_rows(capsys, tmp_path: Path, monkeypat
         return measure(subject, plan)
 
     monkeypatch.setattr(bench, "measure", interrupt_second)
+    return calls
+
+
+def test_bench_interrupted_keeps_finished_rows(capsys, tmp_path: Path, monkeypatch) -> None:
+    _interrupt_the_second_measurement(monkeypatch)
     status, out, report = _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch")
     assert status == EXIT_INTERRUPTED
     assert report is not None and report["status"] == "interrupted" and len(report["rows"]) == 1
@@ -215,16 +221,7 @@ def test_a_row_without_a_backward_shows_its_forward_and_says_why(capsys, tmp_pat
 def test_bench_from_shows_an_interrupted_reports_rows_and_times_nothing(capsys, tmp_path: Path, monkeypatch) -> None:
     """The finished rows of a run cut short (here by a planted interrupt) come back as the table and the
     plot, the report file untouched, and ``measure`` is never called."""
-    measure = bench.measure
-    calls = []
-
-    def interrupt_second(subject, plan):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return measure(subject, plan)
-
-    monkeypatch.setattr(bench, "measure", interrupt_second)
+    calls = _interrupt_the_second_measurement(monkeypatch)
     assert _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch")[0] == EXIT_INTERRUPTED
     source = tmp_path / "bench.json"
     before = source.read_bytes()
