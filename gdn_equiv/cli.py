@@ -717,10 +717,7 @@ def plan_bench(args: argparse.Namespace) -> Any:
     backends = [n for n in names if n != "fla"]
     if not backends and not fla:
         raise UsageError(f"--backend {args.backend!r}: nothing left to time")
-    if matplotlib_missing := bench.matplotlib_missing():
-        if args.plot is not None:
-            raise EnvironmentProblem(f"--plot {args.plot!r}: {matplotlib_missing}")
-        plot_path = None
+    plot_path = _plot_unless_matplotlib_missing(args, plot_path)
     return bench.BenchPlan(
         what=what,
         families=families,
@@ -769,18 +766,27 @@ def _bench_replay(args: argparse.Namespace) -> BenchReplay:
         report = json.loads(source.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"--from {args.from_report!r} is not a JSON file: {exc}") from exc
-    if not isinstance(report, dict) or not str(report.get("format", "")).startswith("gdn-equiv-bench/"):
-        raise UsageError(f"--from {args.from_report!r} is not a gdn-equiv bench report (no 'gdn-equiv-bench/' format)")
+    kind = bench.FORMAT.rsplit("/", 1)[0] + "/"  # any version of the report format
+    if not isinstance(report, dict) or not str(report.get("format", "")).startswith(kind):
+        raise UsageError(f"--from {args.from_report!r} is not a gdn-equiv bench report (no {kind!r} format)")
     if report.get("command") != f"bench {args.what}" or not isinstance(report.get("rows"), list):
         raise UsageError(
             f"--from {args.from_report!r} is a report of {report.get('command')!r}, not of 'bench {args.what}'"
         )
-    plot: Path | None = _bench_output("--plot", args.plot, Path(DEFAULT_REPORT) / f"bench-{args.what}.png", ".png")
+    plot = _bench_output("--plot", args.plot, Path(DEFAULT_REPORT) / f"bench-{args.what}.png", ".png")
+    return BenchReplay(source, report, _plot_unless_matplotlib_missing(args, plot))
+
+
+def _plot_unless_matplotlib_missing(args: argparse.Namespace, path: Path | None) -> Path | None:
+    """``path``, or None (the plot skipped) where matplotlib is missing and no ``--plot`` asked for one;
+    an explicit ``--plot`` without matplotlib is refused."""
+    from gdn_equiv import bench
+
     if matplotlib_missing := bench.matplotlib_missing():
         if args.plot is not None:
             raise EnvironmentProblem(f"--plot {args.plot!r}: {matplotlib_missing}")
-        plot = None
-    return BenchReplay(source, report, plot)
+        return None
+    return path
 
 
 def cmd_bench(plan: Any) -> int:
