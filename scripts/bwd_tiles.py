@@ -10,8 +10,9 @@ per call over 20 back-to-back calls, median of 50. Under a minute on an H200, co
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py                      # both passes, CANDIDATES
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --onepass 64x64x4 32x128x4  # the one-pass backward
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --serial 64x256x2x3 128x512x4x4  # serial: CT x BD x warps x stages
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --serial 64x256x4x1x4 64x256x4x1x8  # CT x BD x warps x stages x rows
     PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --forward 16x256x4 32x512x8  # the forward kernel's tile
+    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --forward-rows 64x512x4x4 32x512x4x8  # CT x BD x warps x rows
 
 A tile ``BTxBDxW`` is (tokens, channels, num_warps) per program.
 """
@@ -77,8 +78,9 @@ def main() -> None:
     print(f"defaults: pass 1 _GPU_GRAD={tb._GPU_GRAD}, pass 2 _GPU_BWD={tb._GPU_BWD}")
     print(f"one-pass: _GPU_ONEPASS={tb._GPU_ONEPASS}; serial: _GPU_SERIAL={tb._GPU_SERIAL}")
     args = sys.argv[1:]
-    if "--forward" in args:
-        _forward_tiles(tb, x, weight, bias, [tuple(int(v) for v in a.split("x")) for a in args if a[0] != "-"])
+    if "--forward" in args or "--forward-rows" in args:
+        tiles = [tuple(int(v) for v in a.split("x")) for a in args if a[0] != "-"]
+        _forward_tiles(tb, x, weight, bias, tiles, rows="--forward-rows" in args)
         return
     if "--pass2" in args:
         names: tuple[str, ...] = ("_GPU_BWD",)
@@ -90,6 +92,8 @@ def main() -> None:
         names = ("_GPU_GRAD", "_GPU_BWD", "_GPU_ONEPASS")
     mode_of = {"_GPU_ONEPASS": "one-pass", "_GPU_SERIAL": "serial"}
     tiles = [tuple(int(v) for v in a.split("x")) for a in args if not a.startswith("--")] or CANDIDATES
+    if "--serial" in args:  # CT x BD x warps x stages, and the row group (1 when left out)
+        tiles = [(*tile, 1)[:5] if len(tile) == 4 else tile for tile in tiles]
     os.environ["GDN_EQUIV_TRITON_BACKWARD"] = "two-pass"
     print(f"backward kernels, two-pass at its defaults: {_median_ms(_graphed(backward)):.4f} ms", flush=True)
     for name in names:
@@ -128,27 +132,34 @@ def main() -> None:
         print(f"forward+backward (eager, defaults, {mode}): {_median_ms(forward_backward, calls=20):.4f} ms")
 
 
-def _forward_tiles(tb: object, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, tiles: list) -> None:
-    """The forward kernel alone (CUDA graph) at each tile (BT x BD x warps), and its share of the HBM
+def _forward_tiles(
+    tb: object, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, tiles: list, rows: bool = False
+) -> None:
+    """The forward kernel alone (CUDA graph) at each tile (BT x BD x warps; with ``rows``, the rows
+    forward's CT x BD x warps x ROWS, after the tiles forward's default), and its share of the HBM
     bandwidth: x read once and y written once (the W-1 halo rows and the weights are noise)."""
     moved = 2 * x.numel() * x.element_size()
-    default = tb._GPU_FWD  # type: ignore[attr-defined]
+    name = "_GPU_FWD_ROWS" if rows else "_GPU_FWD"
+    default = getattr(tb, name)
 
     def forward() -> object:
         return tb.forward(x, weight, bias, "silu", None, False, None)  # type: ignore[attr-defined]
 
+    os.environ["GDN_EQUIV_TRITON_FORWARD"] = "tiles"
     reference = forward()[0]
+    print(f"forward, tiles at _GPU_FWD={tb._GPU_FWD}: {_median_ms(_graphed(forward)):.4f} ms")  # type: ignore[attr-defined]
+    os.environ["GDN_EQUIV_TRITON_FORWARD"] = "rows" if rows else "tiles"
     for tile in [default, *tiles]:
-        tb._GPU_FWD = tile  # type: ignore[attr-defined]
+        setattr(tb, name, tile)
         try:
             ms = _median_ms(_graphed(forward))
             same = torch.equal(forward()[0], reference)
         except Exception as exc:  # a tile that does not compile is reported
-            print(f"forward, _GPU_FWD={tile}: failed, {type(exc).__name__}: {str(exc)[:200]}")
+            print(f"forward, {name}={tile}: failed, {type(exc).__name__}: {str(exc)[:200]}")
             continue
         finally:
-            tb._GPU_FWD = default  # type: ignore[attr-defined]
-        print(f"forward, _GPU_FWD={tile}: {ms:.4f} ms, {moved / ms / 1e9:.2f} TB/s, output bitwise {same}", flush=True)
+            setattr(tb, name, default)
+        print(f"forward, {name}={tile}: {ms:.4f} ms, {moved / ms / 1e9:.2f} TB/s, output bitwise {same}", flush=True)
 
 
 if __name__ == "__main__":

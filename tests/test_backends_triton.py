@@ -329,16 +329,22 @@ def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
 
 @pytest.mark.slow
 @settings(max_examples=12, deadline=None)
-@given(case=cases(varlen=None, max_w=4, dtypes=(torch.float32, torch.float16, torch.bfloat16)))
-def test_serial_backward_dx_is_bitwise_the_two_pass_and_its_sums_agree(case: Case) -> None:
-    """The serial backward (one row at a time, later rows' g carried in registers) gives the two passes'
-    dx and d(initial_state) bit for bit over every option (packed sequences, states, final-state
-    gradient, activations, strided x, chunk edges), and dweight/dbias, summed in another order, within
-    the §6 table."""
+@given(
+    case=cases(varlen=None, max_w=4, dtypes=(torch.float32, torch.float16, torch.bfloat16)),
+    rows=st.sampled_from((1, 2, 4, 8)),
+    chunk=st.sampled_from((2, 4, 8)),
+)
+def test_serial_backward_dx_is_bitwise_the_two_pass_and_its_sums_agree(case: Case, rows: int, chunk: int) -> None:
+    """The serial backward (one row at a time, later rows' g carried in registers, its loads grouped
+    ``rows`` at a time) gives the two passes' dx and d(initial_state) bit for bit over every option
+    (packed sequences, states, final-state gradient, activations, strided x, chunk edges, halos
+    rounded up to whole groups), and dweight/dbias, summed in another order, within the §6 table."""
+    from gdn_equiv.backends import triton_backend as tb
+
     t = tensors(case)
     with _backward("two-pass"):
         two = run(TRITON, case, t)
-    with _backward("serial"):
+    with _backward("serial"), mock.patch.object(tb, "_INTERP_SERIAL", (chunk, 32, 1, 1, rows)):
         serial = run(TRITON, case, t)
     assert serial.keys() == two.keys()
     paths = ("serial", "two-pass")
@@ -380,6 +386,75 @@ def test_one_pass_with_a_short_halo_is_caught() -> None:
         one = run(TRITON, case, t)
     with pytest.raises(Mismatch, match="dwide"):
         assert_equivalent(one["dwide"], two["dwide"], name="dwide", paths=("one-pass", "two-pass"), exact=True)
+
+
+# ---- the rows forward ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _forward(mode: str, tile: tuple[int, int, int, int] | None = None) -> Iterator[None]:
+    """The triton backend's forward chosen as a user does (``GDN_EQUIV_TRITON_FORWARD``); ``tile`` sets
+    the rows forward's (chunk, channels, warps, rows) under the interpreter."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    rows_tile = tile or tb._INTERP_FWD_ROWS
+    with (
+        mock.patch.dict(os.environ, {"GDN_EQUIV_TRITON_FORWARD": mode}),
+        mock.patch.object(tb, "_INTERP_FWD_ROWS", rows_tile),
+    ):
+        yield
+
+
+def _forward_only(case: Case, t: dict) -> dict[str, torch.Tensor | None]:
+    y, final = TRITON.forward(
+        t["x"], t["weight"], t["bias"], case.activation, t["initial_state"], case.final, t["cu_seqlens"]
+    )
+    return {"y": y, "final_state": final}
+
+
+# one test per width: each carries a different number of taps (a carry bug at W=4 hides from a
+# handful of examples drawn over all four widths)
+@pytest.mark.parametrize("W", [1, 2, 3, 4])
+@settings(max_examples=6, deadline=None)
+@given(data=st.data(), rows=st.sampled_from((1, 2, 4, 8)), groups=st.integers(1, 2))
+def test_rows_forward_is_bitwise_the_tiles_forward(W: int, data: st.DataObject, rows: int, groups: int) -> None:
+    """The rows forward (each input row read once, the last W-1 carried in registers, rows read in
+    groups) gives the tiles forward's y and final state bit for bit over every option: widths 1-4,
+    activations, bias, history, packed sequences (empty and one-token ones), strided x, chunk edges
+    that fall inside a sequence or on its start, channel blocks past D."""
+    dtypes = (torch.float32, torch.float16, torch.bfloat16)
+    case = data.draw(cases(varlen=None, min_w=W, max_w=W, dtypes=dtypes, max_d=40), label="case")
+    t = tensors(case, grad=False)
+    with _forward("tiles"):
+        tiles = _forward_only(case, t)
+    with _forward("rows", (rows * groups, 32, 1, rows)):
+        by_rows = _forward_only(case, t)
+    for name in tiles:
+        assert_equivalent(by_rows[name], tiles[name], name=name, paths=("rows", "tiles"), exact=True, context=case)
+
+
+@pytest.mark.teeth
+def test_rows_forward_that_carries_across_a_sequence_start_is_caught() -> None:
+    """Planted defect the bitwise property must catch: a rows walk that carries the previous rows'
+    inputs into the next packed sequence (its first W-1 outputs see the last sequence's tokens
+    instead of its history)."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    case = Case(1, 9, 5, 3, torch.float32, True, "silu", True, False, (4, 5), (0, 0), 3)
+    t = tensors(case, grad=False)
+    with _forward("tiles"):
+        tiles = _forward_only(case, t)
+    with _forward("rows", (8, 32, 1, 4)), mock.patch.object(tb, "token_sequence_ids", lambda cu, T, dev: torch.zeros(
+            T, dtype=torch.int32, device=dev)):  # fmt: skip
+        leaky = _forward_only(case, t)
+    with pytest.raises(Mismatch, match="y"):
+        assert_equivalent(leaky["y"], tiles["y"], name="y", paths=("leaky", "tiles"), exact=True)
+
+
+def test_an_unknown_forward_is_refused_with_the_rule() -> None:
+    case = Case(1, 3, 2, 2, torch.float32, False, None, False, False, None, (0, 0), 1)
+    with _forward("columns"), pytest.raises(InvalidArgument, match=r"'columns'.*tiles, rows"):
+        _forward_only(case, tensors(case, grad=False))
 
 
 def test_an_unknown_backward_is_refused_with_the_rule() -> None:

@@ -17,7 +17,10 @@ in ``_grad_input``'s order: the two passes (``_grad_kernel`` writes g in the com
 ``_bwd_kernel`` and ``_dstate_kernel`` read it, or ``dy`` itself without an activation), the one-pass
 ``_bwd_onepass_kernel`` (g for a tile and its halo in registers, shifted with ``tl.gather``) and the
 serial ``_bwd_serial_kernel`` (rows walked backwards, later rows' g carried in registers; the default
-for W <= 4); the last two take d(initial_state) from ``_dstate_onepass_kernel``.
+for W <= 4; its rows read in groups, ``ROWS`` loads in flight); the last two take d(initial_state)
+from ``_dstate_onepass_kernel``. Two forwards with the same bits: ``_fwd_kernel`` (a tile and its W
+shifted copies) and ``_fwd_rows_kernel`` (rows walked forwards, each input row read once, the last
+W-1 carried in registers).
 """
 
 from __future__ import annotations
@@ -223,6 +226,160 @@ def _fwd_kernel(
     y = _activate(a, ACT)
     y_off = (pid_b.to(tl.int64) * T + r) * D + d
     tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=rmask & dmask)
+
+
+@triton.jit
+def _rows_in(
+    x_ptr, seq_ptr, cu_ptr, x_base, t, T, pid_b, d, dmask, sx_t, sx_d, VARLEN: tl.constexpr, CDT: tl.constexpr
+):  # fmt: skip
+    """Row ``t``'s loads for ``_fwd_rows_kernel`` (``t`` a vector over the channels, one value): its
+    sequence and its own token, the last tap's input (independent of the rows before it)."""
+    rmask = t < T
+    if VARLEN:
+        seq = tl.load(seq_ptr + t, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+    else:
+        seq = pid_b + tl.zeros_like(t)
+        bos = 0
+    v = tl.load(x_ptr + x_base + t.to(tl.int64) * sx_t + d * sx_d, mask=rmask & dmask, other=0.0)
+    return t, rmask, seq, bos, v.to(CDT)
+
+
+@triton.jit
+def _rows_step(
+    row, carried, x_ptr, s_ptr, y_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, sx_t, sx_d, ss_n,
+    ss_d, ss_w, W: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_STATE: tl.constexpr, ACT: tl.constexpr,
+    CDT: tl.constexpr,
+):  # fmt: skip
+    """One output row of ``_fwd_rows_kernel`` from its loads (``_rows_in``) and the earlier row's taps
+    (``carried``): taps 0..W-2 are the earlier row's taps 1..W-1 when both rows are of one sequence,
+    else read as ``_preact`` reads them (history or 0 before the sequence); the sum in ``_preact``'s
+    order, the activation, y stored. Returns this row's taps 1..W-1 and sequence for the next row."""
+    t, rmask, seq, bos, vl = row
+    k0, k1, k2, prev_seq, prev_ok = carried
+    p = t - bos
+    carry = prev_ok & rmask & (seq == prev_seq)
+    fresh = rmask & (carry == 0)
+    # taps 0..W-2 (the last tap, the row's own token, is vl): carried, or read for a fresh row
+    v0 = k0
+    v1 = k1
+    v2 = k2
+    if W > 1:
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 1), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+                    HAS_STATE, CDT)  # fmt: skip
+        v0 = tl.where(carry, k0, v)
+    if W > 2:
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 2), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+                    HAS_STATE, CDT)  # fmt: skip
+        v1 = tl.where(carry, k1, v)
+    if W > 3:
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 3), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+                    HAS_STATE, CDT)  # fmt: skip
+        v2 = tl.where(carry, k2, v)
+    if W == 1:
+        a = vl * w0
+        n0, n1, n2 = k0, k1, k2
+    elif W == 2:
+        a = v0 * w0 + vl * w1
+        n0, n1, n2 = vl, k1, k2
+    elif W == 3:
+        a = v0 * w0 + v1 * w1 + vl * w2
+        n0, n1, n2 = v1, vl, k2
+    else:
+        a = v0 * w0 + v1 * w1 + v2 * w2 + vl * w3
+        n0, n1, n2 = v1, v2, vl
+    if HAS_BIAS:
+        a = a + bias
+    y = _activate(a, ACT)
+    tl.store(y_ptr + (pid_b.to(tl.int64) * T + t) * D + d, y.to(y_ptr.dtype.element_ty), mask=rmask & dmask)
+    return n0, n1, n2, seq, rmask
+
+
+@triton.jit
+def _fwd_rows_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    y_ptr,
+    seq_ptr,
+    cu_ptr,
+    T,
+    D,
+    sx_b,
+    sx_t,
+    sx_d,
+    sw_d,
+    sw_w,
+    sb_d,
+    ss_n,
+    ss_d,
+    ss_w,
+    W: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr,
+    ACT: tl.constexpr,
+    VARLEN: tl.constexpr,
+    CDT: tl.constexpr,
+    CT: tl.constexpr,
+    BD: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    """``_fwd_kernel``'s output (the same bits) with each input row read once (W <= 4): a program walks
+    CT rows of BD channels forwards in groups of ROWS (1, 2, 4 or 8; CT a multiple), all of a group's
+    rows read before its first is computed, and carries the last W-1 inputs in registers; only a
+    chunk's or a sequence's first row reads its earlier taps (``_window``: history, 0 or tokens)."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    d = pid_d * BD + tl.arange(0, BD)
+    dmask = d < D
+    c0 = pid_t * CT
+    if VARLEN:
+        x_base = 0
+    else:
+        x_base = pid_b.to(tl.int64) * sx_b
+    w0 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 0, W, CDT)
+    w1 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 1, W, CDT)
+    w2 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 2, W, CDT)
+    w3 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 3, W, CDT)
+    bias = tl.zeros([BD], dtype=CDT)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
+    k0 = tl.zeros([BD], dtype=CDT)
+    k1 = tl.zeros([BD], dtype=CDT)
+    k2 = tl.zeros([BD], dtype=CDT)
+    prev_seq = tl.full([BD], -1, dtype=tl.int32)
+    prev_ok = tl.zeros([BD], dtype=tl.int1)
+    for i in tl.range(0, CT, ROWS):
+        t = c0 + i + tl.zeros([BD], dtype=tl.int32)
+        ins = (x_ptr, seq_ptr, cu_ptr, x_base)
+        at = (T, pid_b, d, dmask, sx_t, sx_d)
+        ctx = (x_ptr, s_ptr, y_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, sx_t, sx_d, ss_n, ss_d, ss_w)
+        r0 = _rows_in(*ins, t, *at, VARLEN, CDT)
+        if ROWS > 1:
+            r1 = _rows_in(*ins, t + 1, *at, VARLEN, CDT)
+        if ROWS > 2:
+            r2 = _rows_in(*ins, t + 2, *at, VARLEN, CDT)
+            r3 = _rows_in(*ins, t + 3, *at, VARLEN, CDT)
+        if ROWS > 4:
+            r4 = _rows_in(*ins, t + 4, *at, VARLEN, CDT)
+            r5 = _rows_in(*ins, t + 5, *at, VARLEN, CDT)
+            r6 = _rows_in(*ins, t + 6, *at, VARLEN, CDT)
+            r7 = _rows_in(*ins, t + 7, *at, VARLEN, CDT)
+        carried = (k0, k1, k2, prev_seq, prev_ok)
+        carried = _rows_step(r0, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+        if ROWS > 1:
+            carried = _rows_step(r1, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+        if ROWS > 2:
+            carried = _rows_step(r2, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+            carried = _rows_step(r3, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+        if ROWS > 4:
+            carried = _rows_step(r4, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+            carried = _rows_step(r5, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+            carried = _rows_step(r6, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+            carried = _rows_step(r7, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, CDT)
+        k0, k1, k2, prev_seq, prev_ok = carried
 
 
 @triton.jit
@@ -807,6 +964,92 @@ def _serial_tap(w_ptr, d, dmask, sw_d, sw_w, j: tl.constexpr, W: tl.constexpr, C
 
 
 @triton.jit
+def _serial_in(
+    x_ptr, s_ptr, dy_ptr, seq_ptr, cu_ptr, x_base, dy_base, t, hi, T, pid_b, d, dmask, sx_t, sx_d, ss_n, ss_d,
+    ss_w, sdy_t, sdy_d, W: tl.constexpr, HAS_STATE: tl.constexpr, VARLEN: tl.constexpr, CDT: tl.constexpr,
+):  # fmt: skip
+    """Row ``t``'s loads for the serial backward (``t`` a vector over the channels, one value: the
+    interpreter cannot mask with a scalar), all of them independent of the carried values, so that a
+    group's rows are read together: its sequence, ``dy`` and tap 0's input. Rows at or past ``hi``
+    (past the chunk's W-1 row halo) or ``T`` read nothing."""
+    rmask = (t < T) & (t < hi)
+    if VARLEN:
+        seq = tl.load(seq_ptr + t, mask=rmask, other=0)
+        bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
+        L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
+    else:
+        seq = pid_b + tl.zeros_like(t)
+        bos = 0
+        L = T
+    p = t - bos
+    gmask = rmask & (p >= 0) & (p < L)
+    dy = tl.load(dy_ptr + dy_base + (bos + p).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
+    v0 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 0, W,
+                        HAS_STATE, CDT)  # fmt: skip
+    return t, rmask, seq, bos, L, p, gmask, dy, v0
+
+
+@triton.jit
+def _serial_step(
+    row, carried, c0, end, x_ptr, s_ptr, df_ptr, dx_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, z,
+    sx_t, sx_d, ss_n, ss_d, ss_w, sdf_n, sdf_d, sdf_w, W: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_STATE: tl.constexpr, ACT: tl.constexpr, HAS_DF: tl.constexpr, NEED_DW: tl.constexpr, CDT: tl.constexpr,
+):  # fmt: skip
+    """One row of the serial backward from its loads (``_serial_in``) and what the later row left
+    (``carried``): g, dx (stored), the dweight/dbias sums; returns what the earlier row needs."""
+    t, rmask, seq, bos, L, p, gmask, dy, v0 = row
+    g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab = carried
+    carry = prev_ok & gmask & (seq == prev_seq)
+    fresh = gmask & (carry == 0)
+    # the later row's window, carried: row t-1's tap j input is row t's tap j-1 input when both rows are
+    # of one sequence and row t was read, so only tap 0 is read from memory (the others' loads are
+    # masked off); the same values, so the same bits as reading all W
+    v1 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 1, W,
+                        HAS_STATE, CDT)  # fmt: skip
+    v2 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 2, W,
+                        HAS_STATE, CDT)  # fmt: skip
+    v3 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 3, W,
+                        HAS_STATE, CDT)  # fmt: skip
+    if W > 1:
+        v1 = tl.where(carry, u0, v1)
+    if W > 2:
+        v2 = tl.where(carry, u1, v2)
+    if W > 3:
+        v3 = tl.where(carry, u2, v3)
+    # the pre-activation in _preact's order: tap 0, then + each later tap, then + bias
+    a = v0 * w0
+    if W > 1:
+        a = a + v1 * w1
+    if W > 2:
+        a = a + v2 * w2
+    if W > 3:
+        a = a + v3 * w3
+    if HAS_BIAS:
+        a = a + bias
+    g = _act_grad(dy.to(CDT), a, ACT)
+    mine = rmask & (t >= c0) & (t < end)  # a row of this chunk (not its halo)
+    # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
+    dx = g * _serial_pick(w0, w1, w2, w3, W - 1)
+    if W > 1:
+        dx = dx + tl.where(p + 1 < L, g1, z) * _serial_pick(w0, w1, w2, w3, W - 2)
+    if W > 2:
+        dx = dx + tl.where(p + 2 < L, g2, z) * _serial_pick(w0, w1, w2, w3, W - 3)
+    if W > 3:
+        dx = dx + tl.where(p + 3 < L, g3, z) * w0
+    if HAS_DF:
+        dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, mine, sdf_n, sdf_d, sdf_w, W, CDT)
+    dx_at = dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d
+    tl.store(dx_at, dx.to(dx_ptr.dtype.element_ty), mask=mine & dmask)
+    if NEED_DW:
+        a0 = tl.where(mine, a0 + g * v0, a0)
+        a1 = tl.where(mine, a1 + g * v1, a1)
+        a2 = tl.where(mine, a2 + g * v2, a2)
+        a3 = tl.where(mine, a3 + g * v3, a3)
+        ab = tl.where(mine, ab + g, ab)
+    return g, g1, g2, v0, v1, v2, seq, gmask, a0, a1, a2, a3, ab
+
+
+@triton.jit
 def _bwd_serial_kernel(
     x_ptr,
     w_ptr,
@@ -846,12 +1089,18 @@ def _bwd_serial_kernel(
     CT: tl.constexpr,
     BD: tl.constexpr,
     STAGES: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
     """The backward walking time backwards, one row at a time, for a chunk of CT rows and BD channels
     (W <= 4): ``g`` of each row recomputed as pass 1 forms it, the W-1 later rows' ``g`` carried in
     registers (``g1..g3``), so no shift ever crosses threads. dx as ``_grad_input`` sums it (same order,
     ``z`` outside the row's sequence); dweight/dbias summed row by row (latest row first) per chunk,
-    then the chunks in order: other bits than the two passes' sums, still per channel only."""
+    then the chunks in order: other bits than the two passes' sums, still per channel only.
+
+    The rows go in groups of ROWS (1, 2, 4 or 8): a group's loads (``_serial_in``) are all issued
+    before its first row is computed and stored, so ROWS rows' reads are in flight together (one row's
+    at a time leaves the loop waiting on memory latency). The chunk's W-1 halo rows round up to whole
+    groups; the rows past the halo read nothing. ROWS changes no bit: each row's arithmetic is the same."""
     pid_t = tl.program_id(0)
     pid_d = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -859,6 +1108,7 @@ def _bwd_serial_kernel(
     dmask = d < D
     c0 = pid_t * CT
     end = tl.minimum(c0 + CT, T)
+    hi = c0 + CT + W - 1  # the halo's end: rows past it read nothing
     if VARLEN:
         x_base = 0
         dy_base = 0
@@ -869,6 +1119,7 @@ def _bwd_serial_kernel(
     w1 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 1, W, CDT)
     w2 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 2, W, CDT)
     w3 = _serial_tap(w_ptr, d, dmask, sw_d, sw_w, 3, W, CDT)
+    bias = tl.zeros([BD], dtype=CDT)
     if HAS_BIAS:
         bias = tl.load(b_ptr + d * sb_d, mask=dmask, other=0.0).to(CDT)
     z = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
@@ -882,83 +1133,43 @@ def _bwd_serial_kernel(
     a2 = tl.zeros([BD], dtype=CDT)
     a3 = tl.zeros([BD], dtype=CDT)
     ab = tl.zeros([BD], dtype=CDT)
-    # the previous (later) row's window, carried: row t-1's tap j input is row t's tap j-1 input when both
-    # rows are of one sequence and row t was read, so only tap 0 is read from memory (the others' loads
-    # are masked off); the same values, so the same bits as reading all W
     u0 = tl.zeros([BD], dtype=CDT)
     u1 = tl.zeros([BD], dtype=CDT)
     u2 = tl.zeros([BD], dtype=CDT)
     prev_seq = tl.full([BD], -1, dtype=tl.int32)
     prev_ok = tl.zeros([BD], dtype=tl.int1)
-    for i in tl.range(0, CT + W - 1, num_stages=STAGES):
-        # the row as a vector over the channels (one value): the interpreter cannot mask with a scalar
-        t = c0 + CT + W - 2 - i + tl.zeros([BD], dtype=tl.int32)
-        rmask = t < T
-        if VARLEN:
-            seq = tl.load(seq_ptr + t, mask=rmask, other=0)
-            bos = tl.load(cu_ptr + seq, mask=rmask, other=0)
-            L = tl.load(cu_ptr + seq + 1, mask=rmask, other=0) - bos
-        else:
-            seq = pid_b + tl.zeros([BD], dtype=tl.int32)
-            bos = 0
-            L = T
-        p = t - bos
-        gmask = rmask & (p >= 0) & (p < L)
-        carry = prev_ok & gmask & (seq == prev_seq)
-        fresh = gmask & (carry == 0)
-        dy = tl.load(dy_ptr + dy_base + (bos + p).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
-        v0 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 0, W,
-                            HAS_STATE, CDT)  # fmt: skip
-        v1 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 1, W,
-                            HAS_STATE, CDT)  # fmt: skip
-        v2 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 2, W,
-                            HAS_STATE, CDT)  # fmt: skip
-        v3 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 3, W,
-                            HAS_STATE, CDT)  # fmt: skip
-        if W > 1:
-            v1 = tl.where(carry, u0, v1)
-        if W > 2:
-            v2 = tl.where(carry, u1, v2)
-        if W > 3:
-            v3 = tl.where(carry, u2, v3)
-        # the pre-activation in _preact's order: tap 0, then + each later tap, then + bias
-        a = v0 * w0
-        if W > 1:
-            a = a + v1 * w1
-        if W > 2:
-            a = a + v2 * w2
-        if W > 3:
-            a = a + v3 * w3
-        if HAS_BIAS:
-            a = a + bias
-        g = _act_grad(dy.to(CDT), a, ACT)
-        mine = rmask & (t >= c0) & (t < end)  # a row of this chunk (not its halo)
-        # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
-        dx = g * _serial_pick(w0, w1, w2, w3, W - 1)
-        if W > 1:
-            dx = dx + tl.where(p + 1 < L, g1, z) * _serial_pick(w0, w1, w2, w3, W - 2)
-        if W > 2:
-            dx = dx + tl.where(p + 2 < L, g2, z) * _serial_pick(w0, w1, w2, w3, W - 3)
-        if W > 3:
-            dx = dx + tl.where(p + 3 < L, g3, z) * w0
-        if HAS_DF:
-            dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, mine, sdf_n, sdf_d, sdf_w, W, CDT)
-        dx_at = dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d
-        tl.store(dx_at, dx.to(dx_ptr.dtype.element_ty), mask=mine & dmask)
-        if NEED_DW:
-            a0 = tl.where(mine, a0 + g * v0, a0)
-            a1 = tl.where(mine, a1 + g * v1, a1)
-            a2 = tl.where(mine, a2 + g * v2, a2)
-            a3 = tl.where(mine, a3 + g * v3, a3)
-            ab = tl.where(mine, ab + g, ab)
-        g3 = g2
-        g2 = g1
-        g1 = g
-        u2 = v2
-        u1 = v1
-        u0 = v0
-        prev_seq = seq
-        prev_ok = gmask
+    span: tl.constexpr = ((CT + W - 2) // ROWS + 1) * ROWS  # the chunk and its halo in whole groups
+    for i in tl.range(0, span, ROWS, num_stages=STAGES):
+        t = c0 + span - 1 - i + tl.zeros([BD], dtype=tl.int32)
+        # the runtime arguments of every row's two calls (the constexprs are passed on their own)
+        ins = (x_ptr, s_ptr, dy_ptr, seq_ptr, cu_ptr, x_base, dy_base)
+        at = (hi, T, pid_b, d, dmask, sx_t, sx_d, ss_n, ss_d, ss_w, sdy_t, sdy_d)
+        ctx = (c0, end, x_ptr, s_ptr, df_ptr, dx_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, z,
+               sx_t, sx_d, ss_n, ss_d, ss_w, sdf_n, sdf_d, sdf_w)  # fmt: skip
+        r0 = _serial_in(*ins, t, *at, W, HAS_STATE, VARLEN, CDT)
+        if ROWS > 1:
+            r1 = _serial_in(*ins, t - 1, *at, W, HAS_STATE, VARLEN, CDT)
+        if ROWS > 2:
+            r2 = _serial_in(*ins, t - 2, *at, W, HAS_STATE, VARLEN, CDT)
+            r3 = _serial_in(*ins, t - 3, *at, W, HAS_STATE, VARLEN, CDT)
+        if ROWS > 4:
+            r4 = _serial_in(*ins, t - 4, *at, W, HAS_STATE, VARLEN, CDT)
+            r5 = _serial_in(*ins, t - 5, *at, W, HAS_STATE, VARLEN, CDT)
+            r6 = _serial_in(*ins, t - 6, *at, W, HAS_STATE, VARLEN, CDT)
+            r7 = _serial_in(*ins, t - 7, *at, W, HAS_STATE, VARLEN, CDT)
+        carried = (g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab)
+        carried = _serial_step(r0, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+        if ROWS > 1:
+            carried = _serial_step(r1, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+        if ROWS > 2:
+            carried = _serial_step(r2, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+            carried = _serial_step(r3, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+        if ROWS > 4:
+            carried = _serial_step(r4, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+            carried = _serial_step(r5, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+            carried = _serial_step(r6, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+            carried = _serial_step(r7, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, CDT)
+        g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab = carried
     if NEED_DW:
         prow = pid_b * tl.num_programs(0) + pid_t
         base = part_ptr + prow.to(tl.int64) * (W + 1) * D

@@ -75,11 +75,25 @@ _GPU_ONEPASS = (64, 64, 4)
 # 0.1644 ms, 128x256x4x1 0.1608, 32x256x4x1 0.1700, 64x256x8x1 0.1966, 256x256x4x1 0.2413, 3 stages
 # 0.1641, against the two passes' 0.2167 in the same run (1.32x); ncu of an earlier tile: 123
 # registers, 25% occupancy, latency-bound (a serial loop), 17% of DRAM bandwidth.
-_GPU_SERIAL = (64, 256, 4, 1)
-_INTERP_SERIAL = (8, 32, 1, 1)
+# A fifth constant, ROWS (1, 2, 4 or 8), groups the row loop: a group's rows are all read before the
+# first is computed, so ROWS rows' loads are in flight together instead of one (same bits for every
+# ROWS). Compiled for sm_90 with Triton 3.6 on a CPU (scripts/sm90_compile.py, 2026-12-05): 64x256x4x1
+# 64 registers (ROWS 1, the timed default), 86 (ROWS 4), 137 (ROWS 8), no spills; not yet timed.
+_GPU_SERIAL = (64, 256, 4, 1, 1)
+# under the interpreter the rows go in groups of 4, so the grouping and its rounded-up halo are tested
+_INTERP_SERIAL = (8, 32, 1, 1, 4)
 SERIAL_MAX_W = 4
 #: ``GDN_EQUIV_TRITON_BACKWARD``: which backward the triton backend runs.
 BACKWARDS = ("two-pass", "one-pass", "serial")
+# The forward in rows (``GDN_EQUIV_TRITON_FORWARD=rows``, W <= 4): each program walks CT rows of BD
+# channels in groups of ROWS, reading each input row once and carrying the last W-1 in registers,
+# where ``tiles`` (_GPU_FWD, the default) reads each tile's W shifted copies (the W-1 extra from
+# L1/L2). (CT, BD, warps, ROWS), CT a multiple of ROWS. sm_90 compile (2026-12-05): 64x512x4x4 78
+# registers, 64x1024x4x4 150, 32x512x4x8 110, no spills; not yet timed.
+_GPU_FWD_ROWS = (64, 512, 4, 4)
+_INTERP_FWD_ROWS = (8, 32, 1, 4)
+#: ``GDN_EQUIV_TRITON_FORWARD``: which forward kernel the triton backend runs.
+FORWARDS = ("tiles", "rows")
 _INTERP = (8, 32, 1)
 _STEP_BLOCK_D = 256
 
@@ -123,6 +137,15 @@ def _halo(W: int) -> int:
     least 2 (Triton 3.6 fails to compile a ``tl.gather`` from one row: "PassManager::run failed" in
     TritonGPUOptimizeThreadLocality, H200, 2026-12-04)."""
     return max(_pow2(W - 1), 2)
+
+
+def forward_mode() -> str:
+    """The forward chosen by ``GDN_EQUIV_TRITON_FORWARD``: ``tiles`` (the default) or ``rows`` (W <= 4;
+    wider kernels run ``tiles``). Both give the same y bits."""
+    mode = os.environ.get("GDN_EQUIV_TRITON_FORWARD", "") or "tiles"
+    if mode not in FORWARDS:
+        raise InvalidArgument(f"GDN_EQUIV_TRITON_FORWARD={mode!r}: the triton forward is one of {', '.join(FORWARDS)}")
+    return mode
 
 
 def backward_mode() -> str:
@@ -194,7 +217,17 @@ def _forward_impl(
     state = initial_state if initial_state is not None else x
     b = bias if bias is not None else weight
     ss = _strides3(initial_state)
-    if B * T * D > 0:
+    if B * T * D > 0 and forward_mode() == "rows" and W <= SERIAL_MAX_W:
+        CT, BDR, warps_r, rows = _INTERP_FWD_ROWS if _interpreting() else _GPU_FWD_ROWS
+        if CT % rows:
+            raise ValueError(f"the rows forward's chunk ({CT} rows) must be a multiple of its group ({rows} rows)")
+        k._fwd_rows_kernel[(_cdiv(T, CT), _cdiv(D, BDR), B)](
+            x, weight, b, state, y, vl.seq, vl.cu, T, D,
+            x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss,
+            W=W, HAS_BIAS=bias is not None, HAS_STATE=initial_state is not None, ACT=_act_code(activation),
+            VARLEN=vl.on, CDT=cdt, CT=CT, BD=BDR, ROWS=rows, num_warps=warps_r, enable_fp_fusion=False,
+        )  # fmt: skip
+    elif B * T * D > 0:
         k._fwd_kernel[(_cdiv(T, BT), _cdiv(D, BD), B)](
             x, weight, b, state, y, vl.seq, vl.cu, T, D,
             x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), b.stride(0), *ss,
@@ -244,7 +277,7 @@ def _backward_impl(
         mode = "two-pass"
     if mode in ("one-pass", "serial"):
         if mode == "serial":
-            BT, BD, warps, stages = _INTERP_SERIAL if _interpreting() else _GPU_SERIAL
+            BT, BD, warps, stages, rows = _INTERP_SERIAL if _interpreting() else _GPU_SERIAL
         else:
             BT, BD, warps = _blocks(_GPU_ONEPASS)
         n_t = _cdiv(T, BT)
@@ -253,7 +286,7 @@ def _backward_impl(
         args = (x, weight, b, state, dy, df, dx, part, vl.seq, vl.cu, T, D, *xs, *ws, *ss, *sdy, *sdf)
         common = dict(HAS_STATE=initial_state is not None, NEED_DW=need_dw, BD=BD, num_warps=warps, **flags)
         if B * T * D > 0 and mode == "serial":
-            k._bwd_serial_kernel[(n_t, _cdiv(D, BD), B)](*args, CT=BT, STAGES=stages, **common)
+            k._bwd_serial_kernel[(n_t, _cdiv(D, BD), B)](*args, CT=BT, STAGES=stages, ROWS=rows, **common)
         elif B * T * D > 0:
             k._bwd_onepass_kernel[(n_t, _cdiv(D, BD), B)](*args, BT=BT, HB=_halo(W), **common)
         dw, db = _weight_sums(k, part, weight, bias, B * n_t, BD, warps) if need_dw else (None, None)

@@ -1,0 +1,131 @@
+"""Compile the triton backend's kernels for an H100/H200 (sm_90) on a machine without a GPU, and print
+what ptxas says of each: registers per thread, spill stores/loads, and shared memory.
+
+It runs the whole Triton pipeline (TTIR, TTGIR, LLVM, PTX, ptxas) for a target given by hand, so a
+kernel change can be checked for compile errors and register pressure before device time is spent.
+It needs only ``triton`` (no torch, no CUDA driver): the kernels' module is loaded from its file.
+Run it under the Triton the GPU machine has (3.6 there, 2026-12)::
+
+    python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0
+    /tmp/t36/bin/python scripts/sm90_compile.py                 # the defaults' kernels at the bench shape
+    /tmp/t36/bin/python scripts/sm90_compile.py --serial 64x256x4x1x4 --fwd-rows 64x1024x4x4
+
+The specialisation is the bench's fused prologue: B2 T2048 D6144 W4 bf16, bias, silu, no state, not
+varlen, contiguous (unit strides and multiples of 16 hinted as Triton's launcher would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+KERNELS = Path(__file__).resolve().parents[1] / "gdn_equiv" / "backends" / "_triton_kernels.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("_gdn_equiv_triton_kernels", KERNELS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _signature(fn, types: dict[str, str], constants: dict[str, object], divisible: set[str]):
+    """Every argument typed: pointers and ints by name pattern unless given; constants as constexpr."""
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name in types:
+            signature[name] = types[name]
+        elif name.endswith("_ptr"):
+            signature[name] = "*bf16"
+        else:
+            signature[name] = "i32"
+        if name in divisible:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, attrs
+
+
+def compile_report(fn, constants: dict[str, object], *, warps: int, types: dict[str, str] | None = None) -> str:
+    """``fn`` compiled for sm_90 with ``constants``; ptxas's resource line for it."""
+    D = 6144
+    strides = {"sx_b": 2048 * D, "sx_t": D, "sdy_b": 2048 * D, "sdy_t": D, "sw_d": 4, "sb_d": 1}
+    consts = dict(constants)
+    for name, value in strides.items():  # what Triton's launcher specialises: 1 is a constant
+        if name in fn.arg_names and value == 1:
+            consts[name] = 1
+    for name in ("sx_d", "sdy_d", "sw_w"):
+        if name in fn.arg_names:
+            consts[name] = 1
+    ptrs = {n for n in fn.arg_names if n.endswith("_ptr")}
+    divisible = ptrs | {n for n, v in strides.items() if v % 16 == 0} | {"D"}
+    signature, attrs = _signature(fn, types or {}, consts, divisible)
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    target = GPUTarget("cuda", 90, 32)
+    backend = triton.compiler.make_backend(target)
+    options = backend.parse_options({"num_warps": warps, "enable_fp_fusion": False})
+    compiled = triton.compile(src, target=target, options=options.__dict__)
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "k.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        out = subprocess.run(
+            [str(ptxas), "-arch=sm_90a", "-v", str(ptx), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+    used = re.search(r"Used (\d+) registers", out)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    smem = re.search(r"(\d+) bytes smem", out)
+    return (
+        f"{used.group(1) if used else '?'} registers, "
+        f"spills {spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} B, "
+        f"smem {smem.group(1) if smem else 0} B"
+    )
+
+
+FLAGS = dict(W=4, HAS_BIAS=True, HAS_STATE=False, ACT=1, VARLEN=False, CDT=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serial", nargs="*", default=["64x256x4x1x1"], help="CTxBDxWARPSxSTAGESxROWS")
+    parser.add_argument("--fwd", nargs="*", default=["16x256x4"], help="BTxBDxWARPS of _fwd_kernel")
+    parser.add_argument("--fwd-rows", nargs="*", default=[], help="CTxBDxWARPSxROWS of _fwd_rows_kernel")
+    args = parser.parse_args(argv)
+    k = _module()
+    import triton.language as tl
+
+    flags = {**FLAGS, "CDT": tl.float32}
+    print(f"triton {triton.__version__}, target sm_90; B2 T2048 D6144 W4 bf16 bias silu")
+    for spec in args.fwd:
+        BT, BD, warps = (int(v) for v in spec.split("x"))
+        line = compile_report(k._fwd_kernel, {**flags, "BT": BT, "BD": BD}, warps=warps,
+                              types={"seq_ptr": "*i32", "cu_ptr": "*i32"})  # fmt: skip
+        print(f"_fwd_kernel {spec}: {line}", flush=True)
+    for spec in args.fwd_rows:
+        CT, BD, warps, rows = (int(v) for v in spec.split("x"))
+        line = compile_report(k._fwd_rows_kernel, {**flags, "CT": CT, "BD": BD, "ROWS": rows}, warps=warps,
+                              types={"seq_ptr": "*i32", "cu_ptr": "*i32"})  # fmt: skip
+        print(f"_fwd_rows_kernel {spec}: {line}", flush=True)
+    for spec in args.serial:
+        CT, BD, warps, stages, rows = (int(v) for v in spec.split("x"))
+        consts = {**flags, "HAS_DF": False, "NEED_DW": True, "CT": CT, "BD": BD, "STAGES": stages, "ROWS": rows}
+        line = compile_report(k._bwd_serial_kernel, consts, warps=warps,
+                              types={"seq_ptr": "*i32", "cu_ptr": "*i32", "part_ptr": "*fp32"})  # fmt: skip
+        print(f"_bwd_serial_kernel {spec}: {line}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
