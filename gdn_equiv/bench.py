@@ -520,13 +520,19 @@ def run(
     """Every row of the plan, each checked and timed, appended to ``report`` (default: a new one);
     the report is rewritten to ``plan.json`` after each row, so an interrupted run leaves every
     finished row (status ``interrupted``)."""
+    from gdn_equiv.report import caused_by_interrupt, interrupt_pending
+
     report = new_report(plan) if report is None else report
     todo = list(subjects(plan))
     try:
         for i, (ident, build) in enumerate(todo, 1):
+            if interrupt_pending():  # a signal whose KeyboardInterrupt something below swallowed
+                raise KeyboardInterrupt("a signal arrived during the last row")
             try:
                 row = {**ident, **measure(build(), plan)}
             except Exception as exc:  # a shape a backend cannot run (memory, a kernel's limits) is a row
+                if caused_by_interrupt(exc) or interrupt_pending():  # not when a signal caused it
+                    raise KeyboardInterrupt(f"a signal arrived during a row ({type(exc).__name__})") from exc
                 row = {**ident, "error": _one_line(exc)[:300]}
             finally:
                 if torch.device(plan.device).type == "cuda":
@@ -536,6 +542,8 @@ def run(
             progress(f"[{i}/{len(todo)}] {progress_line(row)}")
             if plan.json is not None:
                 write_json(report, plan.json)
+        if interrupt_pending():  # the signal came during the last row: the run was still cut short
+            raise KeyboardInterrupt("a signal arrived during the last row")
     except BaseException:
         report["status"] = "interrupted"
         if plan.json is not None:
