@@ -9,9 +9,12 @@ Run it under the Triton the GPU machine has (3.6 there, 2026-12)::
     python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0
     /tmp/t36/bin/python scripts/sm90_compile.py                 # the defaults' kernels at the bench shape
     /tmp/t36/bin/python scripts/sm90_compile.py --serial 64x256x4x1x4 --fwd-rows 64x1024x4x4
+    python3 scripts/sm90_compile.py --everything   # every option's branch (tests/test_sm90_compile.py)
 
 The specialisation is the bench's fused prologue: B2 T2048 D6144 W4 bf16, bias, silu, no state, not
-varlen, contiguous (unit strides and multiples of 16 hinted as Triton's launcher would).
+varlen, contiguous (unit strides and multiples of 16 hinted as Triton's launcher would); with
+``--everything``, W3, relu2, history, packed sequences and a final-state gradient. The interpreter
+(CI) never compiles, so a construct only the compiler rejects shows here first.
 """
 
 from __future__ import annotations
@@ -74,12 +77,14 @@ def compile_report(fn, constants: dict[str, object], *, warps: int, types: dict[
     backend = triton.compiler.make_backend(target)
     options = backend.parse_options({"num_warps": warps, "enable_fp_fusion": False})
     compiled = triton.compile(src, target=target, options=options.__dict__)
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    from triton.backends.nvidia.compiler import get_ptxas  # the ptxas Triton itself runs for sm_90
+
+    ptxas = get_ptxas(90).path
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp) / "k.ptx"
         ptx.write_text(compiled.asm["ptx"])
         out = subprocess.run(
-            [str(ptxas), "-arch=sm_90a", "-v", str(ptx), "-o", str(Path(tmp) / "k.cubin")],
+            [ptxas, "-arch=sm_90a", "-v", str(ptx), "-o", str(Path(tmp) / "k.cubin")],
             capture_output=True,
             text=True,
             check=True,
@@ -97,17 +102,25 @@ def compile_report(fn, constants: dict[str, object], *, warps: int, types: dict[
 FLAGS = dict(W=4, HAS_BIAS=True, HAS_STATE=False, ACT=1, VARLEN=False, CDT=None)
 
 
+# every option on, at another width and activation: the constexpr branches the bench shape leaves out
+EVERYTHING = dict(W=3, HAS_BIAS=True, HAS_STATE=True, ACT=3, VARLEN=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serial", nargs="*", default=["64x256x4x1x1"], help="CTxBDxWARPSxSTAGESxROWS")
     parser.add_argument("--fwd", nargs="*", default=["16x256x4"], help="BTxBDxWARPS of _fwd_kernel")
     parser.add_argument("--fwd-rows", nargs="*", default=[], help="CTxBDxWARPSxROWS of _fwd_rows_kernel")
+    parser.add_argument(
+        "--everything", action="store_true", help="W3, relu2, bias, history, packed sequences, d(final state)"
+    )
     args = parser.parse_args(argv)
     k = _module()
     import triton.language as tl
 
-    flags = {**FLAGS, "CDT": tl.float32}
-    print(f"triton {triton.__version__}, target sm_90; B2 T2048 D6144 W4 bf16 bias silu")
+    flags = {**FLAGS, "CDT": tl.float32, **(EVERYTHING if args.everything else {})}
+    what = "W3 relu2 bias state varlen dfinal" if args.everything else "W4 bias silu"
+    print(f"triton {triton.__version__}, target sm_90; B2 T2048 D6144 bf16 {what}")
     for spec in args.fwd:
         BT, BD, warps = (int(v) for v in spec.split("x"))
         line = compile_report(k._fwd_kernel, {**flags, "BT": BT, "BD": BD}, warps=warps,
@@ -120,7 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"_fwd_rows_kernel {spec}: {line}", flush=True)
     for spec in args.serial:
         CT, BD, warps, stages, rows = (int(v) for v in spec.split("x"))
-        consts = {**flags, "HAS_DF": False, "NEED_DW": True, "CT": CT, "BD": BD, "STAGES": stages, "ROWS": rows}
+        consts = {
+            **flags,
+            "HAS_DF": args.everything,
+            "NEED_DW": True,
+            "CT": CT,
+            "BD": BD,
+            "STAGES": stages,
+            "ROWS": rows,
+        }
         line = compile_report(k._bwd_serial_kernel, consts, warps=warps,
                               types={"seq_ptr": "*i32", "cu_ptr": "*i32", "part_ptr": "*fp32"})  # fmt: skip
         print(f"_bwd_serial_kernel {spec}: {line}", flush=True)
