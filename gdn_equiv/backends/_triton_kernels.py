@@ -351,11 +351,11 @@ def _fwd_rows_kernel(
     k2 = tl.zeros([BD], dtype=CDT)
     prev_seq = tl.full([BD], -1, dtype=tl.int32)
     prev_ok = tl.zeros([BD], dtype=tl.int1)
+    ins = (x_ptr, seq_ptr, cu_ptr, x_base)
+    at = (T, pid_b, d, dmask, sx_t, sx_d)
+    ctx = (x_ptr, s_ptr, y_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, sx_t, sx_d, ss_n, ss_d, ss_w)
     for i in tl.range(0, CT, ROWS):
         t = c0 + i + tl.zeros([BD], dtype=tl.int32)
-        ins = (x_ptr, seq_ptr, cu_ptr, x_base)
-        at = (T, pid_b, d, dmask, sx_t, sx_d)
-        ctx = (x_ptr, s_ptr, y_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, sx_t, sx_d, ss_n, ss_d, ss_w)
         r0 = _rows_in(*ins, t, *at, VARLEN, CDT)
         if ROWS > 1:
             r1 = _rows_in(*ins, t + 1, *at, VARLEN, CDT)
@@ -924,22 +924,6 @@ def _bwd_onepass_kernel(
 
 
 @triton.jit
-def _serial_window(
-    x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, rmask, sx_t, sx_d, ss_n, ss_d, ss_w, j: tl.constexpr,
-    W: tl.constexpr, HAS_STATE: tl.constexpr, CDT: tl.constexpr,
-):  # fmt: skip
-    """Tap ``j``'s input for the row at relative position ``p``; 0 for a tap the kernel does not have."""
-    if j < W:
-        v = _window(
-            x_ptr, s_ptr, x_base, p - (W - 1) + j, bos, seq, d, dmask, rmask, sx_t, sx_d, ss_n, ss_d, ss_w, W,
-            HAS_STATE, CDT,
-        )  # fmt: skip
-    else:
-        v = tl.zeros_like(d).to(CDT)
-    return v
-
-
-@triton.jit
 def _serial_pick(w0, w1, w2, w3, j: tl.constexpr):
     """Tap ``j``'s weight from the four loaded before the row loop (``_serial_tap``: 0 past W)."""
     if j == 0:
@@ -984,19 +968,21 @@ def _serial_in(
     p = t - bos
     gmask = rmask & (p >= 0) & (p < L)
     dy = tl.load(dy_ptr + dy_base + (bos + p).to(tl.int64) * sdy_t + d * sdy_d, mask=gmask & dmask, other=0.0)
-    v0 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, 0, W,
-                        HAS_STATE, CDT)  # fmt: skip
+    v0 = _window(x_ptr, s_ptr, x_base, p - (W - 1), bos, seq, d, dmask, gmask, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+                 HAS_STATE, CDT)  # fmt: skip
     return t, rmask, seq, bos, L, p, gmask, dy, v0
 
 
 @triton.jit
 def _serial_step(
-    row, carried, c0, end, x_ptr, s_ptr, df_ptr, dx_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, z,
-    sx_t, sx_d, ss_n, ss_d, ss_w, sdf_n, sdf_d, sdf_w, W: tl.constexpr, HAS_BIAS: tl.constexpr,
+    row, carried, c0, end, x_ptr, s_ptr, df_ptr, dx_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, wl1, wl2,
+    wl3, bias, z, sx_t, sx_d, ss_n, ss_d, ss_w, sdf_n, sdf_d, sdf_w, W: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_STATE: tl.constexpr, ACT: tl.constexpr, HAS_DF: tl.constexpr, NEED_DW: tl.constexpr, CDT: tl.constexpr,
 ):  # fmt: skip
     """One row of the serial backward from its loads (``_serial_in``) and what the later row left
-    (``carried``): g, dx (stored), the dweight/dbias sums; returns what the earlier row needs."""
+    (``carried``): g, dx (stored), the dweight/dbias sums; returns what the earlier row needs.
+    ``wl1..wl3`` are taps W-1, W-2, W-3 (dx's weights). Few nested calls: under the interpreter each
+    one costs more than the row's arithmetic."""
     t, rmask, seq, bos, L, p, gmask, dy, v0 = row
     g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab = carried
     carry = prev_ok & gmask & (seq == prev_seq)
@@ -1004,18 +990,21 @@ def _serial_step(
     # the later row's window, carried: row t-1's tap j input is row t's tap j-1 input when both rows are
     # of one sequence and row t was read, so only tap 0 is read from memory (the others' loads are
     # masked off); the same values, so the same bits as reading all W
-    v1 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 1, W,
-                        HAS_STATE, CDT)  # fmt: skip
-    v2 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 2, W,
-                        HAS_STATE, CDT)  # fmt: skip
-    v3 = _serial_window(x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, 3, W,
-                        HAS_STATE, CDT)  # fmt: skip
+    v1 = u0  # taps the kernel does not have: any value (their sums are never stored)
+    v2 = u1
+    v3 = u2
     if W > 1:
-        v1 = tl.where(carry, u0, v1)
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 2), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+                    HAS_STATE, CDT)  # fmt: skip
+        v1 = tl.where(carry, u0, v)
     if W > 2:
-        v2 = tl.where(carry, u1, v2)
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 3), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+                    HAS_STATE, CDT)  # fmt: skip
+        v2 = tl.where(carry, u1, v)
     if W > 3:
-        v3 = tl.where(carry, u2, v3)
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 4), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
+                    HAS_STATE, CDT)  # fmt: skip
+        v3 = tl.where(carry, u2, v)
     # the pre-activation in _preact's order: tap 0, then + each later tap, then + bias
     a = v0 * w0
     if W > 1:
@@ -1029,11 +1018,11 @@ def _serial_step(
     g = _act_grad(dy.to(CDT), a, ACT)
     mine = rmask & (t >= c0) & (t < end)  # a row of this chunk (not its halo)
     # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
-    dx = g * _serial_pick(w0, w1, w2, w3, W - 1)
+    dx = g * wl1
     if W > 1:
-        dx = dx + tl.where(p + 1 < L, g1, z) * _serial_pick(w0, w1, w2, w3, W - 2)
+        dx = dx + tl.where(p + 1 < L, g1, z) * wl2
     if W > 2:
-        dx = dx + tl.where(p + 2 < L, g2, z) * _serial_pick(w0, w1, w2, w3, W - 3)
+        dx = dx + tl.where(p + 2 < L, g2, z) * wl3
     if W > 3:
         dx = dx + tl.where(p + 3 < L, g3, z) * w0
     if HAS_DF:
@@ -1138,14 +1127,17 @@ def _bwd_serial_kernel(
     u2 = tl.zeros([BD], dtype=CDT)
     prev_seq = tl.full([BD], -1, dtype=tl.int32)
     prev_ok = tl.zeros([BD], dtype=tl.int1)
+    # the runtime arguments of every row's two calls (the constexprs are passed on their own)
+    ins = (x_ptr, s_ptr, dy_ptr, seq_ptr, cu_ptr, x_base, dy_base)
+    at = (hi, T, pid_b, d, dmask, sx_t, sx_d, ss_n, ss_d, ss_w, sdy_t, sdy_d)
+    wl1 = _serial_pick(w0, w1, w2, w3, W - 1)  # dx's taps, in _grad_input's order
+    wl2 = _serial_pick(w0, w1, w2, w3, W - 2)
+    wl3 = _serial_pick(w0, w1, w2, w3, W - 3)
+    ctx = (c0, end, x_ptr, s_ptr, df_ptr, dx_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, wl1, wl2, wl3,
+           bias, z, sx_t, sx_d, ss_n, ss_d, ss_w, sdf_n, sdf_d, sdf_w)  # fmt: skip
     span: tl.constexpr = ((CT + W - 2) // ROWS + 1) * ROWS  # the chunk and its halo in whole groups
     for i in tl.range(0, span, ROWS, num_stages=STAGES):
         t = c0 + span - 1 - i + tl.zeros([BD], dtype=tl.int32)
-        # the runtime arguments of every row's two calls (the constexprs are passed on their own)
-        ins = (x_ptr, s_ptr, dy_ptr, seq_ptr, cu_ptr, x_base, dy_base)
-        at = (hi, T, pid_b, d, dmask, sx_t, sx_d, ss_n, ss_d, ss_w, sdy_t, sdy_d)
-        ctx = (c0, end, x_ptr, s_ptr, df_ptr, dx_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, bias, z,
-               sx_t, sx_d, ss_n, ss_d, ss_w, sdf_n, sdf_d, sdf_w)  # fmt: skip
         r0 = _serial_in(*ins, t, *at, W, HAS_STATE, VARLEN, CDT)
         if ROWS > 1:
             r1 = _serial_in(*ins, t - 1, *at, W, HAS_STATE, VARLEN, CDT)
