@@ -59,7 +59,8 @@ exit status:
        version the adapter does not know
   4    internal error of gdn-equiv itself; the traceback is saved in the report directory
        (internal-error.txt)
-  130  interrupted (Ctrl-C or SIGTERM); the report is complete up to the last finished check
+  130  interrupted (Ctrl-C or SIGTERM, or its standard output closed: ... | head); the
+       report is complete up to the last finished check
 """
 REPRO_EXIT_STATUS = """\
 exit status:
@@ -1137,8 +1138,19 @@ def _save_traceback(report: Path) -> Path | None:
         return None
 
 
+def _quiet_stdout() -> None:
+    """Standard output pointed at /dev/null, so that the interpreter's last flush at exit does not
+    raise on the closed pipe again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    from gdn_equiv.report import caused_by_interrupt
+    from gdn_equiv.report import caused_by_interrupt, stdout_closed
 
     parser = build_parser()
     args = parser.parse_args(argv)  # a malformed option exits with argparse's own status 2
@@ -1168,6 +1180,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: interrupted{where}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
+        if stdout_closed(exc):  # the reader of our output went away (... | head): stopped from outside
+            _quiet_stdout()
+            summary = report / "summary.json"
+            where = f"; report so far: {summary}" if args.command in ("check", "fuzz") and summary.exists() else ""
+            print(f"{prog}: stopped: its standard output was closed{where}", file=sys.stderr)
+            return EXIT_INTERRUPTED
         saved = _save_traceback(report)
         where = f"; traceback saved to {saved}" if saved else ""
         print(f"{prog}: internal error: {type(exc).__name__}: {_one_line(str(exc))}{where}", file=sys.stderr)

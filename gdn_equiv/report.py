@@ -20,7 +20,9 @@ import dataclasses
 import json
 import math
 import os
+import select
 import signal
+import sys
 import threading
 import types
 import typing
@@ -220,6 +222,20 @@ def caused_by_interrupt(exc: BaseException | None) -> bool:
     return False
 
 
+def stdout_closed(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is the ``BrokenPipeError`` of writing to a standard output whose reader has gone
+    (``gdn-equiv ... | head``): the run was stopped from outside, as by a signal. Any other broken pipe
+    (a worker process's, say) is not."""
+    if not isinstance(exc, BrokenPipeError):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll here, or stdout is not a file
+        return False
+
+
 _INTERRUPTS: list[int] = []  # Ctrl-C / SIGTERM received by this process (see ``note_interrupt``)
 
 
@@ -307,7 +323,7 @@ class ReportWriter:
         if exc_type is None:
             if self.status == "running":
                 self.finish("complete")
-        elif caused_by_interrupt(exc):
+        elif caused_by_interrupt(exc) or stdout_closed(exc):
             self.finish("interrupted")
         else:
             self.finish("internal-error")

@@ -427,6 +427,34 @@ def _subprocess_env(planted: Path) -> dict[str, str]:
     return env
 
 
+def test_a_closed_standard_output_stops_the_run_as_an_interrupt(tmp_path, planted) -> None:
+    """``gdn-equiv check ... | head``: once the reader has gone, the next line written ends the run with
+    status 130 and one line on stderr, the report closed as interrupted (or complete, if only the final
+    table was left to print), never an internal error with a saved traceback."""
+    argv = [sys.executable, "-m", "gdn_equiv", "check", *TINY, "--property", "P3-forward-exact", "--property",
+            "P2-path-taken", "--backend", "torch"]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=_subprocess_env(planted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        header = proc.stdout.readline()  # what head -1 reads
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert header.startswith("gdn-equiv check:"), header
+    assert proc.returncode == cli.EXIT_INTERRUPTED, err
+    assert err.strip().splitlines() == [
+        f"gdn-equiv check: stopped: its standard output was closed; report so far: {REPORT}/summary.json"
+    ], err
+    assert not (tmp_path / REPORT / "internal-error.txt").exists()
+    assert _summary(tmp_path)["status"] in ("interrupted", "complete")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) -> None:
     argv = [sys.executable, "-m", "gdn_equiv", "fuzz", *TINY, "--property", "P3-forward-exact", "--seconds", "60"]
