@@ -229,6 +229,33 @@ def _fwd_kernel(
 
 
 @triton.jit
+def _carried_taps(
+    k0, k1, k2, carry, fresh, x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, sx_t, sx_d, ss_n, ss_d, ss_w,
+    J: tl.constexpr, N: tl.constexpr, W: tl.constexpr, HAS_STATE: tl.constexpr, CDT: tl.constexpr,
+):  # fmt: skip
+    """Taps J, J+1, J+2 of the row at relative position ``p`` (only those below N; the others keep
+    ``k``): the neighbouring row's ``k0..k2`` where ``carry`` (a row of the same sequence, read), else
+    read as ``_preact`` reads them (history, 0 or tokens; only where ``fresh``). The same values either
+    way, so the same bits as reading every tap of every row."""
+    v0 = k0
+    v1 = k1
+    v2 = k2
+    if J < N:
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 1) + J, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w,
+                    W, HAS_STATE, CDT)  # fmt: skip
+        v0 = tl.where(carry, k0, v)
+    if J + 1 < N:
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 2) + J, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w,
+                    W, HAS_STATE, CDT)  # fmt: skip
+        v1 = tl.where(carry, k1, v)
+    if J + 2 < N:
+        v = _window(x_ptr, s_ptr, x_base, p - (W - 3) + J, bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w,
+                    W, HAS_STATE, CDT)  # fmt: skip
+        v2 = tl.where(carry, k2, v)
+    return v0, v1, v2
+
+
+@triton.jit
 def _rows_in(
     x_ptr, seq_ptr, cu_ptr, x_base, t, T, pid_b, d, dmask, sx_t, sx_d, VARLEN: tl.constexpr, CDT: tl.constexpr
 ):  # fmt: skip
@@ -260,22 +287,9 @@ def _rows_step(
     p = t - bos
     carry = prev_ok & rmask & (seq == prev_seq)
     fresh = rmask & (carry == 0)
-    # taps 0..W-2 (the last tap, the row's own token, is vl): carried, or read for a fresh row
-    v0 = k0
-    v1 = k1
-    v2 = k2
-    if W > 1:
-        v = _window(x_ptr, s_ptr, x_base, p - (W - 1), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
-                    HAS_STATE, CDT)  # fmt: skip
-        v0 = tl.where(carry, k0, v)
-    if W > 2:
-        v = _window(x_ptr, s_ptr, x_base, p - (W - 2), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
-                    HAS_STATE, CDT)  # fmt: skip
-        v1 = tl.where(carry, k1, v)
-    if W > 3:
-        v = _window(x_ptr, s_ptr, x_base, p - (W - 3), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
-                    HAS_STATE, CDT)  # fmt: skip
-        v2 = tl.where(carry, k2, v)
+    # taps 0..W-2 (the last tap, the row's own token, is vl): the earlier row's taps 1..W-1, or read
+    v0, v1, v2 = _carried_taps(k0, k1, k2, carry, fresh, x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, sx_t, sx_d,
+                               ss_n, ss_d, ss_w, 0, W - 1, W, HAS_STATE, CDT)  # fmt: skip
     if W == 1:
         a = vl * w0
         n0, n1, n2 = k0, k1, k2
@@ -989,22 +1003,9 @@ def _serial_step(
     fresh = gmask & (carry == 0)
     # the later row's window, carried: row t-1's tap j input is row t's tap j-1 input when both rows are
     # of one sequence and row t was read, so only tap 0 is read from memory (the others' loads are
-    # masked off); the same values, so the same bits as reading all W
-    v1 = u0  # taps the kernel does not have: any value (their sums are never stored)
-    v2 = u1
-    v3 = u2
-    if W > 1:
-        v = _window(x_ptr, s_ptr, x_base, p - (W - 2), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
-                    HAS_STATE, CDT)  # fmt: skip
-        v1 = tl.where(carry, u0, v)
-    if W > 2:
-        v = _window(x_ptr, s_ptr, x_base, p - (W - 3), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
-                    HAS_STATE, CDT)  # fmt: skip
-        v2 = tl.where(carry, u1, v)
-    if W > 3:
-        v = _window(x_ptr, s_ptr, x_base, p - (W - 4), bos, seq, d, dmask, fresh, sx_t, sx_d, ss_n, ss_d, ss_w, W,
-                    HAS_STATE, CDT)  # fmt: skip
-        v3 = tl.where(carry, u2, v)
+    # masked off). A tap the kernel does not have keeps any value: its sum is never stored
+    v1, v2, v3 = _carried_taps(u0, u1, u2, carry, fresh, x_ptr, s_ptr, x_base, p, bos, seq, d, dmask, sx_t, sx_d,
+                               ss_n, ss_d, ss_w, 1, W, W, HAS_STATE, CDT)  # fmt: skip
     # the pre-activation in _preact's order: tap 0, then + each later tap, then + bias
     a = v0 * w0
     if W > 1:
