@@ -23,6 +23,10 @@ from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.coverage import label_conv_call
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torch import Tensor
+
     from gdn_equiv.example import Example
     from gdn_equiv.strategies import ConvCall
 
@@ -73,27 +77,32 @@ def check_forward(call: ConvCall, backend: str, device: str) -> None:
     _close(final[..., s], final_ref[..., s], _state_name(backend, call.W, "final_state"), backend, call)
 
 
-def _grads(call: ConvCall, backend: str, device: str, unused_state_slots: int) -> tuple[list[str], tuple]:
+def _grads(
+    call: ConvCall, backend: str, device: str, unused_state_slots: int, run: Callable[..., tuple] | None = None
+) -> tuple[Tensor, Tensor, dict[str, Tensor | None]]:
+    """``run(call, tensors, backend)`` (default: one call) on fresh leaves: y, the final state, and the
+    gradient of every input from ``dy`` and ``d final_state`` (zero on the ``unused_state_slots``)."""
     t = call.tensors(device, grad=True)
     names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
-    y, final = _forward(call, t, backend)
+    y, final = (run or _forward)(call, t, backend)
     if not y.requires_grad:
         raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
     cot = call.cotangents(device, unused_state_slots=unused_state_slots)
     # with respect to the tensors as passed (an expanded one's gradient before autograd sums its copies:
     # a sum of rounded fp16/bf16 terms that cancel would judge the summation, not the kernel)
     inputs = [t[n] for n in names]
-    return names, torch.autograd.grad((y, final), inputs, (cot["dy"], cot["dfinal"]), allow_unused=True)
+    grads = torch.autograd.grad((y, final), inputs, (cot["dy"], cot["dfinal"]), allow_unused=True)
+    return y, final, dict(zip(names, grads, strict=True))
 
 
 def check_gradients(call: ConvCall, backend: str, device: str) -> None:
     """Gradients of every input (through its layout) from ``dy`` and ``d final_state`` (zero on the slots
     the backend declares unused) == torch's, within §6."""
     unused = get_backend(backend).unused_state_slots  # the reviewed backend's convention, for both
-    names, grads = _grads(call, backend, device, unused)
-    _, grads_ref = _grads(call, "torch", device, unused)
-    for name, g, g_ref in zip(names, grads, grads_ref, strict=True):
-        _close(g, g_ref, f"grad.{name}", backend, call)
+    *_, grads = _grads(call, backend, device, unused)
+    *_, grads_ref = _grads(call, "torch", device, unused)
+    for name, g in grads.items():
+        _close(g, grads_ref[name], f"grad.{name}", backend, call)
 
 
 def check_update(call: ConvCall, backend: str, device: str) -> None:
@@ -125,15 +134,12 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
     from two calls is rounded twice in fp16/bf16.)"""
     context = f"{call}, split at {split}"
     unused = get_backend(backend).unused_state_slots
-    results = []
-    for name in (backend, "torch"):
-        t = call.tensors(device, grad=True)
-        y, final = _continued(call, t, name, split)
-        names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
-        cot = call.cotangents(device, unused_state_slots=unused)
-        grads = torch.autograd.grad((y, final), [t[n] for n in names], (cot["dy"], cot["dfinal"]), allow_unused=True)
-        results.append((y, final, dict(zip(names, grads, strict=True))))
-    (y, final, got), (y_ref, final_ref, grads_ref) = results
+
+    def continued(c: ConvCall, t: dict, name: str) -> tuple:
+        return _continued(c, t, name, split)
+
+    y, final, got = _grads(call, backend, device, unused, continued)
+    y_ref, final_ref, grads_ref = _grads(call, "torch", device, unused, continued)
     _close(y, y_ref, "continued.y", backend, context)
     s = _slots(backend, call.W)
     _close(final[..., s], final_ref[..., s], _state_name(backend, call.W, "continued.final_state"), backend, context)
