@@ -405,7 +405,7 @@ def test_necessity_without_counterexample_is_a_report_for_plugins_and_a_failure_
             no_counterexample(Condition.G9, builtin, 300, report=lines.append)
     # states where the property did not apply are no evidence either way: both answers say how many, and why
     why = "separate path raises too: ModuleNotFoundError(\"No module named 'numpy'\")"
-    with pytest.raises(AssertionError, match=r"300 of the states were not applicable, the last: separate path"):
+    with pytest.raises(AssertionError, match=r"in 300 states \(300 of them not applicable; the last: separate path"):
         no_counterexample(Condition.G5, "triton", 300, not_applicable=300, why=why, report=lines.append)
     with pytest.raises(pytest.skip.Exception, match=r"\(300 of them not applicable; the last: separate path"):
         no_counterexample(Condition.G9, "mypkg.kernels:conv", 300, not_applicable=300, why=why, report=lines.append)

@@ -89,14 +89,13 @@ def no_counterexample(
     else reports the condition as not needed for the kernel and skips (see the module docstring). A
     search whose states did not apply (the separate path raised too, say) says so: that is no evidence
     either way, and the reason is usually the environment."""
-    message = f"{condition.id} is not needed for this kernel: no counterexample in {states} states"
-    if not_applicable:
-        message += f" ({not_applicable} of them not applicable; the last: {why})"
+    inapplicable = f" ({not_applicable} of them not applicable; the last: {why})" if not_applicable else ""
+    message = f"{condition.id} is not needed for this kernel: no counterexample in {states} states{inapplicable}"
     if backend in BUILTIN_BACKENDS:
         raise AssertionError(
-            f"{condition}: no state where forcing fusion is wrong in {states} states on the built-in backend "
-            f"{backend!r}, where the condition is known to be necessary (a strategy or fused-path regression)"
-            + (f"; {not_applicable} of the states were not applicable, the last: {why}" if not_applicable else "")
+            f"{condition}: no state where forcing fusion is wrong in {states} states{inapplicable} on the "
+            f"built-in backend {backend!r}, where the condition is known to be necessary (a strategy or "
+            "fused-path regression)"
         )
     report(f"{message} (backend {backend!r}; {condition}: {condition.rule})")
     pytest.skip(f"{message} (backend {backend!r})")
