@@ -10,6 +10,7 @@ Run it under the Triton the GPU machine has (3.6 there, 2026-12)::
     /tmp/t36/bin/python scripts/sm90_compile.py                 # the defaults' kernels at the bench shape
     /tmp/t36/bin/python scripts/sm90_compile.py --serial 64x256x4x1x4 --fwd-rows 64x1024x4x4
     python3 scripts/sm90_compile.py --everything   # every option's branch (tests/test_sm90_compile.py)
+    python3 scripts/sm90_compile.py --others 16x256x4 128x64x4 64x64x4  # and every other kernel
 
 The specialisation is the bench's fused prologue: B2 T2048 D6144 W4 bf16, bias, silu, no state, not
 varlen, contiguous (unit strides and multiples of 16 hinted as Triton's launcher would); with
@@ -58,8 +59,16 @@ def _signature(fn, types: dict[str, str], constants: dict[str, object], divisibl
     return signature, attrs
 
 
+#: pointer arguments that are not bf16 at the bench shape (the rest are: x, weights, states, dy, dx)
+POINTER_TYPES = {
+    "seq_ptr": "*i32", "cu_ptr": "*i32", "part_ptr": "*fp32", "out_ptr": "*fp32", "g_ptr": "*fp32",
+}  # fmt: skip
+
+
 def compile_report(fn, constants: dict[str, object], *, warps: int, types: dict[str, str] | None = None) -> str:
-    """``fn`` compiled for sm_90 with ``constants``; ptxas's resource line for it."""
+    """``fn`` compiled for sm_90 with those of ``constants`` it takes; ptxas's resource line for it."""
+    constants = {name: value for name, value in constants.items() if name in fn.arg_names}
+    types = {**POINTER_TYPES, **(types or {})}
     D = 6144
     strides = {"sx_b": 2048 * D, "sx_t": D, "sdy_b": 2048 * D, "sdy_t": D, "sw_d": 4, "sb_d": 1}
     consts = dict(constants)
@@ -114,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--everything", action="store_true", help="W3, relu2, bias, history, packed sequences, d(final state)"
     )
+    parser.add_argument(
+        "--others",
+        nargs=3,
+        metavar=("GRAD", "BWD", "ONEPASS"),
+        help="BTxBDxWARPS of the two-pass and one-pass kernels: compile every other kernel of the backend too",
+    )
     args = parser.parse_args(argv)
     k = _module()
     import triton.language as tl
@@ -145,7 +160,32 @@ def main(argv: list[str] | None = None) -> int:
         line = compile_report(k._bwd_serial_kernel, consts, warps=warps,
                               types={"seq_ptr": "*i32", "cu_ptr": "*i32", "part_ptr": "*fp32"})  # fmt: skip
         print(f"_bwd_serial_kernel {spec}: {line}", flush=True)
+    if args.others:
+        _others(k, flags, *([int(v) for v in spec.split("x")] for spec in args.others), args.everything)
     return 0
+
+
+def _others(k, flags: dict, grad: list[int], bwd: list[int], onepass: list[int], everything: bool) -> None:
+    """The rest of the backend's kernels, each at the tile its launch uses (triton_backend.py): the final
+    state and the two-pass backward's (pass 1, pass 2, d(initial_state), the weight sums), the one-pass
+    backward and its d(initial_state), and the decode step."""
+    W = int(flags["W"])  # type: ignore[call-overload]
+    bw = 1 << max(W - 1, 0).bit_length()
+    halo = max(1 << max(W - 2, 0).bit_length(), 2)
+    grads = {**flags, "HAS_DF": everything, "NEED_DW": True, "BW": bw}
+    plan = [
+        ("_final_state_kernel", {"BD": bwd[1]}, bwd[2]),
+        ("_grad_kernel", {"BT": grad[0], "BD": grad[1]}, grad[2]),
+        ("_bwd_kernel", {"BT": bwd[0], "BD": bwd[1]}, bwd[2]),
+        ("_dstate_kernel", {"BD": bwd[1]}, bwd[2]),
+        ("_reduce_kernel", {"BD": bwd[1]}, bwd[2]),
+        ("_bwd_onepass_kernel", {"BT": onepass[0], "BD": onepass[1], "HB": halo}, onepass[2]),
+        ("_dstate_onepass_kernel", {"BD": onepass[1]}, onepass[2]),
+        ("_update_kernel", {"BD": 256}, 4),
+    ]
+    for name, tile, warps in plan:
+        line = compile_report(getattr(k, name), {**grads, **tile}, warps=warps)
+        print(f"{name} {' '.join(f'{k}={v}' for k, v in tile.items())} warps={warps}: {line}", flush=True)
 
 
 if __name__ == "__main__":
