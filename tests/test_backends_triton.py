@@ -461,3 +461,15 @@ def test_an_unknown_backward_is_refused_with_the_rule() -> None:
     case = Case(1, 3, 2, 2, torch.float32, False, None, False, False, None, (0, 0), 1)
     with _backward("three-pass"), pytest.raises(InvalidArgument, match=r"'three-pass'.*two-pass, one-pass, serial"):
         run(TRITON, case, tensors(case))
+
+
+def test_a_row_group_the_kernels_cannot_unroll_is_refused() -> None:
+    """The row kernels unroll groups of 1, 2, 4 or 8 rows; a tile constant of 3 would skip or repeat
+    rows (the loop steps by 3, the body reads 4), so it is refused before any launch."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    for rows in (1, 2, 4, 8):
+        tb._check_group(rows)
+    for rows in (0, 3, 5, 16):
+        with pytest.raises(ValueError, match=f"a row group of {rows} rows"):
+            tb._check_group(rows)

@@ -16,8 +16,11 @@ sum over tiles. Three backwards (``GDN_EQUIV_TRITON_BACKWARD``, :func:`backward_
 d(initial_state) have the same bits in all three: ``serial`` (the default for W <= 4) walks each chunk
 of rows backwards carrying the later rows' g in registers; ``two-pass`` writes g to a scratch in the
 compute dtype (pass 1) and forms every gradient from it (pass 2); ``one-pass`` recomputes g for a tile
-and its halo in registers. Their weight/bias sums differ in order (serial: row by row per chunk). The
-step kernel's taps see x at its own precision;
+and its halo in registers. Their weight/bias sums differ in order (serial: row by row per chunk). Two
+forwards (``GDN_EQUIV_TRITON_FORWARD``, :func:`forward_mode`) give the same y bits: ``tiles`` (the
+default) reads each tile's W shifted copies; ``rows`` (W <= 4) walks each chunk of rows forwards,
+reading each input row once and carrying the last W-1 in registers. The step kernel's taps see x at
+its own precision;
 only the stored state is rounded to the state's dtype (as the torch backend does). Under the
 interpreter (triton 3.9) an fp32 -> bf16 cast truncates instead of rounding to nearest even, so bf16
 results there can be one bf16 ulp off torch's; on GPU the cast rounds to nearest even.
@@ -139,6 +142,12 @@ def _halo(W: int) -> int:
     return max(_pow2(W - 1), 2)
 
 
+def _check_group(rows: int) -> None:
+    """The row kernels unroll groups of 1, 2, 4 or 8 rows (a tile constant, set here, not by a user)."""
+    if rows not in (1, 2, 4, 8):
+        raise ValueError(f"a row group of {rows} rows: the row kernels read groups of 1, 2, 4 or 8 rows")
+
+
 def forward_mode() -> str:
     """The forward chosen by ``GDN_EQUIV_TRITON_FORWARD``: ``tiles`` (the default) or ``rows`` (W <= 4;
     wider kernels run ``tiles``). Both give the same y bits."""
@@ -219,6 +228,7 @@ def _forward_impl(
     ss = _strides3(initial_state)
     if B * T * D > 0 and forward_mode() == "rows" and W <= SERIAL_MAX_W:
         CT, BDR, warps_r, rows = _INTERP_FWD_ROWS if _interpreting() else _GPU_FWD_ROWS
+        _check_group(rows)
         if CT % rows:
             raise ValueError(f"the rows forward's chunk ({CT} rows) must be a multiple of its group ({rows} rows)")
         k._fwd_rows_kernel[(_cdiv(T, CT), _cdiv(D, BDR), B)](
@@ -278,6 +288,7 @@ def _backward_impl(
     if mode in ("one-pass", "serial"):
         if mode == "serial":
             BT, BD, warps, stages, rows = _INTERP_SERIAL if _interpreting() else _GPU_SERIAL
+            _check_group(rows)
         else:
             BT, BD, warps = _blocks(_GPU_ONEPASS)
         n_t = _cdiv(T, BT)
