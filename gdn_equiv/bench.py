@@ -526,8 +526,6 @@ def run(
     todo = list(subjects(plan))
     try:
         for i, (ident, build) in enumerate(todo, 1):
-            if interrupt_pending():  # a signal whose KeyboardInterrupt something below swallowed
-                raise KeyboardInterrupt("a signal arrived during the last row")
             try:
                 row = {**ident, **measure(build(), plan)}
             except Exception as exc:  # a shape a backend cannot run (memory, a kernel's limits) is a row
@@ -542,8 +540,8 @@ def run(
             progress(f"[{i}/{len(todo)}] {progress_line(row)}")
             if plan.json is not None:
                 write_json(report, plan.json)
-        if interrupt_pending():  # the signal came during the last row: the run was still cut short
-            raise KeyboardInterrupt("a signal arrived during the last row")
+            if interrupt_pending():  # a signal during the row whose KeyboardInterrupt something swallowed
+                raise KeyboardInterrupt("a signal arrived during the last row")
     except BaseException:
         report["status"] = "interrupted"
         if plan.json is not None:

@@ -1149,6 +1149,12 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _report_so_far(command: str, report: Path) -> str:
+    """``"; report so far: PATH"`` for a check or fuzz run cut short that has written its summary."""
+    summary = report / "summary.json"
+    return f"; report so far: {summary}" if command in ("check", "fuzz") and summary.exists() else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     from gdn_equiv.report import caused_by_interrupt, stdout_closed
 
@@ -1175,16 +1181,15 @@ def main(argv: list[str] | None = None) -> int:
                         raise KeyboardInterrupt from exc
                     raise
     except KeyboardInterrupt:
-        summary = report / "summary.json"
-        where = f"; report so far: {summary}" if args.command in ("check", "fuzz") and summary.exists() else ""
-        print(f"{prog}: interrupted{where}", file=sys.stderr)
+        print(f"{prog}: interrupted{_report_so_far(args.command, report)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         if stdout_closed(exc):  # the reader of our output went away (... | head): stopped from outside
             _quiet_stdout()
-            summary = report / "summary.json"
-            where = f"; report so far: {summary}" if args.command in ("check", "fuzz") and summary.exists() else ""
-            print(f"{prog}: stopped: its standard output was closed{where}", file=sys.stderr)
+            print(
+                f"{prog}: stopped: its standard output was closed{_report_so_far(args.command, report)}",
+                file=sys.stderr,
+            )
             return EXIT_INTERRUPTED
         saved = _save_traceback(report)
         where = f"; traceback saved to {saved}" if saved else ""

@@ -147,8 +147,9 @@ def _forward_tiles(
 
     os.environ["GDN_EQUIV_TRITON_FORWARD"] = "tiles"
     reference = forward()[0]
-    print(f"forward, tiles at _GPU_FWD={tb._GPU_FWD}: {_median_ms(_graphed(forward)):.4f} ms")  # type: ignore[attr-defined]
-    os.environ["GDN_EQUIV_TRITON_FORWARD"] = "rows" if rows else "tiles"
+    if rows:  # the baseline, side by side (without --forward-rows the loop's first tile is it)
+        print(f"forward, tiles at _GPU_FWD={tb._GPU_FWD}: {_median_ms(_graphed(forward)):.4f} ms")  # type: ignore[attr-defined]
+        os.environ["GDN_EQUIV_TRITON_FORWARD"] = "rows"
     for tile in [default, *tiles]:
         setattr(tb, name, tile)
         try:
