@@ -120,15 +120,26 @@ def test_bench_row_that_cannot_run_is_reported(capsys, tmp_path: Path, monkeypat
     assert _tables(out) == 1 and "error: RuntimeError: CUDA out of memory (planted)" in out
 
 
-def _interrupt_the_second_measurement(monkeypatch) -> list[int]:
-    """``bench.measure`` raises KeyboardInterrupt on its second call; the list records every call."""
+def _interrupt_the_second_measurement(monkeypatch, *, then: str = "raised") -> list[int]:
+    """``bench.measure`` is interrupted during its second call: a KeyboardInterrupt ``raised`` there, or
+    SIGTERM sent to this process whose KeyboardInterrupt (the CLI's handler raises one) is then
+    ``swallowed`` (what Python does to one raised in a gc callback or a finaliser: "Exception ignored
+    in ...", and the bench calls ``gc.collect()`` after every row on a GPU) or ``wrapped`` in a
+    RuntimeError (a library frame that converts what it catches). The list records every call."""
     measure = bench.measure
     calls: list[int] = []
 
     def interrupt_second(subject, plan):
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == 2 and then == "raised":
             raise KeyboardInterrupt
+        if len(calls) == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler runs at the next bytecode; this never finishes
+            except KeyboardInterrupt:
+                if then == "wrapped":
+                    raise RuntimeError("planted: an extension caught the interrupt and raised its own error")  # noqa: B904
         return measure(subject, plan)
 
     monkeypatch.setattr(bench, "measure", interrupt_second)
@@ -143,30 +154,6 @@ def test_bench_interrupted_keeps_finished_rows(capsys, tmp_path: Path, monkeypat
     assert _tables(out) == 1  # the finished rows are still shown
 
 
-def _signal_in_the_second_measurement(monkeypatch, *, then: str) -> list[int]:
-    """``bench.measure`` sends this process SIGTERM during its second call, and the KeyboardInterrupt
-    the CLI's handler raises for it is then ``swallowed`` (what Python does to one raised in a gc
-    callback or a finaliser: "Exception ignored in ...", and the bench calls ``gc.collect()`` after
-    every row on a GPU) or ``wrapped`` in a RuntimeError (a library frame that converts what it
-    catches). The list records every call."""
-    measure = bench.measure
-    calls: list[int] = []
-
-    def signal_second(subject, plan):
-        calls.append(1)
-        if len(calls) == 2:
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(5)  # the handler runs at the next bytecode; this never finishes
-            except KeyboardInterrupt:
-                if then == "wrapped":
-                    raise RuntimeError("planted: an extension caught the interrupt and raised its own error")  # noqa: B904
-        return measure(subject, plan)
-
-    monkeypatch.setattr(bench, "measure", signal_second)
-    return calls
-
-
 @pytest.mark.parametrize("then", ["swallowed", "wrapped"])
 def test_bench_stops_at_a_signal_whose_interrupt_was_lost(capsys, tmp_path: Path, monkeypatch, then: str) -> None:
     """SIGTERM during a row ends the bench after that row (status 130, report ``interrupted``, the
@@ -175,7 +162,7 @@ def test_bench_stops_at_a_signal_whose_interrupt_was_lost(capsys, tmp_path: Path
     recorded as a row that could not run)."""
     if threading.current_thread() is not threading.main_thread():  # the CLI installs no handler there
         pytest.skip("signal handlers can only be installed in the main thread")
-    calls = _signal_in_the_second_measurement(monkeypatch, then=then)
+    calls = _interrupt_the_second_measurement(monkeypatch, then=then)
     shapes = ["--shape", "1x8", "--shape", "1x16", "--shape", "2x8"]
     status, out, report = _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch", *shapes)
     assert status == EXIT_INTERRUPTED, out
