@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis import target
 from hypothesis.errors import InvalidArgument
 
+from gdn_equiv.config import LayerConfig
 from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY, get_family, known_families
 from gdn_equiv.guard import Condition
@@ -129,6 +131,7 @@ def examples(
     train: bool | None = None,
     fusable: bool | None = None,
     reasons: Sequence[str] | None = None,
+    max_reasons: int = 3,
     scales: Sequence[float] = SCALES,
     vary_convs: float = 0.1,
     max_prefix_len: int = 6,
@@ -148,8 +151,10 @@ def examples(
     ``True``/``False`` pins them (``cache=True``: a cache object, empty or populated), ``None`` draws.
 
     ``fusable=True`` builds states where the guard fuses and ``fusable=False`` states where it does
-    not, both by construction: a non-empty set of guard conditions (``reasons``, default: drawn from
-    G1–G9 as the pins and ``backends``/``dtypes`` allow) is broken on top of a fusable state.
+    not, both by construction: a non-empty set of guard conditions (``reasons``, default: 1 to
+    ``max_reasons`` drawn from G1–G9 as the pins and ``backends``/``dtypes`` allow) is broken on top of
+    a fusable state. ``max_reasons=1`` breaks one condition at a time: states where no other broken
+    condition can mask a guard's mistake on it.
     ``fusable=None`` draws freely, with per-conv variations rare (``vary_convs``), so most
     examples look fusable while every guard reason stays reachable.
 
@@ -171,6 +176,8 @@ def examples(
     if not 1 <= min_seq_len <= max_seq_len:
         raise InvalidArgument(f"need 1 <= min_seq_len <= max_seq_len, got {min_seq_len}, {max_seq_len}")
     _nonempty("scales", scales)
+    if not (isinstance(max_reasons, int) and max_reasons >= 1):
+        raise InvalidArgument(f"max_reasons must be an int >= 1, got {max_reasons!r}")
     allowed = _allowed_reasons(backends, conv_dtypes, dtypes, varlen, cache, use_cache, use_short_conv, min_batch)
     if fusable is True:
         for name, value in (("varlen", varlen), ("use_cache", use_cache)):
@@ -193,6 +200,7 @@ def examples(
             families=families,  # type: ignore[arg-type]
             fusable=fusable,
             reasons=None if reasons is None else tuple(reasons),
+            max_reasons=max_reasons,
             allowed=allowed,
             dtypes=tuple(dtypes),
             conv_dtypes=conv_dtypes,
@@ -251,6 +259,7 @@ class _ExampleParams:
     families: tuple[str, ...]
     fusable: bool | None
     reasons: tuple[str, ...] | None
+    max_reasons: int
     allowed: tuple[str, ...]
     dtypes: tuple[str, ...]
     conv_dtypes: tuple[str, ...]
@@ -271,6 +280,31 @@ class _ExampleParams:
     scales: tuple[float, ...]
     grad: bool | None
     train: bool | None
+    # The config strategies drawn from, one per (family, dtype, branch), built at their first draw: a
+    # fresh strategy per example cost its construction and Hypothesis's validation every time (about a
+    # third of drawing an example). So the registries (activations, conv facts) are read once per
+    # branch, at its first draw, as ``allowed`` is read once, when examples() is called.
+    _configs: dict[tuple[Any, ...], st.SearchStrategy[LayerConfig]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @cached_property
+    def reason_sets(self) -> st.SearchStrategy[list[str]]:
+        return st.lists(st.sampled_from(self.allowed), min_size=1, max_size=self.max_reasons, unique=True)
+
+    def configs(self, family: str, dtype: str, **pins: Any) -> st.SearchStrategy[LayerConfig]:
+        key = (family, dtype, *sorted(pins.items()))
+        if key not in self._configs:
+            self._configs[key] = layer_configs(
+                family=family,
+                backends=self.backends,
+                max_heads=self.max_heads,
+                vary_convs=self.vary_convs,
+                conv_dtypes=self.conv_dtypes,
+                dtype=dtype,
+                **pins,
+            )
+        return self._configs[key]
 
 
 @st.composite
@@ -280,29 +314,21 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     elif p.reasons is not None:
         broken = frozenset(p.reasons)
     else:
-        broken = frozenset(draw(st.lists(st.sampled_from(p.allowed), min_size=1, max_size=3, unique=True)))
+        broken = frozenset(draw(p.reason_sets))
     conv_broken = sorted(broken & {"G5", "G6", "G7", "G8", "G9", *fact_reasons()})
     layer_dtypes: Sequence[str] = p.dtypes
     if "G9" in broken:  # the layer's dtype must leave another conv dtype to break G9 with
         layer_dtypes = [d for d in p.dtypes if any(c != d for c in p.conv_dtypes)]
     dtype = draw(st.sampled_from(layer_dtypes))
     family = draw(st.sampled_from(p.families))
-    common: dict[str, Any] = {
-        "family": family,
-        "backends": p.backends,
-        "max_heads": p.max_heads,
-        "vary_convs": p.vary_convs,
-        "conv_dtypes": p.conv_dtypes,
-        "dtype": dtype,
-    }
     if p.fusable is None:
-        config = draw(layer_configs(use_short_conv=p.use_short_conv, **common))
+        config = draw(p.configs(family, dtype, use_short_conv=p.use_short_conv))
     elif "G1" in broken:
-        config = draw(layer_configs(use_short_conv=False, **common))
+        config = draw(p.configs(family, dtype, use_short_conv=False))
     elif conv_broken:
-        config = draw(layer_configs(fusable_convs=False, break_conditions=conv_broken, **common))
+        config = draw(p.configs(family, dtype, fusable_convs=False, break_conditions=tuple(conv_broken)))
     else:
-        config = draw(layer_configs(fusable_convs=True, **common))
+        config = draw(p.configs(family, dtype, fusable_convs=True))
 
     # the call
     if p.fusable is None:

@@ -118,6 +118,14 @@ def test_pinned_reason_is_among_the_failed_conditions(reason: str) -> None:
     check()
 
 
+@settings(max_examples=max(20, settings.default.max_examples // 2), deadline=None)
+@given(ex=examples(backends=TWO_BACKENDS, fusable=False, max_reasons=1, max_seq_len=16))
+def test_max_reasons_one_breaks_exactly_one_condition(ex: Example) -> None:
+    """The gap search's one-condition states: the guard refuses for one reason, never for two."""
+    count_example()
+    assert len(_failed(ex)) == 1, (_failed(ex), ex.short())
+
+
 # ---- validity -------------------------------------------------------------------------------
 
 

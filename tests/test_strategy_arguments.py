@@ -47,6 +47,7 @@ REFUSED = [
         "1 non-empty sequences cannot sum to 0",
     ),
     ("examples min_seq_len > max", lambda: examples(min_seq_len=9, max_seq_len=8), "got 9, 8"),
+    ("examples max_reasons 0", lambda: examples(fusable=False, max_reasons=0), "must be an int >= 1, got 0"),
 ]  # fmt: skip
 
 
@@ -72,11 +73,12 @@ def test_a_strategy_refuses_a_bad_argument_naming_it(build, needle):
         (seq_lens(min_value=7, max_value=7), lambda n: n == 7),
         (examples(min_batch=1, max_batch=1, min_seq_len=3, max_seq_len=3), lambda ex: (ex.batch, ex.seq_len) == (1, 3)),
         (examples(fusable=True, use_short_conv=True), lambda ex: ex.config.use_short_conv),
+        (examples(fusable=False, max_reasons=1), lambda ex: ex.varlen != "none"),
     ],
     ids=[
         "total 0", "3 non-empty in 3", "1 non-empty in 1", "3 in 2 with empties", "min = max seqs",
         "mask 1x1", "mask min_tokens 0 (all padding)", "mask min_tokens = B*T", "seq_lens 1..1", "seq_lens 7..7",
-        "examples B and T pinned", "fusable with convs pinned on",
+        "examples B and T pinned", "fusable with convs pinned on", "one broken condition",
     ],
 )  # fmt: skip
 def test_a_strategy_accepts_its_boundary_and_draws_it(strategy, holds):
