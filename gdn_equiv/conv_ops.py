@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.testing import sampled
 
 Tensor = torch.Tensor
 
@@ -403,28 +404,26 @@ def _divisors(channels: Sequence[int]) -> list[int]:
 def _norm_draw(draw: Any, channels: Sequence[int]) -> dict[str, Any]:
     from hypothesis import strategies as st
 
-    if not draw(st.integers(0, 3).map(lambda n: n == 3)):  # off three times in four; shrinks to off
+    if draw(st.integers(0, 3)) != 3:  # off three times in four; shrinks to off
         return {"norm": None, "head_dim": None, "norm_eps": 1e-5}
     return {
         "norm": "l2",
-        "head_dim": draw(st.sampled_from(_divisors(channels)[::-1])),  # the whole gcd first
-        "norm_eps": draw(st.sampled_from(_EPSILONS)),
+        "head_dim": draw(sampled(_divisors(channels)[::-1])),  # the whole gcd first
+        "norm_eps": draw(sampled(_EPSILONS)),
     }
 
 
 def _norm_violate(draw: Any, values: dict[str, Any], channels: Sequence[int]) -> dict[str, Any]:
-    from hypothesis import strategies as st
-
     if values["norm"] is None:
-        return {"norm": "l2", "head_dim": draw(st.sampled_from(_divisors(channels)[::-1])), "norm_eps": 1e-5}
+        return {"norm": "l2", "head_dim": draw(sampled(_divisors(channels)[::-1])), "norm_eps": 1e-5}
     options = ["norm", "norm_eps"] + (["head_dim"] if len(_divisors(channels)) > 1 else [])
-    what = draw(st.sampled_from(options))
+    what = draw(sampled(options))
     if what == "norm":
         return {"norm": None, "head_dim": None, "norm_eps": 1e-5}
     if what == "norm_eps":
-        eps = draw(st.sampled_from([e for e in _EPSILONS if e != values["norm_eps"]]))
+        eps = draw(sampled(e for e in _EPSILONS if e != values["norm_eps"]))
         return {**values, "norm_eps": eps}
-    return {**values, "head_dim": draw(st.sampled_from([d for d in _divisors(channels) if d != values["head_dim"]]))}
+    return {**values, "head_dim": draw(sampled(d for d in _divisors(channels) if d != values["head_dim"]))}
 
 
 NORM = ConvFact(

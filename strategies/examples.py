@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -16,7 +17,7 @@ from gdn_equiv.config import LayerConfig
 from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY, get_family, known_families
 from gdn_equiv.guard import Condition
-from gdn_equiv.testing import fuzzing
+from gdn_equiv.testing import fuzzing, sampled
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 from .layers import fact_reasons, layer_configs
@@ -51,6 +52,7 @@ def cu_seqlens_for(
     return _lengths(total, min_seqs, hi, allow_empty)
 
 
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.testing.sampled
 @st.composite
 def _lengths(draw: st.DrawFn, total: int, min_seqs: int, max_seqs: int, allow_empty: bool) -> tuple[int, ...]:
     n = draw(st.integers(min_seqs, max_seqs))
@@ -79,6 +81,7 @@ def attention_mask_lens(
     return _mask_lens(batch, seq_len, min_tokens, tuple(str(side) for side in _nonempty("pad_sides", pad_sides)))
 
 
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.testing.sampled
 @st.composite
 def _mask_lens(
     draw: st.DrawFn, batch: int, seq_len: int, min_tokens: int, pad_sides: tuple[str, ...]
@@ -93,7 +96,7 @@ def _mask_lens(
         add = min(missing, seq_len - lens[b])
         lens[b] += add
         missing -= add
-    return tuple(lens), draw(st.sampled_from(pad_sides))
+    return tuple(lens), draw(sampled(pad_sides))
 
 
 def seq_lens(*, min_value: int = 1, max_value: int = 140) -> st.SearchStrategy[int]:
@@ -104,6 +107,7 @@ def seq_lens(*, min_value: int = 1, max_value: int = 140) -> st.SearchStrategy[i
     return _seq_len(min_value, max_value)
 
 
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.testing.sampled
 @st.composite
 def _seq_len(draw: st.DrawFn, min_value: int, max_value: int) -> int:
     band = draw(st.integers(0, 9))
@@ -112,7 +116,7 @@ def _seq_len(draw: st.DrawFn, min_value: int, max_value: int) -> int:
 
 
 def _flag(value: bool | None, p: float) -> st.SearchStrategy[bool]:
-    return rare(p) if value is None else st.just(value)
+    return rare(p) if value is None else sampled((value,))
 
 
 def examples(
@@ -319,8 +323,8 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     layer_dtypes: Sequence[str] = p.dtypes
     if "G9" in broken:  # the layer's dtype must leave another conv dtype to break G9 with
         layer_dtypes = [d for d in p.dtypes if any(c != d for c in p.conv_dtypes)]
-    dtype = draw(st.sampled_from(layer_dtypes))
-    family = draw(st.sampled_from(p.families))
+    dtype = draw(sampled(layer_dtypes))
+    family = draw(sampled(p.families))
     if p.fusable is None:
         config = draw(p.configs(family, dtype, use_short_conv=p.use_short_conv))
     elif "G1" in broken:
@@ -333,11 +337,11 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     # the call
     if p.fusable is None:
         kinds = ("none",) if p.varlen is False else p.varlen_kinds[1:] if p.varlen else ("none", *p.varlen_kinds)
-        kind = draw(st.sampled_from(kinds))
+        kind = draw(sampled(kinds))
         cache_kinds = {None: ("none", "none", "empty", "populated"), False: ("none",)}.get(
             p.cache, ("empty", "populated")
         )
-        cache_kind = draw(st.sampled_from(cache_kinds))
+        cache_kind = draw(sampled(cache_kinds))
         writes = draw(_flag(p.use_cache, 0.3))
     else:
         # a dense-mask family keeps the batch dense under a mask: only cu_seqlens break G4 there,
@@ -347,11 +351,11 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
             kinds = ("cu_seqlens",) if dense else p.varlen_kinds[1:]
         else:
             kinds = ("none", "mask") if dense and p.varlen is not False else ("none",)
-        kind = draw(st.sampled_from(kinds))
+        kind = draw(sampled(kinds))
         if "G2" in broken:
             cache_kind = "populated"
         else:
-            cache_kind = draw(st.sampled_from({None: ("none", "empty"), False: ("none",)}.get(p.cache, ("empty",))))
+            cache_kind = draw(sampled({None: ("none", "empty"), False: ("none",)}.get(p.cache, ("empty",))))
         writes = "G3" in broken
     batch = 1 if kind == "cu_seqlens" else draw(st.integers(p.min_batch, p.max_batch))
     seq_len = draw(seq_lens(min_value=p.min_seq_len, max_value=p.max_seq_len))
@@ -373,7 +377,7 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
         batch=batch,
         seq_len=seq_len,
         seed=draw(st.integers(0, 2**16)),
-        scale=draw(st.sampled_from(tuple(p.scales))),
+        scale=draw(sampled(p.scales)),
         varlen=kind,
         seq_lens=lens,
         pad_side=pad_side,

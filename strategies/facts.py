@@ -7,6 +7,7 @@ a bias in another dtype than its weight) as cheaply as the common ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -104,6 +105,7 @@ def extras_strategy(channels: Sequence[int]) -> st.SearchStrategy[tuple[tuple[st
 
 # one module-level composite: a composite defined inside the function was decorated again on every
 # layer draw (Hypothesis builds a signature-preserving wrapper each time), ~8 ms of a ~30 ms draw
+@functools.lru_cache(maxsize=1024)  # one strategy per channels: see gdn_equiv.testing.sampled
 @st.composite
 def _extras(draw: st.DrawFn, channels: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
     facts = registered_conv_facts()

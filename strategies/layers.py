@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
 from gdn_equiv.conv_ops import supported_activations
 from gdn_equiv.families import DEFAULT_FAMILY, get_family
 from gdn_equiv.guard import Condition
+from gdn_equiv.testing import sampled
 
 from .facts import DTYPE_NAMES, _nonempty, extras_strategy, rare
 
@@ -72,13 +74,13 @@ def _fusable_spec(
     ``own_dtype``: ``dtype`` is the convs' own parameter dtype (not the layer's), so it is always spelled out."""
     act = activation
     if activation in _SILU_CLASS:
-        act = draw(st.sampled_from((activation, *(a for a in _SILU_CLASS if a != activation))))
+        act = draw(sampled((activation, *(a for a in _SILU_CLASS if a != activation))))
     return ConvSpec(
-        backend=draw(st.none() | st.just(backend)),
+        backend=draw(sampled((None, backend))),
         activation=act,
-        kernel_size=draw(st.none() | st.just(conv_size)),
-        bias=draw(st.none() | st.just(conv_bias)),
-        dtype=dtype if own_dtype else draw(st.none() | st.just(dtype)) if dtype is not None else None,
+        kernel_size=draw(sampled((None, conv_size))),
+        bias=draw(sampled((None, conv_bias))),
+        dtype=dtype if own_dtype else draw(sampled((None, dtype))) if dtype is not None else None,
     )
 
 
@@ -100,17 +102,17 @@ def _break(
 ) -> ConvSpec:
     """``spec`` changed so that its conv disagrees with the layer's values on ``reason``'s field."""
     if reason == "G5":
-        return replace(spec, backend=draw(st.sampled_from([b for b in backends if b != backend])))
+        return replace(spec, backend=draw(sampled(b for b in backends if b != backend)))
     if reason == "G6":
         other = [a for a in activations if canonical_activation(a) != canonical_activation(activation)]
-        return replace(spec, activation=draw(st.sampled_from(other)))
+        return replace(spec, activation=draw(sampled(other)))
     if reason == "G7":
         sizes = [k for k in range(min_kernel_size, max_kernel_size + 1) if k != conv_size]
-        return replace(spec, kernel_size=draw(st.sampled_from(sizes)))
+        return replace(spec, kernel_size=draw(sampled(sizes)))
     if reason == "G8":
         return replace(spec, bias=not conv_bias)
     if reason == "G9":
-        return replace(spec, dtype=draw(st.sampled_from([d for d in dtypes if d != dtype])))
+        return replace(spec, dtype=draw(sampled(d for d in dtypes if d != dtype)))
     raise AssertionError(reason)
 
 
@@ -230,6 +232,10 @@ class _ConfigParams:
     backends: tuple[str, ...]
     breakable: tuple[str, ...]
 
+    @cached_property
+    def reason_sets(self) -> st.SearchStrategy[list[str]]:
+        return st.lists(sampled(self.breakable), min_size=1, max_size=2, unique=True)
+
 
 #: how often a config with short convs draws their parameters in a dtype other than the layer's
 _MIXED_PRECISION = 0.15
@@ -243,8 +249,8 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
         short = True if p.fusable_convs is not None else not draw(rare(0.05))
     conv_size = draw(st.integers(p.min_conv_size, p.max_conv_size))
     bias = draw(st.booleans()) if p.conv_bias is None else p.conv_bias
-    backend = draw(st.sampled_from(p.backends))
-    activation = draw(st.sampled_from(p.activations))
+    backend = draw(sampled(p.backends))
+    activation = draw(sampled(p.activations))
     specs = [ConvSpec(activation=activation)] * 3
     max_kernel_size = min(max(p.max_conv_size, p.min_conv_size + 1, 8), p.max_width)
     # The vary flag is drawn whether or not short convs exist: the shrinker prefers fewer choices,
@@ -267,7 +273,7 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
         param_dtype = p.dtype
         others = [d for d in p.conv_dtypes if d != p.dtype]
         if p.dtype is not None and others and draw(rare(_MIXED_PRECISION)):
-            param_dtype = draw(st.sampled_from(others))
+            param_dtype = draw(sampled(others))
         own = param_dtype != p.dtype
         layer = {
             "activation": activation,
@@ -283,7 +289,7 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
         if p.fusable_convs is False:
             reasons = p.break_conditions
             if reasons is None:
-                reasons = draw(st.lists(st.sampled_from(p.breakable), min_size=1, max_size=2, unique=True))
+                reasons = draw(p.reason_sets)
             for reason in sorted(reasons):
                 if reason in fact_reasons():
                     continue  # broken once the facts are drawn (_with_facts)
@@ -304,7 +310,7 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
         use_short_conv=short,
         conv_size=conv_size,
         conv_bias=bias,
-        mode=draw(st.sampled_from(p.modes)),
+        mode=draw(sampled(p.modes)),
         conv_backend=backend,
         q_conv=specs[0],
         k_conv=specs[1],

@@ -22,6 +22,7 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families.base import GAPS, Family, fla_mode
 from gdn_equiv.fused import fused_variant
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.testing import sampled
 
 Tensor = torch.Tensor
 
@@ -162,8 +163,8 @@ def value_head_dims(draw: st.DrawFn, max_heads: int, hidden_sizes: tuple[int, ..
     ratio = draw(st.integers(1, 2))
     head_dim = draw(st.integers(2, 8))
     return {
-        "hidden_size": draw(st.sampled_from(hidden_sizes)),
-        "expand_v": draw(st.sampled_from([e for e in (1, 2, 0.5) if float(head_dim * e).is_integer()])),
+        "hidden_size": draw(sampled(hidden_sizes)),
+        "expand_v": draw(sampled(e for e in (1, 2, 0.5) if float(head_dim * e).is_integer())),
         "head_dim": head_dim,
         "num_heads": num_heads,
         "num_v_heads": None if ratio == 1 else num_heads * ratio,
@@ -230,7 +231,7 @@ def gdn_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ..
     return value_head_dims(draw, max_heads, hidden_sizes) | {
         "use_gate": draw(st.booleans()),
         "allow_neg_eigval": draw(st.booleans()),
-        "output_gate_activation": draw(st.sampled_from(GATE_ACTIVATIONS)),
+        "output_gate_activation": draw(sampled(GATE_ACTIVATIONS)),
     }
 
 

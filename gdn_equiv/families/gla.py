@@ -25,6 +25,7 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families.base import GAPS, Family, fla_mode
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.testing import sampled
 
 Tensor = torch.Tensor
 
@@ -206,7 +207,7 @@ def gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ..
     query heads each (grouped k/v convs), output gate on/off with its activation. Shrinks towards
     the first valid combination (hidden 8, one head)."""
     choices = [d for d in _DIMS if d[3] <= max(max_heads, 2) and d[0] in hidden_sizes] or _DIMS
-    hidden, ek, ev, h, kv = draw(st.sampled_from(choices))
+    hidden, ek, ev, h, kv = draw(sampled(choices))
     return {
         "hidden_size": hidden,
         "expand_k": ek,
@@ -214,8 +215,8 @@ def gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ..
         "num_heads": h,
         "num_kv_heads": None if kv == h else kv,
         "use_output_gate": draw(st.booleans()),
-        "gate_fn": draw(st.sampled_from(GATE_ACTIVATIONS)),
-        "gate_logit_normalizer": draw(st.sampled_from((16, 1))),
+        "gate_fn": draw(sampled(GATE_ACTIVATIONS)),
+        "gate_logit_normalizer": draw(sampled((16, 1))),
         "gate_low_rank_dim": draw(st.integers(1, 4)),
     }
 

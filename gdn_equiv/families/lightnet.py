@@ -26,6 +26,7 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families.base import GAPS, Family
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.testing import sampled
 
 Tensor = torch.Tensor
 
@@ -167,7 +168,7 @@ def lightnet_dims(
     """Heads 1..``max_heads`` dividing the hidden size, ``expand_ratio`` (key dim per head) 2..6, a
     low-rank gate of 1..4. Shrinks towards one head, ``expand_ratio=2``."""
     num_heads = draw(st.integers(1, max_heads))
-    hidden = draw(st.sampled_from([h for h in hidden_sizes if h % num_heads == 0] or [8 * num_heads]))
+    hidden = draw(sampled([h for h in hidden_sizes if h % num_heads == 0] or [8 * num_heads]))
     return {
         "hidden_size": hidden,
         "num_heads": num_heads,

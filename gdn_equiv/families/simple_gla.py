@@ -24,6 +24,7 @@ from gdn_equiv.families.base import GAPS, Family, fla_mode
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.families.gla import GLAConfig, gated_norm, gla_dims, grouped
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.testing import sampled
 
 Tensor = torch.Tensor
 
@@ -99,7 +100,7 @@ def simple_gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[
     output gates; the gate activation drawn."""
     dims = draw(gla_dims(max_heads=max_heads, hidden_sizes=hidden_sizes))
     keep = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "gate_logit_normalizer")
-    return {k: dims[k] for k in keep} | {"gate_fn": draw(st.sampled_from(GATE_ACTIVATIONS))}
+    return {k: dims[k] for k in keep} | {"gate_fn": draw(sampled(GATE_ACTIVATIONS))}
 
 
 def _fla_kwargs(c: SimpleGLAConfig) -> dict[str, Any]:
