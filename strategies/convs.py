@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.example import DTYPES
+from gdn_equiv.testing import sampled
 
 #: How a tensor of a call is laid out in memory (:func:`apply_layout`); the first is the default and
 #: where shrinking goes.
@@ -138,7 +140,7 @@ def _channels(draw: st.DrawFn, lo: int, hi: int, wide: int | None) -> int:
     """Mostly ``lo..hi``; with ``wide``, one draw in five is a channel count at a kernel edge up to it."""
     edges = [d for d in _CHANNEL_EDGES if max(lo, hi + 1) <= d <= (wide or 0)]
     if edges and draw(st.integers(0, 4)) == 0:
-        return draw(st.sampled_from(edges))
+        return draw(sampled(edges))
     return draw(st.integers(lo, hi))
 
 
@@ -150,7 +152,7 @@ def _length(draw: st.DrawFn, W: int, max_len: int, long: int | None) -> int:
         return draw(st.integers(max(1, W - 2), max(1, W)))
     edges = [t for t in _LENGTH_EDGES if max_len < t <= (long or 0)]
     if band == 1 and edges:
-        return draw(st.sampled_from(edges))
+        return draw(sampled(edges))
     return draw(st.integers(1, max_len))
 
 
@@ -189,13 +191,13 @@ def conv_calls(
     W = draw(st.integers(*widths))
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
-        lens = tuple(draw(st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)))
+        lens = tuple(draw(_packed_lens(max_seq_len)))
         B, T = 1, sum(lens)
     else:
         lens, B, T = (), draw(st.integers(1, 2)), _length(draw, W, max_seq_len, long_seq_len)
-    dtype = draw(st.sampled_from(list(dtypes)))
+    dtype = draw(sampled(dtypes))
     others = [d for d in dtypes if d != dtype]
-    param_dtype = draw(st.sampled_from(others)) if mixed_precision and others and draw(st.integers(0, 3)) == 3 else None
+    param_dtype = draw(sampled(others)) if mixed_precision and others and draw(st.integers(0, 3)) == 3 else None
     return ConvCall(
         B=B,
         T=T,
@@ -204,13 +206,19 @@ def conv_calls(
         dtype=dtype,
         param_dtype=param_dtype,
         bias=draw(st.booleans()),
-        activation=draw(st.sampled_from(list(_nonempty_activations(activations)))),
+        activation=draw(sampled(_nonempty_activations(activations))),
         initial_state=(draw(st.booleans()) if initial_state is None else initial_state)
         and (varlen_initial_state or not use_varlen),
         seq_lens=lens,
         seed=draw(st.integers(0, 2**16)),
         layouts=_layouts(draw, layouts),
     )
+
+
+@functools.lru_cache(maxsize=256)  # one strategy per bound: see gdn_equiv.testing.sampled
+def _packed_lens(max_seq_len: int) -> st.SearchStrategy[list[int]]:
+    """1 to 4 packed sequences of up to ``max_seq_len`` tokens, at least one token in all."""
+    return st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)
 
 
 def _nonempty_activations(activations: Sequence[str | None]) -> Sequence[str | None]:
@@ -231,5 +239,5 @@ def _layouts(draw: st.DrawFn, kinds: Sequence[str]) -> tuple[tuple[str, str], ..
     kinds = ["contiguous", *(k for k in kinds if k != "contiguous")]
     if len(kinds) == 1 or draw(st.integers(0, 2)) == 0:
         return ()
-    chosen = ((name, draw(st.sampled_from(kinds))) for name in LAYOUT_TENSORS)
+    chosen = ((name, draw(sampled(kinds))) for name in LAYOUT_TENSORS)
     return tuple((name, kind) for name, kind in chosen if kind != "contiguous")
