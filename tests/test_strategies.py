@@ -29,7 +29,7 @@ from gdn_equiv.strategies import (
     layer_configs,
     seq_lens,
 )
-from gdn_equiv.testing import count_example
+from gdn_equiv.testing import count_example, sampled
 
 # A second backend name for G5 (backends disagree): the torch kernels registered as a plug-in.
 TWIN = register_backend(
@@ -230,3 +230,17 @@ def test_conv_calls_reach_where_kernels_change_code_path(what, condition):
     from gdn_equiv.strategies import conv_calls
 
     find(conv_calls(widths=(2, 4), wide_channels=1025, long_seq_len=129), condition, settings=SEARCH)
+
+
+# ---- shared strategy objects ----------------------------------------------------------------
+
+
+def test_sampled_shares_one_strategy_per_typed_values_and_draws_each_value() -> None:
+    """``sampled`` hands back the strategy it built for equal values (so Hypothesis validates it once),
+    never the one built for values that are equal but of other types (``1 == 1.0 == True``)."""
+    assert sampled((1, 2)) is sampled([1, 2]) is sampled(v for v in (1, 2))
+    ints, floats, flags = sampled((1, 0)), sampled((1.0, 0.0)), sampled((True, False))
+    assert ints is not floats and floats is not flags and ints is not flags
+    for strategy, kind in ((ints, int), (floats, float), (flags, bool)):
+        assert {type(find(strategy, lambda v: v == 1)), type(find(strategy, lambda v: v == 0))} == {kind}
+    assert find(sampled((None, 5)), lambda v: True) is None  # shrinks to the first value
