@@ -121,9 +121,9 @@ def fuzzing() -> bool:
 
 
 def sampled(values: Iterable[T]) -> SearchStrategy[T]:
-    """``st.sampled_from(values)``, one strategy object per distinct values (compared with their types,
-    so ``(1, 2)`` is not ``(1.0, 2.0)``). Hypothesis validates a strategy at its first draw (~40 us); a
-    fresh ``sampled_from`` inside a composite is validated every example, ~20% of drawing one."""
+    """``st.sampled_from(values)``, one strategy object per distinct (hashable) values, compared with
+    their types, so ``(1, 2)`` is not ``(1.0, 2.0)``. Hypothesis validates a strategy at its first draw
+    (~40 us); a fresh ``sampled_from`` inside a composite is validated every example, ~20% of drawing one."""
     values = tuple(values)
     return _sampled(tuple((type(v), v) for v in values), values)
 
