@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
@@ -285,14 +284,14 @@ class _ExampleParams:
     grad: bool | None
     train: bool | None
     # The config strategies drawn from, one per (family, dtype, branch), built at their first draw: a
-    # fresh strategy per example cost its construction and Hypothesis's validation every time (about a
-    # third of drawing an example). So the registries (activations, conv facts) are read once per
+    # fresh one per example cost its construction (the family's dims strategy, its default config) and
+    # Hypothesis's validation every time. So the registries (activations, conv facts) are read once per
     # branch, at its first draw, as ``allowed`` is read once, when examples() is called.
     _configs: dict[tuple[Any, ...], st.SearchStrategy[LayerConfig]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
-    @cached_property
+    @functools.cached_property
     def reason_sets(self) -> st.SearchStrategy[list[str]]:
         return st.lists(st.sampled_from(self.allowed), min_size=1, max_size=self.max_reasons, unique=True)
 

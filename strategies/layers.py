@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any
 
 from hypothesis import strategies as st
@@ -232,7 +232,7 @@ class _ConfigParams:
     backends: tuple[str, ...]
     breakable: tuple[str, ...]
 
-    @cached_property
+    @functools.cached_property
     def reason_sets(self) -> st.SearchStrategy[list[str]]:
         return st.lists(sampled(self.breakable), min_size=1, max_size=2, unique=True)
 
