@@ -40,14 +40,13 @@ def rare(p: float) -> st.SearchStrategy[bool]:
     """
     if not 0 <= p <= 1:
         raise InvalidArgument(f"p must be a probability in [0, 1], got {p!r}")
-    permille = round(p * 1000)
-    if permille not in _RARE:
-        threshold = 1000 - permille
-        _RARE[permille] = st.integers(0, 999).map(lambda n: n >= threshold)
-    return _RARE[permille]
+    return _rare(round(p * 1000))
 
 
-_RARE: dict[int, st.SearchStrategy[bool]] = {}
+@functools.lru_cache(maxsize=1024)  # one strategy per probability: see gdn_equiv.testing.sampled
+def _rare(permille: int) -> st.SearchStrategy[bool]:
+    threshold = 1000 - permille
+    return st.integers(0, 999).map(lambda n: n >= threshold)
 
 
 def dtypes(*, allowed: Sequence[str] = DTYPE_NAMES) -> st.SearchStrategy[str]:
