@@ -137,7 +137,8 @@ def _forward_tiles(
 ) -> None:
     """The forward kernel alone (CUDA graph) at each tile (BT x BD x warps; with ``rows``, the rows
     forward's CT x BD x warps x ROWS, after the tiles forward's default), and its share of the HBM
-    bandwidth: x read once and y written once (the W-1 halo rows and the weights are noise)."""
+    bandwidth: x read once and y written once (the W-1 halo rows and the weights are noise). First the
+    ceiling: torch's copy and silu over the same tensor, elementwise kernels that move the same bytes."""
     moved = 2 * x.numel() * x.element_size()
     name = "_GPU_FWD_ROWS" if rows else "_GPU_FWD"
     default = getattr(tb, name)
@@ -147,6 +148,14 @@ def _forward_tiles(
 
     os.environ["GDN_EQUIV_TRITON_FORWARD"] = "tiles"
     reference = forward()[0]
+    # what an elementwise kernel moving the same bytes reaches on this card: the practical ceiling
+    out = torch.empty_like(x)
+    for what, fn in (
+        ("torch copy_ (x to y)", lambda: out.copy_(x)),
+        ("torch silu (x to y)", lambda: torch.nn.functional.silu(x)),
+    ):
+        ms = _median_ms(_graphed(fn))
+        print(f"ceiling, {what}: {ms:.4f} ms, {moved / ms / 1e9:.2f} TB/s", flush=True)
     if rows:  # the baseline, side by side (without --forward-rows the loop's first tile is it)
         print(f"forward, tiles at _GPU_FWD={tb._GPU_FWD}: {_median_ms(_graphed(forward)):.4f} ms")  # type: ignore[attr-defined]
         os.environ["GDN_EQUIV_TRITON_FORWARD"] = "rows"
