@@ -10,6 +10,7 @@ Run it under the Triton the GPU machine has (3.6 there, 2026-12)::
     /tmp/t36/bin/python scripts/sm90_compile.py                 # the defaults' kernels at the bench shape
     /tmp/t36/bin/python scripts/sm90_compile.py --serial 64x256x4x1x4 --fwd-rows 64x1024x4x4
     python3 scripts/sm90_compile.py --everything   # every option's branch (tests/test_sm90_compile.py)
+    /tmp/t36/bin/python scripts/sm90_compile.py --sass  # and SASS instructions per output element
     python3 scripts/sm90_compile.py --others 16x256x4 128x64x4 64x64x4  # and every other kernel
 
 The specialisation is the bench's fused prologue: B2 T2048 D6144 W4 bf16, bias, silu, no state, not
@@ -65,8 +66,38 @@ POINTER_TYPES = {
 }  # fmt: skip
 
 
-def compile_report(fn, constants: dict[str, object], *, warps: int, types: dict[str, str] | None = None) -> str:
-    """``fn`` compiled for sm_90 with those of ``constants`` it takes; ptxas's resource line for it."""
+def sass_per_element(cubin: Path, nvdisasm: str, elements: int) -> str:
+    """SASS instructions per output element: the kernel's longest loop body (its hot path) divided by
+    the elements a thread handles per trip, or the whole kernel where it has no loop. A kernel that
+    moves a few bytes per element at HBM speed is issue-bound above ~30 of these on an H200 (132 SMs x
+    4 schedulers x ~1.98 GHz issue 1.05e12 warp instructions/s; B2 T2048 D6144 is 0.79 M warps of 32)."""
+    sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    addr = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+\S")
+    code = [(int(m.group(1), 16), line) for line in sass.splitlines() if (m := addr.match(line))]
+    labels, at = {}, None
+    for line in sass.splitlines():  # a label names the address of the instruction after it
+        if m := re.match(r"^(\.L\w+):", line):
+            at = m.group(1)
+        elif at and (m := addr.match(line)):
+            labels[at], at = int(m.group(1), 16), None
+    loops = [
+        (labels[m.group(1)], pc)
+        for pc, line in code
+        if (m := re.search(r"BRA\s+`\((\.L\w+)\)", line)) and labels.get(m.group(1), pc) < pc
+    ]
+    if loops:
+        lo, hi = max(loops, key=lambda loop: loop[1] - loop[0])
+        n, where = sum(lo <= pc <= hi for pc, _ in code), "loop body"
+    else:
+        n, where = len(code), "kernel"
+    return f"{n / elements:.1f} SASS/element ({where} {n} / {elements})"
+
+
+def compile_report(
+    fn, constants: dict[str, object], *, warps: int, types: dict[str, str] | None = None, elements: int = 0
+) -> str:
+    """``fn`` compiled for sm_90 with those of ``constants`` it takes; ptxas's resource line for it, and
+    with ``elements`` (per thread per loop trip) its SASS instructions per output element."""
     constants = {name: value for name, value in constants.items() if name in fn.arg_names}
     types = {**POINTER_TYPES, **(types or {})}
     D = 6144
@@ -98,13 +129,17 @@ def compile_report(fn, constants: dict[str, object], *, warps: int, types: dict[
             text=True,
             check=True,
         ).stderr
+        per_element = ""
+        if elements:
+            nvdisasm = str(Path(ptxas).with_name("nvdisasm"))
+            per_element = ", " + sass_per_element(Path(tmp) / "k.cubin", nvdisasm, elements)
     used = re.search(r"Used (\d+) registers", out)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     smem = re.search(r"(\d+) bytes smem", out)
     return (
         f"{used.group(1) if used else '?'} registers, "
         f"spills {spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} B, "
-        f"smem {smem.group(1) if smem else 0} B"
+        f"smem {smem.group(1) if smem else 0} B{per_element}"
     )
 
 
@@ -129,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("GRAD", "BWD", "ONEPASS"),
         help="BTxBDxWARPS of the two-pass and one-pass kernels: compile every other kernel of the backend too",
     )
+    parser.add_argument(
+        "--sass", action="store_true", help="also SASS instructions per output element (nvdisasm's count)"
+    )
     args = parser.parse_args(argv)
     k = _module()
     import triton.language as tl
@@ -139,12 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.fwd:
         BT, BD, warps = (int(v) for v in spec.split("x"))
         line = compile_report(k._fwd_kernel, {**flags, "BT": BT, "BD": BD}, warps=warps,
-                              types={"seq_ptr": "*i32", "cu_ptr": "*i32"})  # fmt: skip
+                              types={"seq_ptr": "*i32", "cu_ptr": "*i32"},
+                              elements=args.sass and BT * BD // (32 * warps))  # fmt: skip
         print(f"_fwd_kernel {spec}: {line}", flush=True)
     for spec in args.fwd_rows:
         CT, BD, warps, rows = (int(v) for v in spec.split("x"))
         line = compile_report(k._fwd_rows_kernel, {**flags, "CT": CT, "BD": BD, "ROWS": rows}, warps=warps,
-                              types={"seq_ptr": "*i32", "cu_ptr": "*i32"})  # fmt: skip
+                              types={"seq_ptr": "*i32", "cu_ptr": "*i32"},
+                              elements=args.sass and rows * BD // (32 * warps))  # fmt: skip
         print(f"_fwd_rows_kernel {spec}: {line}", flush=True)
     for spec in args.serial:
         CT, BD, warps, stages, rows = (int(v) for v in spec.split("x"))
@@ -158,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             "ROWS": rows,
         }
         line = compile_report(k._bwd_serial_kernel, consts, warps=warps,
-                              types={"seq_ptr": "*i32", "cu_ptr": "*i32", "part_ptr": "*fp32"})  # fmt: skip
+                              types={"seq_ptr": "*i32", "cu_ptr": "*i32", "part_ptr": "*fp32"},
+                              elements=args.sass and rows * BD // (32 * warps))  # fmt: skip
         print(f"_bwd_serial_kernel {spec}: {line}", flush=True)
     if args.others:
         _others(k, flags, *([int(v) for v in spec.split("x")] for spec in args.others), args.everything)
