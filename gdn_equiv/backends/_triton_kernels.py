@@ -1045,13 +1045,20 @@ def _serial_step(
     g = _act_grad(dy.to(CDT), a, ACT)
     mine = rmask & (t >= c0) & (t < end)  # a row of this chunk (not its halo)
     # dx in _grad_input's order: g(p) * w[W-1], + g(p+k) * w[W-1-k], z past the sequence's end
+    h1 = g1
+    h2 = g2
+    h3 = g3
+    if VARLEN:  # without packed sequences the walk starts with z carried as the rows past the end's g
+        h1 = tl.where(p + 1 < L, g1, z)
+        h2 = tl.where(p + 2 < L, g2, z)
+        h3 = tl.where(p + 3 < L, g3, z)
     dx = g * wl1
     if W > 1:
-        dx = dx + tl.where(p + 1 < L, g1, z) * wl2
+        dx = dx + h1 * wl2
     if W > 2:
-        dx = dx + tl.where(p + 2 < L, g2, z) * wl3
+        dx = dx + h2 * wl3
     if W > 3:
-        dx = dx + tl.where(p + 3 < L, g3, z) * w0
+        dx = dx + h3 * w0
     if HAS_DF:
         dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, mine, sdf_n, sdf_d, sdf_w, W, CDT)
     dx_at = dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d
@@ -1119,7 +1126,8 @@ def _bwd_serial_kernel(
     groups; the rows past the halo read nothing. ROWS changes no bit: each row's arithmetic is the same.
     Without packed sequences the walk starts at the halo's (or the sequence's) last row, whose taps
     1..W-1 are read before the loop, and every later row carries them: no per-row sequence checks or
-    masked tap loads (sm_90 SASS at 64x512x4x1x4: 57.9 instructions per element, from 67.1)."""
+    masked tap loads, and z is carried in as the g past the sequence's end, so dx needs no selects
+    (sm_90 SASS at 64x512x4x1x4: 55.1 instructions per element, from 67.1)."""
     pid_t = tl.program_id(0)
     pid_d = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -1170,7 +1178,12 @@ def _bwd_serial_kernel(
         rows = ((CT + W - 2) // ROWS + 1) * ROWS
     else:  # from the halo's (or the sequence's) last row down to the chunk's first, in whole groups: the
         # rows below c0 that the last group reaches are not this chunk's (no dx, no sums) and those below
-        # 0 read nothing. The first row's taps 1..W-1 are read here, once; every later row carries them
+        # 0 read nothing. The first row's taps 1..W-1 are read here, once; every later row carries them.
+        # The g carried into the first row is z (one value each, as above): right for the sequence's last
+        # rows, and the halo's rows (where it is not) store no dx
+        g1 = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
+        g2 = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
+        g3 = _grad_outside(w_ptr, b_ptr, d, dmask, sw_d, sw_w, sb_d, W, HAS_BIAS, ACT, CDT)
         top = tl.minimum(hi, T) - 1
         rows = top - c0 + 1
         first = top + tl.zeros([BD], dtype=tl.int32)
