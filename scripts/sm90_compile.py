@@ -66,12 +66,11 @@ POINTER_TYPES = {
 }  # fmt: skip
 
 
-def sass_per_element(cubin: Path, nvdisasm: str, elements: int) -> str:
+def sass_per_element(sass: str, elements: int) -> str:
     """SASS instructions per output element: the kernel's longest loop body (its hot path) divided by
     the elements a thread handles per trip, or the whole kernel where it has no loop. A kernel that
-    moves a few bytes per element at HBM speed is issue-bound above ~30 of these on an H200 (132 SMs x
+    moves a few bytes per element at HBM speed is issue-bound above ~28 of these on an H200 (132 SMs x
     4 schedulers x ~1.98 GHz issue 1.05e12 warp instructions/s; B2 T2048 D6144 is 0.79 M warps of 32)."""
-    sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
     addr = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+\S")
     code = [(int(m.group(1), 16), line) for line in sass.splitlines() if (m := addr.match(line))]
     labels, at = {}, None
@@ -131,8 +130,9 @@ def compile_report(
         ).stderr
         per_element = ""
         if elements:
-            nvdisasm = str(Path(ptxas).with_name("nvdisasm"))
-            per_element = ", " + sass_per_element(Path(tmp) / "k.cubin", nvdisasm, elements)
+            nvdisasm = [str(Path(ptxas).with_name("nvdisasm")), "-c", str(Path(tmp) / "k.cubin")]
+            sass = subprocess.run(nvdisasm, capture_output=True, text=True, check=True).stdout
+            per_element = ", " + sass_per_element(sass, elements)
     used = re.search(r"Used (\d+) registers", out)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     smem = re.search(r"(\d+) bytes smem", out)

@@ -55,7 +55,7 @@ OTHERS = ("--others", _tile(tb._GPU_GRAD), _tile(tb._GPU_BWD), _tile(tb._GPU_ONE
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "kernels"),
-    [((), MAIN), (("--everything", *OTHERS), None)],
+    [(("--sass",), MAIN), (("--everything", *OTHERS), None)],
     ids=["bench-shape", "every-kernel-and-option"],
 )
 def test_gpu_kernels_compile_for_sm90_without_spills(options: tuple[str, ...], kernels: list[str] | None) -> None:
@@ -71,3 +71,50 @@ def test_gpu_kernels_compile_for_sm90_without_spills(options: tuple[str, ...], k
         registers, spills = re.search(r"(\d+) registers, spills (\d+)/(\d+) B", line).group(1, 2)  # type: ignore[union-attr]
         assert 0 < int(registers) <= 255, line
         assert spills == "0" or line.split()[0] in ("_bwd_kernel", "_bwd_onepass_kernel"), line
+        if "--sass" in options:  # the main kernels' instructions per element: a loop body for the row walks
+            per, where = re.search(r"([\d.]+) SASS/element \((kernel|loop body)", line).group(1, 2)  # type: ignore[union-attr]
+            assert 1 < float(per) < 1000, line
+            assert where == ("kernel" if line.startswith("_fwd_kernel") else "loop body"), line
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("sm90_compile", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/              @P1 BRA `(.L_x_2) ;
+.L_x_0:
+        /*0020*/                   LDG.E R2, desc[UR4][R4.64] ;
+        /*0030*/                   FADD R3, R2, R2 ;
+        /*0040*/              @!P0 BRA `(.L_x_0) ;
+.L_x_1:
+        /*0050*/                   FMUL R3, R3, R3 ;
+        /*0060*/              @!P2 BRA `(.L_x_1) ;
+.L_x_2:
+        /*0070*/                   EXIT ;
+.L_x_3:
+        /*0080*/                   BRA `(.L_x_3);
+"""
+
+
+@pytest.mark.parametrize(
+    ("listing", "expected"),
+    [
+        (LISTING, "1.5 SASS/element (loop body 3 / 2)"),  # the longer loop; not the forward branch or the tail
+        (LISTING.replace("@!P0 BRA `(.L_x_0)", "NOP"), "1.0 SASS/element (loop body 2 / 2)"),
+        (
+            LISTING.replace("@!P0 BRA `(.L_x_0)", "NOP").replace("@!P2 BRA `(.L_x_1)", "NOP"),
+            "4.5 SASS/element (kernel 9 / 2)",
+        ),
+    ],
+    ids=["two-loops", "one-loop", "no-loop"],
+)
+def test_sass_per_element_counts_the_longest_loop_body(listing: str, expected: str) -> None:
+    """The count behind ``--sass`` (no GPU, no ptxas): the longest backward branch's body, the whole
+    kernel where there is none; a forward branch and the end's self-branch are not loops."""
+    assert _script().sass_per_element(listing, 2) == expected
