@@ -7,6 +7,10 @@ towards the smallest layer, fp32, no bias, short sequences.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -78,3 +82,15 @@ def make_layer(config: GDNConfig, seed: int, dtype: torch.dtype = torch.float32,
 
 #: SPEC §2 written out token by token (moved to :mod:`gdn_equiv.ground_truth`, which the gate uses too)
 spec_layer = gated_deltanet_truth
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` imported as a module (the scripts are not a package), registered under
+    ``gdn_script_<name>`` in ``sys.modules`` (dataclasses look their module up while a class is made)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"gdn_script_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

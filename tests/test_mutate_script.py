@@ -4,26 +4,16 @@ current source still has, and says why."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from _gen import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("gdn_mutate", ROOT / "scripts" / "mutate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _script()
+M = load_script("mutate")
 
 SOURCE = """def f(x):
     if x > 0:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _gen import load_script
 
 from gdn_equiv.backends import triton_backend as tb
 
@@ -77,14 +78,6 @@ def test_gpu_kernels_compile_for_sm90_without_spills(options: tuple[str, ...], k
             assert where == ("kernel" if line.startswith("_fwd_kernel") else "loop body"), line
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("sm90_compile", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 LISTING = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/              @P1 BRA `(.L_x_2) ;
@@ -117,4 +110,4 @@ LISTING = """
 def test_sass_per_element_counts_the_longest_loop_body(listing: str, expected: str) -> None:
     """The count behind ``--sass`` (no GPU, no ptxas): the longest backward branch's body, the whole
     kernel where there is none; a forward branch and the end's self-branch are not loops."""
-    assert _script().sass_per_element(listing, 2) == expected
+    assert load_script("sm90_compile").sass_per_element(listing, 2) == expected
