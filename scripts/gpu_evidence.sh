@@ -20,7 +20,8 @@
 #   ncu-onepass  the ncu stage with the one-pass backward
 #   serial-suite, ncu-serial  the same two for GDN_EQUIV_TRITON_BACKWARD=serial (W <= 4)
 #   rows-tiles   the rows forward's and the serial backward's row-group candidates timed (scripts/bwd_tiles.py,
-#                FWD_ROWS_TILES, SERIAL_TILES), then scripts/serial_stages_probe.py (exact dx per group)
+#                FWD_ROWS_TILES, SERIAL_TILES; after torch's copy and silu over the same tensor, the bandwidth
+#                ceiling, and the tiles forward), then scripts/serial_stages_probe.py (exact dx per group)
 #   rows-suite, ncu-rows  the triton tests and ncu with GDN_EQUIV_TRITON_FORWARD=rows
 #   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile;
 #                one test per family: SUITE_SPLIT="" runs them across families)
@@ -90,8 +91,8 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/serial-suite-failures.txt" --gdn-backend triton \
         tests/test_backends_triton.py tests/test_fused_equivalence.py ;;
     rows-tiles) stage rows-tiles "${!var:-240}" sh -c "python3 scripts/bwd_tiles.py --forward-rows \
-        ${FWD_ROWS_TILES:-64x512x4x4 32x512x4x8 64x1024x4x4 128x512x4x4 32x256x4x4 64x512x8x8} && \
-        python3 scripts/bwd_tiles.py --serial ${SERIAL_TILES:-64x256x4x1x1 64x256x4x1x4 64x256x4x1x8 32x256x4x1x4 64x512x4x1x4 128x256x4x1x4} && \
+        ${FWD_ROWS_TILES:-64x1024x4x4 64x512x4x8 32x1024x4x4 128x1024x4x4} && \
+        python3 scripts/bwd_tiles.py --serial ${SERIAL_TILES:-64x256x4x1x1 64x512x4x1x4 64x512x4x2x4 64x512x4x1x8} && \
         python3 scripts/serial_stages_probe.py" ;;
     rows-suite) stage rows-suite "${!var:-200}" env GDN_EQUIV_TRITON_FORWARD=rows python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/rows-suite-failures.txt" --gdn-backend triton \
