@@ -80,8 +80,10 @@ _GPU_ONEPASS = (64, 64, 4)
 # registers, 25% occupancy, latency-bound (a serial loop), 17% of DRAM bandwidth.
 # A fifth constant, ROWS (1, 2, 4 or 8), groups the row loop: a group's rows are all read before the
 # first is computed, so ROWS rows' loads are in flight together instead of one (same bits for every
-# ROWS). Compiled for sm_90 with Triton 3.6 on a CPU (scripts/sm90_compile.py, 2026-12-05): 64x256x4x1
-# 64 registers (ROWS 1, the timed default), 89 (ROWS 4), 143 (ROWS 8), no spills; not yet timed.
+# ROWS). H100 (2026-12-05): 64x256x4x1x1 0.1441 ms, 64x512x4x1x4 0.1250 (-13%), 64x512x4x2x4 0.1277.
+# Then trimmed (no per-row sequence checks or dx selects without packed sequences; exp2): sm_90
+# 64x256x4x1x1 56 registers and 74.0 SASS/element (from 64 and 105.5), 64x512x4x1x4 128 and 55.1
+# (from 142 and 71.0); not yet timed.
 _GPU_SERIAL = (64, 256, 4, 1, 1)
 # under the interpreter the rows go in groups of 4, so the grouping and its rounded-up halo are tested
 _INTERP_SERIAL = (8, 32, 1, 1, 4)
@@ -91,8 +93,10 @@ BACKWARDS = ("two-pass", "one-pass", "serial")
 # The forward in rows (``GDN_EQUIV_TRITON_FORWARD=rows``, W <= 4): each program walks CT rows of BD
 # channels in groups of ROWS, reading each input row once and carrying the last W-1 in registers,
 # where ``tiles`` (_GPU_FWD, the default) reads each tile's W shifted copies (the W-1 extra from
-# L1/L2). (CT, BD, warps, ROWS), CT a multiple of ROWS. sm_90 compile (2026-12-05): 64x512x4x4 78
-# registers, 64x1024x4x4 150, 32x512x4x8 110, no spills; not yet timed.
+# L1/L2). (CT, BD, warps, ROWS), CT a multiple of ROWS. H100 (2026-12-05): 64x512x4x4 0.0523 ms vs the
+# tiles' 0.0529, a tie. Its loop then trimmed (no per-row sequence checks without packed sequences;
+# exp2): sm_90 64x512x4x4 48 registers and 26.4 SASS/element (from 78 and 35.7), 64x1024x4x4 96 and
+# 24.1, 64x512x4x8 70 and 24.5 (scripts/sm90_compile.py --sass); not yet timed.
 _GPU_FWD_ROWS = (64, 512, 4, 4)
 _INTERP_FWD_ROWS = (8, 32, 1, 4)
 #: ``GDN_EQUIV_TRITON_FORWARD``: which forward kernel the triton backend runs.
