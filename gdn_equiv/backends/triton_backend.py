@@ -18,8 +18,9 @@ of rows backwards carrying the later rows' g in registers; ``two-pass`` writes g
 compute dtype (pass 1) and forms every gradient from it (pass 2); ``one-pass`` recomputes g for a tile
 and its halo in registers. Their weight/bias sums differ in order (serial: row by row per chunk). Two
 forwards (``GDN_EQUIV_TRITON_FORWARD``, :func:`forward_mode`) give the same y bits: ``tiles`` (the
-default) reads each tile's W shifted copies; ``rows`` (W <= 4) walks each chunk of rows forwards,
-reading each input row once and carrying the last W-1 in registers. The step kernel's taps see x at
+default under the interpreter, and for W > 4) reads each tile's W shifted copies; ``rows`` (the
+default on a GPU for W <= 4) walks each chunk of rows forwards, reading each input row once and
+carrying the last W-1 in registers. The step kernel's taps see x at
 its own precision;
 only the stored state is rounded to the state's dtype (as the torch backend does). Under the
 interpreter (triton 3.9) an fp32 -> bf16 cast truncates instead of rounding to nearest even, so bf16
@@ -83,21 +84,32 @@ _GPU_ONEPASS = (64, 64, 4)
 # ROWS). H100 (2026-12-05): 64x256x4x1x1 0.1441 ms, 64x512x4x1x4 0.1250 (-13%), 64x512x4x2x4 0.1277.
 # Then trimmed (no per-row sequence checks or dx selects without packed sequences; exp2): sm_90
 # 64x256x4x1x1 56 registers and 74.0 SASS/element (from 64 and 105.5), 64x512x4x1x4 128 and 55.1
-# (from 142 and 71.0); not yet timed.
-_GPU_SERIAL = (64, 256, 4, 1, 1)
+# (from 142 and 71.0). H100 after the trim (2026-12-05, CUDA graph, one run): 64x256x4x1x1 0.1326 ms,
+# 64x512x4x1x4 0.1103, 64x512x4x1x8 0.0980 (two-pass 0.2280); ncu of 64x512x4x1x8: 74.2 us, DRAM 64.6%,
+# SM 65.0%, 168 registers, occupancy 16.9%. Chosen on the H100 (same sm_90; the H200 could not be
+# started), dx bitwise the two-pass's there and the triton tests passing; the H200 timing is owed.
+_GPU_SERIAL = (64, 512, 4, 1, 8)
+# with packed sequences the row groups are capped: each row's sequence checks and carried-tap reads
+# cost registers, and ROWS 8 reaches 255 on sm_90 and spills with a state and a final-state gradient
+# (Triton 3.6: 140 B; ROWS 4: 183 registers, no spills). Same bits for any ROWS.
+_SERIAL_VARLEN_ROWS = 4
 # under the interpreter the rows go in groups of 4, so the grouping and its rounded-up halo are tested
 _INTERP_SERIAL = (8, 32, 1, 1, 4)
 SERIAL_MAX_W = 4
 #: ``GDN_EQUIV_TRITON_BACKWARD``: which backward the triton backend runs.
 BACKWARDS = ("two-pass", "one-pass", "serial")
-# The forward in rows (``GDN_EQUIV_TRITON_FORWARD=rows``, W <= 4): each program walks CT rows of BD
-# channels in groups of ROWS, reading each input row once and carrying the last W-1 in registers,
-# where ``tiles`` (_GPU_FWD, the default) reads each tile's W shifted copies (the W-1 extra from
-# L1/L2). (CT, BD, warps, ROWS), CT a multiple of ROWS. H100 (2026-12-05): 64x512x4x4 0.0523 ms vs the
-# tiles' 0.0529, a tie. Its loop then trimmed (no per-row sequence checks without packed sequences;
-# exp2): sm_90 64x512x4x4 48 registers and 26.4 SASS/element (from 78 and 35.7), 64x1024x4x4 96 and
-# 24.1, 64x512x4x8 70 and 24.5 (scripts/sm90_compile.py --sass); not yet timed.
-_GPU_FWD_ROWS = (64, 512, 4, 4)
+# The forward in rows (``GDN_EQUIV_TRITON_FORWARD=rows``, the GPU default, W <= 4): each program walks
+# CT rows of BD channels in groups of ROWS, reading each input row once and carrying the last W-1 in
+# registers, where ``tiles`` (_GPU_FWD; the interpreter's default) reads each tile's W shifted copies
+# (the W-1 extra from L1/L2). (CT, BD, warps, ROWS), CT a multiple of ROWS. H100 (2026-12-05):
+# 64x512x4x4 0.0523 ms vs the tiles' 0.0529, a tie. Its loop then trimmed (no per-row sequence checks
+# without packed sequences; exp2): sm_90 64x512x4x4 48 registers and 26.4 SASS/element (from 78 and
+# 35.7), 64x1024x4x4 96 and 24.1, 64x512x4x8 70 and 24.5 (scripts/sm90_compile.py --sass). H100 after
+# the trim (2026-12-05, one run, CUDA graph): tiles 0.0516-0.0531 ms, rows 64x512x4x4 0.0488,
+# 64x1024x4x4 0.0529, 64x512x4x8 0.0448 (2.25 TB/s; torch's copy_ of the same bytes 0.0407-0.0416);
+# ncu of 64x512x4x8: 36.7 us, DRAM 68.5%, SM 52.1%, 70 registers. The GPU's default forward since
+# (forward_mode); the H200 timing is owed.
+_GPU_FWD_ROWS = (64, 512, 4, 8)
 _INTERP_FWD_ROWS = (8, 32, 1, 4)
 #: ``GDN_EQUIV_TRITON_FORWARD``: which forward kernel the triton backend runs.
 FORWARDS = ("tiles", "rows")
@@ -153,9 +165,10 @@ def _check_group(rows: int) -> None:
 
 
 def forward_mode() -> str:
-    """The forward chosen by ``GDN_EQUIV_TRITON_FORWARD``: ``tiles`` (the default) or ``rows`` (W <= 4;
-    wider kernels run ``tiles``). Both give the same y bits."""
-    mode = os.environ.get("GDN_EQUIV_TRITON_FORWARD", "") or "tiles"
+    """The forward chosen by ``GDN_EQUIV_TRITON_FORWARD``: ``tiles`` or ``rows`` (W <= 4; wider kernels
+    run ``tiles``). Both give the same y bits. Unset: ``rows`` on a GPU (faster there), ``tiles`` under
+    the interpreter (3.3x faster there, where CI runs)."""
+    mode = os.environ.get("GDN_EQUIV_TRITON_FORWARD", "") or ("tiles" if _interpreting() else "rows")
     if mode not in FORWARDS:
         raise InvalidArgument(f"GDN_EQUIV_TRITON_FORWARD={mode!r}: the triton forward is one of {', '.join(FORWARDS)}")
     return mode
@@ -293,6 +306,8 @@ def _backward_impl(
         if mode == "serial":
             BT, BD, warps, stages, rows = _INTERP_SERIAL if _interpreting() else _GPU_SERIAL
             _check_group(rows)
+            if vl.on:
+                rows = min(rows, _SERIAL_VARLEN_ROWS)
         else:
             BT, BD, warps = _blocks(_GPU_ONEPASS)
         n_t = _cdiv(T, BT)
