@@ -34,9 +34,7 @@ def _tile(t: tuple[int, ...]) -> str:
 
 def _compile(*options: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    serial = tb._GPU_SERIAL
-    if "--everything" in options:  # packed sequences: the backend caps the serial backward's row groups
-        serial = (*serial[:4], min(serial[4], tb._SERIAL_VARLEN_ROWS))
+    serial = tb.serial_tile(tb._GPU_SERIAL, varlen="--everything" in options)  # --everything: packed sequences
     argv = [
         sys.executable, str(SCRIPT), *options,
         "--fwd", _tile(tb._GPU_FWD), "--fwd-rows", _tile(tb._GPU_FWD_ROWS), "--serial", _tile(serial),

@@ -1175,8 +1175,8 @@ def _bwd_serial_kernel(
     ctx = (c0, end, x_ptr, s_ptr, df_ptr, dx_ptr, x_base, pid_b, T, D, d, dmask, w0, w1, w2, w3, wl1, wl2, wl3,
            bias, z, sx_t, sx_d, ss_n, ss_d, ss_w, sdf_n, sdf_d, sdf_w)  # fmt: skip
     if VARLEN:  # the chunk and its halo in whole groups, from the top (rows past the halo read nothing)
-        top = c0 + ((CT + W - 2) // ROWS + 1) * ROWS - 1
         rows = ((CT + W - 2) // ROWS + 1) * ROWS
+        top = c0 + rows - 1
     else:  # from the halo's (or the sequence's) last row down to the chunk's first, in whole groups: the
         # rows below c0 that the last group reaches are not this chunk's (no dx, no sums) and those below
         # 0 read nothing. The first row's taps 1..W-1 are read here, once; every later row carries them.

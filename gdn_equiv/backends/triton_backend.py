@@ -164,6 +164,14 @@ def _check_group(rows: int) -> None:
         raise ValueError(f"a row group of {rows} rows: the row kernels read groups of 1, 2, 4 or 8 rows")
 
 
+def serial_tile(tile: tuple[int, int, int, int, int], varlen: bool) -> tuple[int, int, int, int, int]:
+    """The serial backward's (CT, BD, warps, stages, ROWS) for a launch: ``tile`` with its row group
+    checked, and capped at ``_SERIAL_VARLEN_ROWS`` with packed sequences."""
+    CT, BD, warps, stages, rows = tile
+    _check_group(rows)
+    return CT, BD, warps, stages, min(rows, _SERIAL_VARLEN_ROWS) if varlen else rows
+
+
 def forward_mode() -> str:
     """The forward chosen by ``GDN_EQUIV_TRITON_FORWARD``: ``tiles`` or ``rows`` (W <= 4; wider kernels
     run ``tiles``). Both give the same y bits. Unset: ``rows`` on a GPU (faster there), ``tiles`` under
@@ -304,10 +312,7 @@ def _backward_impl(
         mode = "two-pass"
     if mode in ("one-pass", "serial"):
         if mode == "serial":
-            BT, BD, warps, stages, rows = _INTERP_SERIAL if _interpreting() else _GPU_SERIAL
-            _check_group(rows)
-            if vl.on:
-                rows = min(rows, _SERIAL_VARLEN_ROWS)
+            BT, BD, warps, stages, rows = serial_tile(_INTERP_SERIAL if _interpreting() else _GPU_SERIAL, vl.on)
         else:
             BT, BD, warps = _blocks(_GPU_ONEPASS)
         n_t = _cdiv(T, BT)
