@@ -7,7 +7,7 @@ It needs only ``triton`` (no torch, no CUDA driver): the kernels' module is load
 Run it under the Triton the GPU machine has (3.6 there, 2026-12)::
 
     python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0
-    /tmp/t36/bin/python scripts/sm90_compile.py                 # the defaults' kernels at the bench shape
+    /tmp/t36/bin/python scripts/sm90_compile.py                 # the GPU tiles (_GPU_* in triton_backend.py)
     /tmp/t36/bin/python scripts/sm90_compile.py --serial 64x256x4x1x4 --fwd-rows 64x1024x4x4
     python3 scripts/sm90_compile.py --everything   # every option's branch (tests/test_sm90_compile.py)
     /tmp/t36/bin/python scripts/sm90_compile.py --sass  # and SASS instructions per output element
@@ -22,6 +22,7 @@ varlen, contiguous (unit strides and multiples of 16 hinted as Triton's launcher
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import re
 import subprocess
@@ -33,6 +34,19 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 KERNELS = Path(__file__).resolve().parents[1] / "gdn_equiv" / "backends" / "_triton_kernels.py"
+BACKEND = KERNELS.with_name("triton_backend.py")
+
+
+def backend_tiles() -> dict[str, str]:
+    """The backend's GPU tiles (``_GPU_*`` in triton_backend.py) as ``AxBxC`` strings, read from its
+    source: importing it would need torch, which this script does without."""
+    tiles = {}
+    for node in ast.parse(BACKEND.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name.startswith("_GPU_"):
+                tiles[name] = "x".join(str(v) for v in ast.literal_eval(node.value))
+    return tiles
 
 
 def _module():
@@ -152,9 +166,12 @@ EVERYTHING = dict(W=3, HAS_BIAS=True, HAS_STATE=True, ACT=3, VARLEN=True)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serial", nargs="*", default=["64x256x4x1x1"], help="CTxBDxWARPSxSTAGESxROWS")
-    parser.add_argument("--fwd", nargs="*", default=["16x256x4"], help="BTxBDxWARPS of _fwd_kernel")
-    parser.add_argument("--fwd-rows", nargs="*", default=[], help="CTxBDxWARPSxROWS of _fwd_rows_kernel")
+    tiles = backend_tiles()  # the defaults: the tiles the backend launches on a GPU
+    parser.add_argument("--serial", nargs="*", default=[tiles["_GPU_SERIAL"]], help="CTxBDxWARPSxSTAGESxROWS")
+    parser.add_argument("--fwd", nargs="*", default=[tiles["_GPU_FWD"]], help="BTxBDxWARPS of _fwd_kernel")
+    parser.add_argument(
+        "--fwd-rows", nargs="*", default=[tiles["_GPU_FWD_ROWS"]], help="CTxBDxWARPSxROWS of _fwd_rows_kernel"
+    )
     parser.add_argument(
         "--everything", action="store_true", help="W3, relu2, bias, history, packed sequences, d(final state)"
     )

@@ -112,3 +112,11 @@ def test_sass_per_element_counts_the_longest_loop_body(listing: str, expected: s
     """The count behind ``--sass`` (no GPU, no ptxas): the longest backward branch's body, the whole
     kernel where there is none; a forward branch and the end's self-branch are not loops."""
     assert load_script("sm90_compile").sass_per_element(listing, 2) == expected
+
+
+def test_the_script_defaults_to_the_tiles_the_backend_launches() -> None:
+    """Without tile options the script compiles the backend's GPU tiles (read from its source, as the
+    script runs without torch): a tile moved in the backend moves the default report with it."""
+    tiles = load_script("sm90_compile").backend_tiles()
+    names = ("_GPU_FWD", "_GPU_FWD_ROWS", "_GPU_SERIAL", "_GPU_GRAD", "_GPU_BWD", "_GPU_ONEPASS")
+    assert {name: tiles[name] for name in names} == {name: _tile(getattr(tb, name)) for name in names}
