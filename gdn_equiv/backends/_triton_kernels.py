@@ -144,8 +144,9 @@ def _exp_neg(a):
     ``ex2.approx``), but with the flush-to-zero ``ex2.approx.ftz`` that ``tl.exp2`` emits: one
     instruction instead of four (no rescaling of inputs below -126). Used only as ``1 + exp(-a)``, where
     the two differ in nothing: a subnormal ``exp(-a)`` (flushed to 0 here) leaves ``1 + e`` at exactly 1,
-    so silu and its derivative keep the bits they had with ``tl.exp`` (argued from the PTX, which has the
-    same multiply constant; not yet compared on a GPU)."""
+    so silu and its derivative keep the bits they had with ``tl.exp`` on the GPU (argued from the PTX,
+    which has the same multiply constant; on an H100 every forward, dx and dweight of both came out
+    bitwise equal, bf16/fp16/fp32, inputs to +-120). Under the interpreter (numpy) fp32 can move by an ulp."""
     return tl.exp2(a * -1.4426950408889634)
 
 
