@@ -473,6 +473,26 @@ def test_weight_sums_add_the_partials_in_row_order(P: int) -> None:
     assert torch.equal(out, expected)
 
 
+@pytest.mark.parametrize("backward", ["serial", "two-pass"])
+@pytest.mark.parametrize(
+    ("weight_dtype", "bias_dtype"), [(torch.float32, torch.float16), (torch.bfloat16, torch.float32)]
+)
+def test_a_bias_in_another_dtype_than_the_weight_gets_its_own_gradient(
+    backward: str, weight_dtype: torch.dtype, bias_dtype: torch.dtype
+) -> None:
+    """dweight in the weight's dtype and dbias in the bias's, each the torch backend's sum: the
+    weight sums are cast once for both only where the two dtypes agree (the conformance strategies
+    hold weight and bias in one dtype, so only this test reaches the other branch)."""
+    case = Case(2, 7, 6, 3, weight_dtype, True, "silu", False, False, None, (0, 0), 5)
+    t = tensors(case)
+    t["bias"] = t["bias"].detach().to(bias_dtype).requires_grad_()
+    with _backward(backward):
+        got = run(TRITON, case, t)
+    expected = run(TORCH, case, t)
+    assert (got["dweight"].dtype, got["dbias"].dtype) == (weight_dtype, bias_dtype)
+    assert_all_close(got, expected, case)
+
+
 @pytest.mark.parametrize(("interpreting", "expected"), [(False, "rows"), (True, "tiles")])
 def test_the_forward_left_unset_is_rows_on_a_gpu_and_tiles_in_the_interpreter(
     interpreting: bool, expected: str
