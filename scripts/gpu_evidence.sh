@@ -51,7 +51,7 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     local var="LIMIT_${1//-/_}"
     case $1 in
     bench) stage bench "${!var:-150}" python3 -m gdn_equiv bench prologue --backend triton,cuda,fla \
-        --iters 30 --warmup 5 ;;
+        --iters 30 --warmup 5 --json "$OUT/bench-prologue.json" ;;
     tiles) stage tiles "${!var:-60}" python3 scripts/bwd_tiles.py ${TILES_ARGS:-} ;;
     fla-fuzz) stage fla-fuzz "${!var:-90}" python3 -m gdn_equiv fuzz --target fla --fla-core reference \
         --device cuda --seconds 60 --report "$OUT/fla-fuzz-report" ;;
