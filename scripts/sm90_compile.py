@@ -37,16 +37,21 @@ KERNELS = Path(__file__).resolve().parents[1] / "gdn_equiv" / "backends" / "_tri
 BACKEND = KERNELS.with_name("triton_backend.py")
 
 
-def backend_tiles() -> dict[str, str]:
+def backend_tiles(*, varlen: bool = False) -> dict[str, str]:
     """The backend's GPU tiles (``_GPU_*`` in triton_backend.py) as ``AxBxC`` strings, read from its
-    source: importing it would need torch, which this script does without."""
-    tiles = {}
+    source: importing it would need torch, which this script does without. With ``varlen`` the serial
+    tile's row group is capped at ``_SERIAL_VARLEN_ROWS``, as ``triton_backend.serial_tile`` caps it
+    for a launch with packed sequences."""
+    values = {}
     for node in ast.parse(BACKEND.read_text()).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
-            if name.startswith("_GPU_"):
-                tiles[name] = "x".join(str(v) for v in ast.literal_eval(node.value))
-    return tiles
+            if name.startswith("_GPU_") or name == "_SERIAL_VARLEN_ROWS":
+                values[name] = ast.literal_eval(node.value)
+    if varlen:
+        *tile, rows = values["_GPU_SERIAL"]
+        values["_GPU_SERIAL"] = (*tile, min(rows, values["_SERIAL_VARLEN_ROWS"]))
+    return {name: "x".join(str(v) for v in value) for name, value in values.items() if name.startswith("_GPU_")}
 
 
 def _module():
@@ -166,12 +171,10 @@ EVERYTHING = dict(W=3, HAS_BIAS=True, HAS_STATE=True, ACT=3, VARLEN=True)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    tiles = backend_tiles()  # the defaults: the tiles the backend launches on a GPU
-    parser.add_argument("--serial", nargs="*", default=[tiles["_GPU_SERIAL"]], help="CTxBDxWARPSxSTAGESxROWS")
-    parser.add_argument("--fwd", nargs="*", default=[tiles["_GPU_FWD"]], help="BTxBDxWARPS of _fwd_kernel")
-    parser.add_argument(
-        "--fwd-rows", nargs="*", default=[tiles["_GPU_FWD_ROWS"]], help="CTxBDxWARPSxROWS of _fwd_rows_kernel"
-    )
+    # left out, each defaults to the tile the backend launches on a GPU (with --everything, packed sequences)
+    parser.add_argument("--serial", nargs="*", help="CTxBDxWARPSxSTAGESxROWS")
+    parser.add_argument("--fwd", nargs="*", help="BTxBDxWARPS of _fwd_kernel")
+    parser.add_argument("--fwd-rows", nargs="*", help="CTxBDxWARPSxROWS of _fwd_rows_kernel")
     parser.add_argument(
         "--everything", action="store_true", help="W3, relu2, bias, history, packed sequences, d(final state)"
     )
@@ -185,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         "--sass", action="store_true", help="also SASS instructions per output element (nvdisasm's count)"
     )
     args = parser.parse_args(argv)
+    tiles = backend_tiles(varlen=args.everything)
+    for option, name in (("serial", "_GPU_SERIAL"), ("fwd", "_GPU_FWD"), ("fwd_rows", "_GPU_FWD_ROWS")):
+        if getattr(args, option) is None:
+            setattr(args, option, [tiles[name]])
     k = _module()
     import triton.language as tl
 

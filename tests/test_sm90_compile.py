@@ -33,13 +33,9 @@ def _tile(t: tuple[int, ...]) -> str:
 
 
 def _compile(*options: str) -> list[str]:
+    """The script at its default tiles: the backend's GPU ones (see the defaults test below)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    serial = tb.serial_tile(tb._GPU_SERIAL, varlen="--everything" in options)  # --everything: packed sequences
-    argv = [
-        sys.executable, str(SCRIPT), *options,
-        "--fwd", _tile(tb._GPU_FWD), "--fwd-rows", _tile(tb._GPU_FWD_ROWS), "--serial", _tile(serial),
-    ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([sys.executable, str(SCRIPT), *options], capture_output=True, text=True, env=env, timeout=300)
     if done.returncode and "ptxas" in done.stderr and "No such file" in done.stderr:
         pytest.skip(f"this triton has no ptxas to assemble with: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -114,9 +110,14 @@ def test_sass_per_element_counts_the_longest_loop_body(listing: str, expected: s
     assert load_script("sm90_compile").sass_per_element(listing, 2) == expected
 
 
-def test_the_script_defaults_to_the_tiles_the_backend_launches() -> None:
+@pytest.mark.parametrize("varlen", [False, True])
+def test_the_script_defaults_to_the_tiles_the_backend_launches(varlen: bool) -> None:
     """Without tile options the script compiles the backend's GPU tiles (read from its source, as the
-    script runs without torch): a tile moved in the backend moves the default report with it."""
-    tiles = load_script("sm90_compile").backend_tiles()
-    names = ("_GPU_FWD", "_GPU_FWD_ROWS", "_GPU_SERIAL", "_GPU_GRAD", "_GPU_BWD", "_GPU_ONEPASS")
-    assert {name: tiles[name] for name in names} == {name: _tile(getattr(tb, name)) for name in names}
+    script runs without torch), the serial one as a launch with packed sequences has it under
+    ``--everything``: a tile moved in the backend moves the default report with it."""
+    tiles = load_script("sm90_compile").backend_tiles(varlen=varlen)
+    launched = {
+        name: getattr(tb, name) for name in ("_GPU_FWD", "_GPU_FWD_ROWS", "_GPU_GRAD", "_GPU_BWD", "_GPU_ONEPASS")
+    }
+    launched["_GPU_SERIAL"] = tb.serial_tile(tb._GPU_SERIAL, varlen)
+    assert {name: tiles[name] for name in launched} == {name: _tile(t) for name, t in launched.items()}
