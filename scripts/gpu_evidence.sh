@@ -92,7 +92,7 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         tests/test_backends_triton.py tests/test_fused_equivalence.py ;;
     rows-tiles) stage rows-tiles "${!var:-240}" sh -c "python3 scripts/bwd_tiles.py --forward-rows \
         ${FWD_ROWS_TILES:-64x512x4x4 64x1024x4x4 32x512x4x8 128x512x4x8} && \
-        python3 scripts/bwd_tiles.py --serial ${SERIAL_TILES:-64x512x4x1x8 128x512x4x1x8 64x512x4x1x4 64x256x4x1x1} && \
+        python3 scripts/bwd_tiles.py --serial ${SERIAL_TILES:-128x512x4x1x8 64x512x4x1x8 128x256x4x1x8 256x512x4x1x8 128x512x8x1x8} && \
         python3 scripts/serial_stages_probe.py" ;;
     rows-suite) stage rows-suite "${!var:-200}" env GDN_EQUIV_TRITON_FORWARD=rows python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/rows-suite-failures.txt" --gdn-backend triton \

@@ -88,7 +88,11 @@ _GPU_ONEPASS = (64, 64, 4)
 # 64x512x4x1x4 0.1103, 64x512x4x1x8 0.0980 (two-pass 0.2280); ncu of 64x512x4x1x8: 74.2 us, DRAM 64.6%,
 # SM 65.0%, 168 registers, occupancy 16.9%. Chosen on the H100 (same sm_90; the H200 could not be
 # started), dx bitwise the two-pass's there and the triton tests passing; the H200 timing is owed.
-_GPU_SERIAL = (64, 512, 4, 1, 8)
+# Then 128x512x4x1x8 (H100, 2026-12-05, CUDA graph, one run): 0.0812 ms against 64x512x4x1x8's 0.0946
+# (-14%; 64x512x4x1x4 0.1085, two-pass 0.2247): half the weight sums' partial rows and of the halo rows
+# each chunk re-reads, and 384 programs in one wave (3 blocks per SM x 132) where 768 took two. sm_90:
+# 168 registers, no spills. dx keeps its bits; dweight's change (the partial sums group rows by 128).
+_GPU_SERIAL = (128, 512, 4, 1, 8)
 # with packed sequences the row groups are capped: each row's sequence checks and carried-tap reads
 # cost registers, and ROWS 8 reaches 255 on sm_90 and spills with a state and a final-state gradient
 # (Triton 3.6: 140 B; ROWS 4: 183 registers, no spills). Same bits for any ROWS.
