@@ -59,7 +59,7 @@ SHAPES: tuple[tuple[int, int], ...] = ((1, 2048), (2, 2048), (4, 2048), (2, 4096
 QUICK_SHAPES: tuple[tuple[int, int], ...] = ((1, 16), (2, 32))
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: peak HBM bandwidth (bytes/s) by a substring of the device name; other devices get GB/s only
-PEAK_HBM = {"H200": 4.8e12}
+PEAK_HBM = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12}  # H200, H100 SXM5 (NVIDIA's data sheets)
 #: timed calls / untimed calls before them, per benchmark (our layer's forward+backward at B2 T2048 takes
 #: ~0.13 s on an H200)
 DEFAULT_ITERS = {"layer": 10, "prologue": 50}
@@ -85,6 +85,9 @@ class BenchPlan:
     json: Path | None
     plot: Path | None
     shapes: tuple[tuple[int, int], ...] = ()
+    # "eager": each call as a program makes it (host work, autograd, launches included: at small shapes
+    # that is what a call costs); "graph": a CUDA graph of it (device time only: what the kernels cost)
+    timing: str = "eager"
     notes: list[str] = field(default_factory=list)  # what was left out, and why
 
     def __post_init__(self) -> None:
@@ -158,7 +161,28 @@ def timer(device: str) -> Callable[[Callable[[], object], int, int], Timing]:
     return time_cuda if torch.device(device).type == "cuda" else time_cpu
 
 
-def timing_method(device: str) -> str:
+def cuda_graph(fn: Callable[[], object], warmup: int = 3) -> Callable[[], object]:
+    """``fn`` captured once in a CUDA graph and replayed: ``warmup`` calls first on a side stream (they
+    compile and autotune, and let autograd set up its streams, as capture requires), then the capture.
+    Replays recompute the same outputs from the same inputs into the graph's own memory."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def timing_method(device: str, timing: str = "eager") -> str:
+    if torch.device(device).type == "cuda" and timing == "graph":
+        return (
+            "triton.testing.do_bench over a CUDA graph of each call (device time: host work and launches left "
+            "out), CUDA events around each replay, L2 flushed before each"
+        )
     if torch.device(device).type == "cuda":
         return "triton.testing.do_bench: CUDA events around each call, L2 flushed before each"
     interp = " (TRITON_INTERPRET=1: triton rows time the interpreter)" if _interpreting() else ""
@@ -438,7 +462,10 @@ def measure(subject: Subject, plan: BenchPlan) -> dict[str, Any]:
     timed = [p for p in PASSES if all((path, p) in subject.calls for path in PATHS)]  # check() may drop one
     for p in timed:
         for path in PATHS:
-            row[path][p] = dataclasses.asdict(time_fn(subject.calls[path, p], plan.warmup, plan.iters))
+            call = subject.calls[path, p]
+            if plan.timing == "graph":
+                call = cuda_graph(call)
+            row[path][p] = dataclasses.asdict(time_fn(call, plan.warmup, plan.iters))
     row["ratio"] = {p: row["separate"][p]["median_ms"] / row["fused"][p]["median_ms"] for p in timed}
     subject.extra(row)
     return {**subject.meta, **row}
@@ -481,11 +508,12 @@ def new_report(plan: BenchPlan) -> dict[str, Any]:
             "fla": plan.fla,
             "device": plan.device,
             "quick": plan.quick,
+            "timing": plan.timing,
         },
         "status": "running",
         "machine": machine(plan.device),
         "timing": {
-            "method": timing_method(plan.device),
+            "method": timing_method(plan.device, plan.timing),
             "warmup": plan.warmup,
             "iters": plan.iters,
             "quantiles": list(QUANTILES),

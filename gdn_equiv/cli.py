@@ -85,6 +85,7 @@ exit status:
 PROFILE_EXAMPLES = {"dev": 10, "ci": 40, "gpu": 30, "fuzz": 200}
 # one summary row per dtype the examples are drawn in (conv weights may still carry another, G9)
 DTYPES = ("float32", "float16", "bfloat16")
+BENCH_TIMINGS = ("eager", "graph")  # bench --timing (gdn_equiv.bench.BenchPlan.timing)
 DEFAULT_REPORT = "gdn-equiv-report"
 NECESSITY = "P6-necessity"
 
@@ -696,6 +697,14 @@ def plan_bench(args: argparse.Namespace) -> Any:
             f"bench {what} on cpu: only --quick (tiny shapes, wall clock) runs on a CPU; the full shapes need "
             "--device cuda"
         )
+    timing = args.timing or "eager"
+    if timing == "graph" and what != "prologue":
+        raise UsageError(
+            f"--timing graph: bench {what} times eagerly only (a layer's core and fla's autotuning run host code "
+            "between kernels, which a CUDA graph cannot hold); graph timing is for bench prologue"
+        )
+    if timing == "graph" and torch.device(device).type != "cuda":
+        raise EnvironmentProblem(f"--timing graph needs a CUDA device (CUDA graphs), got --device {device}")
     if args.backend is not None:
         names = _backends(args.backend, baselines=("fla",))
     else:
@@ -733,6 +742,7 @@ def plan_bench(args: argparse.Namespace) -> Any:
         plot=plot_path,
         shapes=shapes,
         notes=notes,
+        timing=timing,
     )
 
 
@@ -747,7 +757,7 @@ class BenchReplay:
 
 #: the timing and selection options of ``bench``, which ``--from`` leaves to the report it reads
 #: (``--device`` is filled in before the command sees it, so it cannot be told apart from its default)
-_BENCH_RUN_OPTIONS = ("family", "backend", "dtype", "iters", "warmup", "shape", "json")
+_BENCH_RUN_OPTIONS = ("family", "backend", "dtype", "iters", "warmup", "shape", "json", "timing")
 
 
 def _bench_replay(args: argparse.Namespace) -> BenchReplay:
@@ -1022,6 +1032,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch x sequence length, repeatable (default: 1x2048 2x2048 4x2048 2x4096 4x4096; --quick: 1x16 2x32)",
     )
     p.add_argument("--quick", action="store_true", help="tiny configs and shapes (a smoke test; the only mode on cpu)")
+    p.add_argument(
+        "--timing",
+        choices=BENCH_TIMINGS,
+        default=None,
+        help="eager (default): each call as a program makes it, host work and launches included; graph (prologue, "
+        "cuda): a CUDA graph of each call replayed, device time only (what the kernels cost)",
+    )
     p.add_argument(
         "--json", default=None, metavar="FILE.json", help=f"report (default {DEFAULT_REPORT}/bench-WHAT.json)"
     )

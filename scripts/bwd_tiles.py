@@ -48,15 +48,9 @@ def _median_ms(fn: Callable[[], object], *, calls: int = 1, warmup: int = 10, re
 
 def _graphed(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` captured once (after a compiling call on a side stream) and replayed."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+    from gdn_equiv.bench import cuda_graph
+
+    return cuda_graph(fn, warmup=1)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from gdn_equiv import bench
 from gdn_equiv.cli import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
@@ -192,6 +193,8 @@ REFUSED = {
     "json-suffix": (["layer", "--quick", "--json", "out.txt"], EXIT_USAGE, "--json 'out.txt' must name a .json file"),
     "cpu-full-shapes": (["layer", "--device", "cpu"], EXIT_ENVIRONMENT, "only --quick"),
     "fla-on-cpu": (["layer", "--quick", "--backend", "fla"], EXIT_ENVIRONMENT, "--backend 'fla'"),
+    "graph-on-cpu": (["prologue", "--quick", "--timing", "graph"], EXIT_ENVIRONMENT, "--timing graph needs a CUDA"),
+    "graph-layer": (["layer", "--quick", "--timing", "graph"], EXIT_USAGE, "bench layer times eagerly only"),
 }
 
 
@@ -204,6 +207,62 @@ def test_bench_refuses_bad_arguments_before_running(capsys, tmp_path: Path, argv
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not report.exists()
+
+
+def test_graph_timing_times_a_captured_graph_of_every_call(tmp_path: Path, monkeypatch) -> None:
+    """``timing="graph"``: each of a row's four calls is captured (once) and the capture's replay is
+    what gets timed; ``eager`` times the calls themselves. The capture is stood in for here (CUDA
+    graphs need a GPU; test_cuda_graph_replays_what_it_captured runs the real one there)."""
+    captured: list[object] = []
+    timed: list[object] = []
+
+    def capture(fn, warmup=3):
+        def replay():
+            return fn()
+
+        captured.append(fn)
+        return replay
+
+    def timer(fn, warmup, iters):
+        timed.append(fn)
+        return bench.time_cpu(fn, warmup, iters)
+
+    monkeypatch.setattr(bench, "cuda_graph", capture)
+    monkeypatch.setattr(bench, "timer", lambda device: timer)
+    for timing in ("graph", "eager"):
+        captured.clear(), timed.clear()
+        plan = bench.BenchPlan(
+            what="prologue", families=["gated_deltanet"], backends=["torch"], fla=False, dtypes=["float32"],
+            device="cpu", iters=1, warmup=0, quick=True, json=None, plot=None, shapes=((1, 16),), timing=timing,
+        )  # fmt: skip
+        subject = bench._prologue_subject("gated_deltanet", "gdn_equiv", "torch", 1, 16, torch.float32, "cpu", True)
+        row = bench.measure(subject, plan)
+        calls = [subject.calls[path, p] for p in bench.PASSES for path in bench.PATHS]
+        if timing == "graph":
+            assert captured == calls and len(timed) == 4 and not set(map(id, timed)) & set(map(id, calls))
+        else:
+            assert not captured and timed == calls
+        assert set(row["ratio"]) == set(bench.PASSES)
+        assert ("CUDA graph" in bench.timing_method("cuda", timing)) == (timing == "graph")
+        assert bench.new_report(plan)["plan"]["timing"] == timing
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graph_replays_what_it_captured() -> None:
+
+    x, out, calls = torch.arange(4.0, device="cuda"), torch.zeros(4, device="cuda"), []
+
+    def fn() -> None:
+        calls.append(1)
+        out.copy_(x * 2)
+
+    replay = bench.cuda_graph(fn, warmup=2)
+    assert len(calls) == 3  # two warm-up calls and the one captured
+    out.zero_()
+    x.add_(1)
+    replay()
+    torch.cuda.synchronize()
+    assert len(calls) == 3 and torch.equal(out, x * 2)  # the kernels ran again on the new x, Python did not
 
 
 def test_bench_refuses_a_plot_path_that_is_a_directory(capsys, tmp_path: Path) -> None:
