@@ -249,7 +249,6 @@ def test_graph_timing_times_a_captured_graph_of_every_call(tmp_path: Path, monke
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_cuda_graph_replays_what_it_captured() -> None:
-
     x, out, calls = torch.arange(4.0, device="cuda"), torch.zeros(4, device="cuda"), []
 
     def fn() -> None:
