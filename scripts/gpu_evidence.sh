@@ -5,6 +5,7 @@
 # timeout still says what failed.
 # Run from the repo root after DEVICE.md's pip line (PYTHONPATH=/tmp/site:$PWD).
 #   1 bench      gdn-equiv bench prologue (triton, cuda, fla), eager and device timings
+#   bench-graph  the same with --timing graph (CUDA graphs: the kernels' device time, host work left out)
 #   2 tiles      backward tile candidates of the triton backend (scripts/bwd_tiles.py)
 #   3 fla-fuzz   gdn-equiv fuzz --target fla: fla's guard gaps found and shown on the GPU
 #   4 suites     conformance + fused-vs-separate properties under the triton and cuda backends
@@ -52,6 +53,8 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     case $1 in
     bench) stage bench "${!var:-150}" python3 -m gdn_equiv bench prologue --backend triton,cuda,fla \
         --iters 30 --warmup 5 --json "$OUT/bench-prologue.json" ;;
+    bench-graph) stage bench-graph "${!var:-180}" python3 -m gdn_equiv bench prologue --backend triton,cuda,fla \
+        --timing graph --iters 30 --warmup 5 --json "$OUT/bench-prologue-graph.json" --plot "$OUT/bench-prologue-graph.png" ;;
     tiles) stage tiles "${!var:-60}" python3 scripts/bwd_tiles.py ${TILES_ARGS:-} ;;
     fla-fuzz) stage fla-fuzz "${!var:-90}" python3 -m gdn_equiv fuzz --target fla --fla-core reference \
         --device cuda --seconds 60 --report "$OUT/fla-fuzz-report" ;;
