@@ -410,14 +410,20 @@ def _prologue_subject(
         row["fused_min_bytes"] = moved
         if torch.device(device).type != "cuda":
             return  # a CPU's wall clock says nothing about memory bandwidth
-        gbps = {p: moved[p] / (row["fused"][p]["median_ms"] * 1e-3) / 1e9 for p in PASSES}
-        row["fused_gb_per_s"] = gbps
-        peak = peak_hbm(device)
-        if peak is not None:
-            row["fused_hbm_fraction"] = {p: gbps[p] * 1e9 / peak for p in PASSES}
+        row.update(bandwidth_figures(moved, {p: row["fused"][p]["median_ms"] for p in PASSES}, peak_hbm(device)))
 
     meta = {"family": family_name, "impl": impl, "backend": backend}
     return Subject(meta, calls, check, bandwidth)
+
+
+def bandwidth_figures(moved: dict[str, int], median_ms: dict[str, float], peak: float | None) -> dict[str, Any]:
+    """A fused row's ``fused_gb_per_s`` (the bytes it must move over its median time, 1 GB = 1e9 bytes)
+    and, where the device's peak is known, ``fused_hbm_fraction``."""
+    gbps = {p: moved[p] / (median_ms[p] * 1e-3) / 1e9 for p in moved}
+    figures: dict[str, Any] = {"fused_gb_per_s": gbps}
+    if peak is not None:
+        figures["fused_hbm_fraction"] = {p: gbps[p] * 1e9 / peak for p in moved}
+    return figures
 
 
 def peak_hbm(device: str) -> float | None:

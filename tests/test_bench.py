@@ -5,6 +5,7 @@ anything runs. Times here are smoke, never asserted: speed lives in the command,
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -54,7 +55,15 @@ def _check_report(report: dict, *, command: str, rows: int, iters: int = 2) -> N
 
 
 def _tables(out: str) -> int:
-    return sum(line.startswith("| family |") for line in out.splitlines())
+    """How many tables ``out`` prints; each one's rows have as many cells as its header."""
+    lines = out.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("| family |")]
+    for start in starts:
+        width = lines[start].count(" | ")
+        body = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 1 :]))
+        assert body and all(line.count("|") == lines[start].count("|") for line in body), (lines[start], body)
+        assert all(line.count(" | ") == width for line in body[1:]), body  # data rows: one cell per column
+    return len(starts)
 
 
 def test_bench_layer_quick_two_families(capsys, tmp_path: Path) -> None:
@@ -78,6 +87,14 @@ def test_bench_layer_quick_two_families(capsys, tmp_path: Path) -> None:
         assert f"plot: {plot}" in out
 
 
+def test_bench_says_each_row_as_it_finishes(capsys, tmp_path: Path) -> None:
+    assert main(["bench", "prologue", *QUICK, "--backend", "torch", "--json", str(tmp_path / "r.json")]) == EXIT_OK
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    n = len(bench.QUICK_SHAPES)
+    assert [line.split("]")[0] + "]" for line in progress] == [f"[{i}/{n}]" for i in range(1, n + 1)]
+    assert all("gated_deltanet gdn_equiv/torch" in line and "fwd+bwd" in line for line in progress)
+
+
 def test_bench_prologue_quick(capsys, tmp_path: Path) -> None:
     plot = ["--plot", str(tmp_path / "p.png")] if HAS_MATPLOTLIB else []  # an asked-for plot needs the extra
     status, out, report = _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch", *plot)
@@ -87,8 +104,37 @@ def test_bench_prologue_quick(capsys, tmp_path: Path) -> None:
     channels = report["families"]["gated_deltanet"]["conv_channels"]
     (B, T), esize, W = bench.QUICK_SHAPES[0], 4, 4
     D = sum(channels.values())
-    assert report["rows"][0]["fused_min_bytes"]["fwd"] == 2 * B * T * D * esize + D * W * esize
+    act, weight = B * T * D * esize, D * W * esize
+    moved = report["rows"][0]["fused_min_bytes"]
+    assert moved["fwd"] == 2 * act + weight  # read x, write y, read the weight
+    assert moved["fwd_bwd"] == moved["fwd"] + 3 * act + weight  # read dy and x, write dx and dweight
+    assert all(f"| {r['B']} | {r['T']} | float32 |" in out for r in report["rows"])
+    assert out.count(" | bitwise |") == len(report["rows"])  # the check column, one per row
     assert _tables(out) == 1 and "| gated_deltanet | gdn_equiv | torch |" in out
+
+
+def test_a_gpu_reports_bandwidth_column(capsys, tmp_path: Path) -> None:
+    """The GB/s column (filled only on a GPU): a CPU report given a GPU row's bandwidth fields prints
+    them, and a row without them (an older report, an error) keeps the table's width."""
+    status, _, report = _run(capsys, tmp_path, "prologue", *QUICK, "--backend", "torch")
+    assert status == EXIT_OK and report is not None
+    first = report["rows"][0]
+    first["fused_gb_per_s"] = {"fwd": 2199.6, "fwd_bwd": 1979.4}
+    first["fused_hbm_fraction"] = {"fwd": 0.6566, "fwd_bwd": 0.5909}
+    table = bench.format_table(report)
+    assert _tables(table) == 1 and "fused GB/s fwd / fwd+bwd" in table
+    assert "| 2200 / 1979 (66% / 59% of HBM) | bitwise |" in table
+    assert table.count("|  | bitwise |") == len(report["rows"]) - 1
+
+
+def test_bandwidth_figures() -> None:
+    # B2 T2048 D6144 bf16 W4: read x and write y (2 x 50,331,648 bytes) and read the weight (49,152) in
+    # 0.0458 ms is 2.199 TB/s, 65.6% of an H100 SXM's 3.35 TB/s
+    moved = {"fwd": 100_712_448}
+    figures = bench.bandwidth_figures(moved, {"fwd": 0.0458}, 3.35e12)
+    assert figures["fused_gb_per_s"]["fwd"] == pytest.approx(2198.96, abs=0.01)
+    assert figures["fused_hbm_fraction"]["fwd"] == pytest.approx(0.6564, abs=1e-4)
+    assert bench.bandwidth_figures(moved, {"fwd": 0.0458}, None).keys() == {"fused_gb_per_s"}
 
 
 def test_bench_without_matplotlib_skips_the_plot_or_refuses_it(capsys, tmp_path: Path, monkeypatch) -> None:
@@ -106,6 +152,18 @@ def test_bench_fused_output_differing_is_a_finding(capsys, tmp_path: Path, monke
     assert status == EXIT_FAILED
     assert "FINDING gla gdn_equiv/torch B1 T16 float32: fused forward output differs" in out
     assert report is not None and report["rows"][0]["check"]["fwd_equal"] is False
+
+
+def test_bench_fused_path_that_did_not_run_is_a_finding(capsys, tmp_path: Path, monkeypatch) -> None:
+    from gdn_equiv.targets.gdn_equiv_target import GdnEquivHandle
+
+    monkeypatch.setattr(GdnEquivHandle, "path_taken", lambda self: "separate")  # a fused call that ran 3 convs
+    status, out, report = _run(capsys, tmp_path, "layer", *QUICK, "--family", "gla", "--backend", "torch")
+    assert status == EXIT_FAILED
+    assert (
+        "FINDING gla gdn_equiv/torch B1 T16 float32: prologue=separate ran separate, prologue=fused ran separate" in out
+    )
+    assert report is not None and report["rows"][0]["check"]["path"]["ok"] is False
 
 
 def test_bench_row_that_cannot_run_is_reported(capsys, tmp_path: Path, monkeypatch) -> None:
@@ -244,6 +302,7 @@ def test_graph_timing_times_a_captured_graph_of_every_call(tmp_path: Path, monke
             assert not captured and timed == calls
         assert set(row["ratio"]) == set(bench.PASSES)
         assert ("CUDA graph" in bench.timing_method("cuda", timing)) == (timing == "graph")
+        assert "do_bench" in bench.timing_method("cuda", timing) and "L2 flushed" in bench.timing_method("cuda", timing)
         assert bench.new_report(plan)["plan"]["timing"] == timing
 
 
