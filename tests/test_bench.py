@@ -137,6 +137,16 @@ def test_bandwidth_figures() -> None:
     assert bench.bandwidth_figures(moved, {"fwd": 0.0458}, None).keys() == {"fused_gb_per_s"}
 
 
+@pytest.mark.parametrize(
+    "name,peak",
+    [("NVIDIA H200", 4.8e12), ("NVIDIA H100 80GB HBM3", 3.35e12), ("NVIDIA H100 PCIe", None), ("NVIDIA A100", None)],
+)
+def test_peak_hbm_is_known_only_for_the_cards_it_names(monkeypatch, name: str, peak: float | None) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert bench.peak_hbm("cuda") == peak  # an H100 PCIe (HBM2e, 2 TB/s) is not taken for the SXM card
+    assert bench.peak_hbm("cpu") is None
+
+
 def test_bench_without_matplotlib_skips_the_plot_or_refuses_it(capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(bench, "matplotlib_missing", lambda: "matplotlib is not installed (pip install x)")
     argv = ["prologue", *QUICK, "--backend", "torch"]
