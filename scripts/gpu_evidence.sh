@@ -4,7 +4,7 @@
 # stages also write each failure the moment it happens (--gdn-failure-log), so a stage cut off by its
 # timeout still says what failed.
 # Run from the repo root after DEVICE.md's pip line (PYTHONPATH=/tmp/site:$PWD).
-#   1 bench      gdn-equiv bench prologue (triton, cuda, fla), eager and device timings
+#   1 bench      gdn-equiv bench prologue (triton, cuda, fla), eager timings (host work included)
 #   bench-graph  the same with --timing graph (CUDA graphs: the kernels' device time, host work left out)
 #   2 tiles      backward tile candidates of the triton backend (scripts/bwd_tiles.py)
 #   3 fla-fuzz   gdn-equiv fuzz --target fla: fla's guard gaps found and shown on the GPU

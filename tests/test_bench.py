@@ -164,16 +164,30 @@ def test_bench_fused_output_differing_is_a_finding(capsys, tmp_path: Path, monke
     assert report is not None and report["rows"][0]["check"]["fwd_equal"] is False
 
 
-def test_bench_fused_path_that_did_not_run_is_a_finding(capsys, tmp_path: Path, monkeypatch) -> None:
-    from gdn_equiv.targets.gdn_equiv_target import GdnEquivHandle
+class _FusedRunsTheSeparateConvs:
+    """Planted: prologue="fused" runs the three convs one by one (same outputs, three launches)."""
 
-    monkeypatch.setattr(GdnEquivHandle, "path_taken", lambda self: "separate")  # a fused call that ran 3 convs
+    def _fused_prologue(self, proj, call):
+        return self._separate_prologue(proj, call, False)[0]
+
+
+def test_bench_fused_path_that_did_not_run_is_a_finding(capsys, tmp_path: Path, monkeypatch) -> None:
+    """The defect enters through the gdn_equiv target's ``defect`` option; the bench asks for each path
+    by argument and sees from the launch count that the fused one ran three convs."""
+    from gdn_equiv import targets
+
+    get_target = targets.get_target
+    monkeypatch.setattr(
+        targets, "get_target", lambda name, **options: get_target(name, defect=_FusedRunsTheSeparateConvs)
+    )
     status, out, report = _run(capsys, tmp_path, "layer", *QUICK, "--family", "gla", "--backend", "torch")
     assert status == EXIT_FAILED
     assert (
         "FINDING gla gdn_equiv/torch B1 T16 float32: prologue=separate ran separate, prologue=fused ran separate" in out
     )
     assert report is not None and report["rows"][0]["check"]["path"]["ok"] is False
+    assert report["rows"][0]["check"]["path"]["launches"] == {"separate": 3, "fused": 3}
+    assert report["rows"][0]["check"]["fwd_equal"] is True  # same outputs: only the launch count tells
 
 
 def test_bench_row_that_cannot_run_is_reported(capsys, tmp_path: Path, monkeypatch) -> None:
