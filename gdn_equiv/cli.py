@@ -27,14 +27,16 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from gdn_equiv import registry
 from gdn_equiv.families import DEFAULT_FAMILY
+from gdn_equiv.testing import PROFILES
 
 if TYPE_CHECKING:
     from gdn_equiv.guard import Condition
@@ -81,13 +83,14 @@ exit status:
   130  interrupted
 """
 
-# examples per property x dtype row for each profile (the pytest profiles live in gdn_equiv/testing.py)
-PROFILE_EXAMPLES = {"dev": 10, "ci": 40, "gpu": 30, "fuzz": 200}
 # one summary row per dtype the examples are drawn in (conv weights may still carry another, G9)
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = registry.DTYPES
+#: the shortest share of a fuzz budget a row can use (its first examples: imports, a first compile); a
+#: budget below rows x this is refused before the first example, naming the minimum
+MIN_SECONDS_PER_ROW = 1.0
 BENCH_TIMINGS = ("eager", "graph")  # bench --timing (gdn_equiv.bench.BenchPlan.timing)
 DEFAULT_REPORT = "gdn-equiv-report"
-NECESSITY = "P6-necessity"
+NECESSITY = registry.NECESSITY
 
 
 class UsageError(Exception):
@@ -113,7 +116,7 @@ class Plan:
     device: str
     profile: str
     examples: int
-    necessity_examples: int
+    necessity_examples: int | None  # None: the registry's budget per backend
     max_seq_len: int
     seconds: float | None
     report: Path
@@ -144,10 +147,8 @@ def _explicit(args: argparse.Namespace, *names: str) -> list[str]:
 
 def _profile(args: argparse.Namespace, default: str) -> str:
     env = os.environ.get("HYPOTHESIS_PROFILE")
-    if env is not None and env != "" and env not in PROFILE_EXAMPLES:
-        raise UsageError(
-            f"HYPOTHESIS_PROFILE={env!r} is not a profile; known profiles: {', '.join(sorted(PROFILE_EXAMPLES))}"
-        )
+    if env is not None and env != "" and env not in PROFILES:
+        raise UsageError(f"HYPOTHESIS_PROFILE={env!r} is not a profile; known profiles: {', '.join(sorted(PROFILES))}")
     return args.profile or env or default
 
 
@@ -205,25 +206,23 @@ def _families(option: str, *, fla_only: bool = False) -> list[str]:
 
 
 def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
-    """``--property`` names: the properties of :data:`gdn_equiv.runner.SPECS`, ``P6-necessity`` (every
-    condition's search) or ``P6-necessity-G<n>`` (one); all of them when none is given."""
-    from gdn_equiv import runner
-    from gdn_equiv.guard import Condition
-
-    searches = {f"{NECESSITY}-{c.id}": c for c in Condition}
+    """``--property`` names: the example properties of the registry (:mod:`gdn_equiv.registry`),
+    ``P6-necessity`` (every condition's search) or ``P6-necessity-G<n>`` (one); all when none is given."""
+    names = [r.name for r in registry.property_records()]
+    searches = {r.name: r.condition for r in registry.necessity_records() if r.condition is not None}
     if not args.property:
-        return list(runner.SPECS), [] if args.skip_necessity else list(Condition)
+        return names, [] if args.skip_necessity else list(searches.values())
     properties: list[str] = []
     conditions: list[Condition] = []
     for name in dict.fromkeys(args.property):
-        if name in runner.SPECS:
+        if name in names:
             properties.append(name)
         elif name == NECESSITY:
-            conditions += [c for c in Condition if c not in conditions]
+            conditions += [c for c in searches.values() if c not in conditions]
         elif name in searches:
             conditions += [searches[name]] if searches[name] not in conditions else []
         else:
-            known = [*runner.SPECS, NECESSITY, *searches]
+            known = [*names, NECESSITY, *searches]
             raise UsageError(f"--property {name!r} is not a property; known: {', '.join(known)}")
     if conditions and args.skip_necessity:
         raise UsageError(f"--skip-necessity contradicts --property {NECESSITY}...: drop one of them")
@@ -323,15 +322,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     reason = _target_problem(args.target)
     if reason is not None:
         raise EnvironmentProblem(f"--target {args.target}: {_one_line(reason)}")
-    if args.examples is not None:
-        examples = args.examples
-    elif fuzz:
-        examples = max(1, PROFILE_EXAMPLES[profile] // 4)  # a round: short, so every row gets its turn
-    else:
-        examples = PROFILE_EXAMPLES[profile]
-    # a search stops at its first counterexample, so a generous cap costs little; the profile's
-    # per-property count (10 for dev) is too small to find the rarer ones
-    necessity = args.necessity_examples or max(200, 5 * examples)
+    # the one profile table; a fuzz row runs until its share of the budget is spent
+    examples = args.examples if args.examples is not None else registry.examples_per_row(profile)
     junit_xml, json_copy = _output_file("--junit-xml", args.junit_xml), _output_file("--json", args.json)
     _make_dirs({
         "--report": report,
@@ -339,7 +331,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         "--junit-xml": junit_xml and junit_xml.parent,
         "--json": json_copy and json_copy.parent,
     })  # fmt: skip
-    return Plan(
+    plan = Plan(
         command=args.command,
         target=args.target,
         target_options=target_options,
@@ -351,8 +343,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
         device=device,
         profile=profile,
         examples=examples,
-        necessity_examples=necessity,
-        max_seq_len=args.max_seq_len or 20,
+        necessity_examples=args.necessity_examples,
+        max_seq_len=args.max_seq_len or registry.MAX_SEQ_LEN,
         seconds=args.seconds if fuzz else None,
         report=report,
         database=database,
@@ -361,6 +353,40 @@ def plan_run(args: argparse.Namespace) -> Plan:
         isolate=isolate,
         example_timeout=example_timeout,
     )
+    if plan.seconds is not None:
+        runnable = sum(1 for row in ledger_rows(plan) if row.result != "n/a")
+        if plan.seconds < runnable * MIN_SECONDS_PER_ROW:
+            raise UsageError(
+                f"--seconds {args.seconds:g} is too short for this plan: {runnable} rows need at least "
+                f"{runnable * MIN_SECONDS_PER_ROW:g} s ({MIN_SECONDS_PER_ROW:g} s a row); give more seconds or ask "
+                "for fewer rows (--property, --dtype, --family, --skip-necessity)"
+            )
+    return plan
+
+
+def ledger_rows(plan: Plan) -> list[Check]:
+    """The ledger: every row the plan asks for, in run order; a row that cannot run here carries its
+    ``n/a`` result and reason (SPEC §10)."""
+    from gdn_equiv.report import Check
+
+    if plan.target != "gdn_equiv":
+        name = f"P1-{plan.target}-guard-vs-spec"
+        options = {k: str(v) for k, v in plan.target_options.items()}
+        return [
+            Check(name, "-", family=f, target=plan.target, target_options=options, function="check_target_guard")
+            for f in plan.families
+        ]
+    records = [registry.get_record(n) for n in plan.properties]
+    records += [registry.get_record(registry.necessity_name(c)) for c in plan.conditions]
+    rows = []
+    for row, record, reason in registry.asked_rows(
+        records, families=plan.families, backends=plan.backends, dtypes=plan.dtypes
+    ):
+        check = Check(row.property, row.backend, row.dtype, family=row.family, function=record.function)
+        if reason is not None:
+            check.result, check.failure = "n/a", reason
+        rows.append(check)
+    return rows
 
 
 def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, float | None]:
@@ -398,13 +424,11 @@ def _database_option(value: str) -> Path | str:
 # ---- check / fuzz --------------------------------------------------------------------------------
 
 
-def _checks(plan: Plan, *, conditions: list[Condition], database: object, deadline: float | None) -> Iterator[Check]:
-    """Each check of one pass over the plan, as it finishes; nothing starts once ``deadline`` passed,
-    and a check the budget cut before any applicable example is not reported (it did not run)."""
+def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float | None) -> Iterator[Check]:
+    """Each asked row's result as it finishes (with each further kind of failure as a row of its own).
+    With a ``deadline`` (fuzz) every row gets a share: row i may run until ``start + (i + 1) x budget /
+    rows``, so time a quick row leaves passes to the next, and no row is left without one."""
     from gdn_equiv import runner
-
-    def spent() -> bool:
-        return deadline is not None and time.perf_counter() >= deadline
 
     if plan.target != "gdn_equiv":
         # one gap search per family; a time budget is shared out evenly over the families left
@@ -422,42 +446,37 @@ def _checks(plan: Plan, *, conditions: list[Condition], database: object, deadli
                 **plan.target_options,
             )
         return
-    for family in plan.families:
-        for backend in plan.backends:
-            for name in plan.properties:
-                for dtype in plan.dtypes:
-                    if spent():
-                        return
-                    check = runner.run_property(
-                        name,
-                        backend,
-                        max_examples=plan.examples,
-                        device=plan.device,
-                        max_seq_len=plan.max_seq_len,
-                        database=database,
-                        dtype=dtype,
-                        family=family,
-                        deadline=deadline,
-                    )
-                    if check.budget_spent and check.examples <= check.not_applicable:
-                        return
-                    yield check
-                    yield from check.also  # each further kind of failure, a row of its own
-            for condition in conditions:
-                if spent():
-                    return
-                check = runner.find_counterexample(
-                    condition,
-                    backend,
-                    max_examples=plan.necessity_examples,
-                    device=plan.device,
-                    max_seq_len=plan.max_seq_len,
-                    family=family,
-                    deadline=deadline,
-                )
-                if check.budget_spent and check.examples <= check.not_applicable:
-                    return
-                yield check
+    runnable = [row for row in rows if row.result != "n/a"]
+    start = time.perf_counter()
+    for i, row in enumerate(runnable):
+        share = None if deadline is None else start + (i + 1) * (deadline - start) / len(runnable)
+        if share is not None and time.perf_counter() >= deadline:  # type: ignore[operator]
+            return  # the rest stay "not reached"
+        record = registry.get_record(row.name)
+        if record.condition is not None:
+            check = runner.find_counterexample(
+                record.condition,
+                row.backend,
+                max_examples=plan.necessity_examples,
+                device=plan.device,
+                family=row.family,
+                deadline=share,
+            )
+        else:
+            check = runner.run_property(
+                row.name,
+                row.backend,
+                max_examples=plan.examples,
+                device=plan.device,
+                max_seq_len=plan.max_seq_len,
+                database=database,
+                dtype=None if row.dtype == "any" else row.dtype,
+                family=row.family,
+                deadline=share,
+                record=record,
+            )
+        yield check
+        yield from check.also  # each further kind of failure, a row of its own
 
 
 def _progress(check: Check) -> None:
@@ -495,15 +514,25 @@ def _database(plan: Plan) -> object:
     return DirectoryBasedExampleDatabase(str(plan.database))
 
 
-def _run(plan: Plan, header: str, passes: Callable[[ReportWriter, float], None]) -> int:
+def _run(plan: Plan, header: str, deadline: float | None = None) -> int:
+    """Run the plan's rows and compute the exit status from the ledger: 0 only when every asked row
+    ran at least one applicable example (or cannot be asked here, with the reason) and none failed."""
     from gdn_equiv import isolation
 
     started = time.perf_counter()
     print(header, flush=True)
+    database = _database(plan)
+    rows = ledger_rows(plan)
     with _writer(plan) as writer:
+        writer.ask(rows)
+        na = [r for r in rows if r.result == "n/a"]
+        print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
         isolation.configure(plan.example_timeout if plan.isolate else None)
         try:
-            passes(writer, started)
+            budget = None if deadline is None else started + deadline
+            for check in _checks(plan, rows, database=database, deadline=budget):
+                writer.add(check)
+                _progress(check)
         finally:
             isolation.configure(None)
         writer.meta["seconds"] = round(time.perf_counter() - started, 1)
@@ -516,22 +545,25 @@ def _run(plan: Plan, header: str, passes: Callable[[ReportWriter, float], None])
     total = sum(c.examples for c in rows)
     failed = writer.failed
     print(
-        f"\n{total} examples in {writer.meta['seconds']} s on {plan.device}; {len(failed)} failing; report: {summary}"
+        f"\n{total} examples in {writer.meta['seconds']} s on {plan.device}; {len(rows)} rows asked, "
+        f"{len(failed)} failing; report: {summary}"
     )
     for c in rows:
-        if c.result == "none found":
-            print(
-                f"note: {c.row_id}: no counterexample found in {c.examples - c.not_applicable} applicable examples; "
-                f"the condition may be unnecessary on {c.backend}"
-            )
+        if c.result in ("none found", "n/a"):
+            print(f"{c.result}: {c.row_id}: {c.failure}")
     for c in failed:
-        if c.result == "not exercised":
-            print(f"\nNOT EXERCISED {c.row_id}: {c.failure}")
+        if c.result != "FAIL":
+            print(f"\n{c.result.upper()} {c.row_id}: {c.failure}")
             continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
         print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
         if c.repro:
             print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
+    unchecked = [c for c in failed if c.result != "FAIL"]
+    if unchecked:
+        print(
+            f"\nnot green: {len(unchecked)} of {len(rows)} asked rows were not checked (not reached or not exercised)"
+        )
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -545,38 +577,13 @@ def _what(plan: Plan) -> str:
 
 
 def cmd_check(plan: Plan) -> int:
-    database = _database(plan)
-
-    def passes(writer: ReportWriter, started: float) -> None:
-        for check in _checks(plan, conditions=plan.conditions, database=database, deadline=None):
-            writer.add(check)
-            _progress(check)
-
-    return _run(plan, f"gdn-equiv check: {_what(plan)} ({plan.examples} examples per property)", passes)
+    return _run(plan, f"gdn-equiv check: {_what(plan)} ({plan.examples} examples per property row)")
 
 
 def cmd_fuzz(plan: Plan) -> int:
     assert plan.seconds is not None
-    database = _database(plan)
-
-    def passes(writer: ReportWriter, started: float) -> None:
-        deadline = started + plan.seconds  # type: ignore[operator]
-        conditions = plan.conditions
-        rounds = 0
-        while time.perf_counter() < deadline:
-            rounds += 1
-            writer.meta["rounds"] = rounds
-            failed = False
-            for check in _checks(plan, conditions=conditions, database=database, deadline=deadline):
-                writer.add(check)
-                _progress(check)
-                failed = failed or check.result == "FAIL"
-            if failed or plan.target != "gdn_equiv":
-                break  # a finding ends the run; a gap search spends the budget by itself
-            conditions = []  # necessity needs one search, not one per round
-        print(f"{rounds} fuzz round{'s' if rounds != 1 else ''} (the run ends after a round with a failure)")
-
-    return _run(plan, f"gdn-equiv fuzz: {_what(plan)} for {plan.seconds:g}s", passes)
+    header = f"gdn-equiv fuzz: {_what(plan)} for {plan.seconds:g}s, shared over the rows"
+    return _run(plan, header, deadline=plan.seconds)
 
 
 # ---- repro / bench / families ----------------------------------------------------------------------
@@ -938,7 +945,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--profile",
             default=None,
-            choices=sorted(PROFILE_EXAMPLES),
+            choices=sorted(PROFILES),
             help="Hypothesis profile and example budget (default: $HYPOTHESIS_PROFILE, else "
             f"{'fuzz' if p.prog.endswith('fuzz') else 'ci'})",
         )
@@ -1155,12 +1162,12 @@ def _save_traceback(report: Path) -> Path | None:
         return None
 
 
-def _quiet_stdout() -> None:
-    """Standard output pointed at /dev/null, so that the interpreter's last flush at exit does not
-    raise on the closed pipe again ("Exception ignored ... BrokenPipeError")."""
+def _quiet_stdout(stream: Any = None) -> None:
+    """Standard output (or ``stream``) pointed at /dev/null, so that the interpreter's last flush at
+    exit does not raise on the closed pipe again ("Exception ignored ... BrokenPipeError")."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (stream or sys.stdout).fileno())
         os.close(devnull)
     except (AttributeError, OSError, ValueError):
         pass
@@ -1203,10 +1210,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if stdout_closed(exc):  # the reader of our output went away (... | head): stopped from outside
             _quiet_stdout()
-            print(
-                f"{prog}: stopped: its standard output was closed{_report_so_far(args.command, report)}",
-                file=sys.stderr,
-            )
+            # with 2>&1 the same reader held stderr: saying so must not turn 130 into Python's own 1
+            with contextlib.suppress(OSError):
+                print(
+                    f"{prog}: stopped: its standard output was closed{_report_so_far(args.command, report)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            _quiet_stdout(sys.stderr)
             return EXIT_INTERRUPTED
         saved = _save_traceback(report)
         where = f"; traceback saved to {saved}" if saved else ""

@@ -37,6 +37,11 @@ class NotApplicable(Exception):
     """The example does not meet the property's premise (e.g. P3 on a state the guard refuses)."""
 
 
+class ProductionPathFailed(Mismatch):
+    """The separate path (what the layer runs where the guard refuses) failed where a P6 search forced
+    the fused one: a finding about the layer or kernel, never a counterexample for the condition."""
+
+
 @dataclass
 class Outcome:
     """One forward (and backward) run: output, gradients by name, the cache written, the path."""
@@ -334,6 +339,20 @@ def check_fallback_exact(example: Example, *, device: str = "cpu", target: Targe
     return decision
 
 
+def check_separate_path(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
+    """The separate path alone runs on ``example`` (:class:`ProductionPathFailed` if it raises): what a
+    P6 search asks, in a fresh worker, when forcing fusion killed one, to tell which path did."""
+    handle, inputs, decision = _setup(example, device, target)
+    separate = run(handle, inputs, example, "separate")
+    if separate.error is not None:
+        raise ProductionPathFailed(
+            f"the separate (production) path raised {type(separate.error).__name__}: {separate.error}\n"
+            f"Example: {example.short()}",
+            Report("error", ("separate", "-"), False, 0, problem=str(separate.error)),
+        ) from separate.error
+    return decision
+
+
 def forced_fusion_error(example: Example, *, device: str = "cpu", target: TargetLike = None) -> str | None:
     """P6: what goes wrong when ``fused`` is forced where the guard says no (``None``: nothing).
 
@@ -345,8 +364,12 @@ def forced_fusion_error(example: Example, *, device: str = "cpu", target: Target
         raise NotApplicable("guard fuses")
     forced = run(handle, inputs, example, "fused")
     separate = run(handle, inputs, example, "separate")
-    if separate.error is not None:
-        raise NotApplicable(f"separate path raises too: {separate.error!r}")
+    if separate.error is not None:  # the production path broke: a finding, never evidence of necessity
+        raise ProductionPathFailed(
+            f"P6: the separate (production) path raised {type(separate.error).__name__}: {separate.error} on a "
+            f"state the guard refuses\nExample: {example.short()}",
+            Report("error", ("separate", "-"), False, 0, problem=str(separate.error)),
+        ) from separate.error
     if forced.error is not None:
         return f"crash: {type(forced.error).__name__}: {forced.error}"
     checks: list[Callable[[], Any]] = [
@@ -468,6 +491,28 @@ def check_conv_conformance(example: Example, *, device: str = "cpu", target: Tar
     return decision
 
 
+def check_conv_ground_truth(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
+    """P7 against the ground truth, as a property of one example: the conv call the example's fused
+    prologue makes, on its conv backend (torch included), against an independently written fp64
+    ``F.conv1d`` (:mod:`gdn_equiv.ground_truth`), within the §6 table: forward and final state,
+    gradients (``grad``) and the step kernel. The row that checks torch itself."""
+    from gdn_equiv.conformance import NotAConvCall, conv_call_of
+    from gdn_equiv.suite.test_ground_truth import check_forward as truth_forward
+    from gdn_equiv.suite.test_ground_truth import check_gradients as truth_gradients
+    from gdn_equiv.suite.test_ground_truth import check_update as truth_update
+
+    _, _, decision = _setup(example, device, target)
+    try:
+        call, _, backend = conv_call_of(example)
+    except NotAConvCall as exc:
+        raise NotApplicable(str(exc)) from None
+    truth_forward(call, backend, device)
+    if example.grad:
+        truth_gradients(call, backend, device)
+    truth_update(dataclasses.replace(call, seq_lens=(), B=max(call.B, 1), initial_state=True), backend, device)
+    return decision
+
+
 def _with_backend(example: Example, backend: str) -> Example:
     from dataclasses import replace
 
@@ -487,6 +532,7 @@ PROPERTIES: dict[str, Callable[..., Any]] = {
     "P5-fallback-exact": check_fallback_exact,
     "P7-backend-vs-torch": check_backend_matches_torch,
     "P7-conv-conformance": check_conv_conformance,
+    "P7-ground-truth": check_conv_ground_truth,
 }
 
 __all__ = [
@@ -496,10 +542,12 @@ __all__ = [
     "Outcome",
     "check_backend_matches_torch",
     "check_conv_conformance",
+    "check_conv_ground_truth",
     "check_fallback_exact",
     "check_forward_exact",
     "check_gradients",
     "check_path_taken",
+    "check_separate_path",
     "check_target_guard",
     "compare",
     "compare_caches",

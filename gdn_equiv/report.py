@@ -42,8 +42,11 @@ from gdn_equiv.families import DEFAULT_FAMILY
 FORMAT_VERSION = 1
 INTERNAL_ERROR_FILE = "internal-error.txt"
 
-#: results that fail a run: a finding, or a property none of whose examples met its premise
-FAILING = ("FAIL", "not exercised")
+#: results that fail a run (SPEC §10, the ledger): a finding, a row none of whose examples met its
+#: premise, a row the budget never reached
+FAILING = ("FAIL", "not exercised", "not reached")
+#: what an asked row holds until a result reaches it: a run that ends first leaves it failing
+UNREACHED = "not reached"
 
 
 @dataclass
@@ -171,22 +174,26 @@ def _report_dict(r: Report) -> dict[str, Any]:
 
 
 def merge(old: Check, new: Check) -> None:
-    """Fold a later round's ``new`` check of the same row into ``old`` (fuzz): counts add up, a
-    failure wins, and the row is exercised as soon as any round had an applicable example."""
+    """Fold ``new`` (a finished run of the row) into ``old`` (the asked row, or an earlier fuzz round's):
+    counts add up, a failure wins, a search's counterexample stays, and an example row is exercised as
+    soon as any round had an applicable example (``not reached`` while none ran at all)."""
     old.worst = new.worst if new.result == "FAIL" else worst([new.worst] if new.worst else [], old.worst)
     old.examples += new.examples
     old.not_applicable += new.not_applicable
     old.seconds += new.seconds
     old.budget_spent = old.budget_spent or new.budget_spent
     old.reasons.update(new.reasons)
-    if old.result == "FAIL":
+    if old.result in ("FAIL", "counterexample", "n/a"):
         return
-    if new.result == "FAIL":
+    if new.result in ("FAIL", "counterexample", "n/a", "none found"):
         old.result, old.failure, old.example = new.result, new.failure, new.example
-    elif {old.result, new.result} <= {"pass", "not exercised"}:
-        exercised = old.examples > old.not_applicable
-        old.result = "pass" if exercised else "not exercised"
-        old.failure = "" if exercised else (new.failure or old.failure)
+        return
+    if old.examples > old.not_applicable:
+        old.result, old.failure = "pass", ""
+    elif old.examples == 0 and old.budget_spent:
+        old.result, old.failure = UNREACHED, new.failure or "the budget ended before its first example"
+    else:
+        old.result, old.failure = "not exercised", new.failure or old.failure
 
 
 REPRO_TEMPLATE = '''#!/usr/bin/env python
@@ -194,6 +201,13 @@ REPRO_TEMPLATE = '''#!/usr/bin/env python
 
 {failure}
 """
+import os
+
+import torch
+
+if {device!r} == "cpu" and not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # as gdn-equiv ran it: Triton kernels in the interpreter
+
 from gdn_equiv.example import Example
 from gdn_equiv.properties import {function}
 
@@ -308,7 +322,8 @@ class ReportWriter:
         self.status = "running"
         self._failures = 0
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / INTERNAL_ERROR_FILE).unlink(missing_ok=True)  # a past run's, not this one's
+        for old in (*out_dir.glob("failure-*.json"), *out_dir.glob("failure-*.py"), out_dir / INTERNAL_ERROR_FILE):
+            old.unlink(missing_ok=True)  # a past run's: a report holds what this run found and nothing older
         self.rows_path = out_dir / "rows.jsonl"
         self.rows_path.write_text("")
         self.summary_path = out_dir / "summary.json"
@@ -327,6 +342,17 @@ class ReportWriter:
             self.finish("interrupted")
         else:
             self.finish("internal-error")
+
+    def ask(self, rows: list[Check]) -> None:
+        """The ledger: every row the run was asked for, before its first example. Each stays
+        ``not reached`` (failing) until a result reaches it; a row that cannot be asked here comes
+        with its ``n/a`` result and reason already."""
+        with deferred_signals():
+            for row in rows:
+                if row.result == "pass":
+                    row.result, row.failure = UNREACHED, "the run ended before this row"
+                self.rows.append(row)
+            self._write_summary()
 
     def add(self, check: Check) -> Check:
         """Record a finished check now: its row (merged with an earlier round's), its failure files,
@@ -367,6 +393,10 @@ class ReportWriter:
     @property
     def failed(self) -> list[Check]:
         return [r for r in self.rows if r.result in FAILING]
+
+    @property
+    def asked(self) -> int:
+        return len(self.rows)
 
     def _write_summary(self) -> Path:
         data = {

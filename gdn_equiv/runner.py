@@ -1,15 +1,19 @@
-"""Runs the properties under Hypothesis outside pytest: ``gdn-equiv check`` and ``fuzz``.
+"""Runs the property records (:mod:`gdn_equiv.registry`) under Hypothesis outside pytest:
+``gdn-equiv check`` and ``fuzz``; the pytest gate runs the P6 searches through here too.
 
-Each property runs as a Hypothesis test with the example database on: each property x family x
-backend x dtype row under its own database key, so saved failures replay first (``Phase.reuse``) and
-``fuzz`` writes what it finds for the next ``check``. A failure is written as the shrunk
-:class:`Example` (JSON) plus a standalone reproducer script (:mod:`gdn_equiv.report`).
+Each row (property x family x backend x dtype) runs as a Hypothesis test with the example database on,
+under its own database key, so saved failures replay first (``Phase.reuse``) and ``fuzz`` writes what it
+finds for the next ``check``. A row keeps searching after a failure, with the kinds found so far counted
+as known, so one run reports each distinct kind (SPEC §10) instead of whichever Hypothesis met first.
+A failure is written as the shrunk :class:`Example` (JSON) plus a standalone reproducer
+(:mod:`gdn_equiv.report`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import sys
 import time
 import traceback
@@ -17,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, settings, target
+from hypothesis import HealthCheck, Phase, given, seed, settings, target
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
@@ -25,18 +29,18 @@ from hypothesis.errors import NoSuchExample
 from gdn_equiv import isolation
 from gdn_equiv import properties as P
 from gdn_equiv._source import alias_strategies
+from gdn_equiv.backends import BUILTIN_BACKENDS
 from gdn_equiv.compare import Mismatch, Report, observe, worst
-from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
 from gdn_equiv.families import DEFAULT_FAMILY, example_family
 from gdn_equiv.guard import Condition
+from gdn_equiv.registry import MAX_SEQ_LEN, Draw, PropertyRecord, get_record, necessity_budget, necessity_name
 from gdn_equiv.report import Check, Failure, interrupt_pending
 from gdn_equiv.testing import fuzzing
 
 alias_strategies()  # the CLI imports gdn_equiv.strategies from here, installed or not
 
 __all__ = [
-    "SPECS",
     "Check",
     "find_counterexample",
     "replay",
@@ -51,6 +55,11 @@ class _BudgetSpent(BaseException):
     straight up (as it does ``KeyboardInterrupt``) instead of shrinking it as a failure."""
 
 
+class PremiseNotMet(Mismatch):
+    """An example built to meet the property's premise did not (a strategy bug, or a guard that refuses
+    what the spec fuses): a failure, since the property compared nothing on it."""
+
+
 def _spent(deadline: float | None) -> bool:
     return deadline is not None and time.perf_counter() >= deadline
 
@@ -62,27 +71,17 @@ def _stop_if_interrupted() -> None:
         raise KeyboardInterrupt("interrupted (a signal arrived during an earlier example)")
 
 
-def _strategy(
-    kind: str, backend: str, max_seq_len: int, dtype: str | None = None, family: str = DEFAULT_FAMILY
-) -> st.SearchStrategy[Example]:
-    from gdn_equiv.strategies import examples
-
-    fusable = {"fusable": True, "fusable-grad": True, "refused": False, "any": None}[kind]
-    kwargs: dict[str, Any] = {"grad": True} if kind == "fusable-grad" else {}
-    if dtype is not None:
-        kwargs["dtypes"] = (dtype,)
-    return examples(backends=(backend,), fusable=fusable, max_seq_len=max_seq_len, family=family, **kwargs)
+def _fresh_seed() -> Any:
+    """Fresh randomness for each run, given explicitly: Hypothesis prints "You can reproduce this failure
+    by adding @seed(...)" whenever a run it seeded itself ends in an exception, a spent budget or Ctrl-C
+    included, which reads as a failure where none happened. The database, not a seed, brings failures back."""
+    return seed(random.getrandbits(64))
 
 
-# property name -> (function, which states to draw)
-SPECS: dict[str, tuple[Callable[..., Any], str]] = {
-    "P2-path-taken": (P.check_path_taken, "any"),
-    "P3-forward-exact": (P.check_forward_exact, "fusable"),
-    "P4-gradients": (P.check_gradients, "fusable-grad"),
-    "P5-fallback-exact": (P.check_fallback_exact, "refused"),
-    "P7-backend-vs-torch": (P.check_backend_matches_torch, "any"),
-    "P7-conv-conformance": (P.check_conv_conformance, "any"),
-}
+def _kind(error: BaseException) -> str:
+    """What makes two failures the same (the key of "known" kinds): a mismatch's kind class (property,
+    tensor, diagnosis) or a crash's exception type."""
+    return type(error).__qualname__
 
 
 def run_property(
@@ -91,87 +90,118 @@ def run_property(
     *,
     max_examples: int,
     device: str = "cpu",
-    max_seq_len: int = 20,
+    max_seq_len: int = MAX_SEQ_LEN,
     database: Any = None,
     dtype: str | None = None,
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
+    record: PropertyRecord | None = None,
 ) -> Check:
-    """Run one property for ``max_examples`` examples (of ``dtype``, default any, and ``family``); the
-    shrunk failure lands in ``check.example``, the comparison closest to its tolerance in ``check.worst``.
+    """Run one property row for up to ``max_examples`` examples (of ``dtype``, default any, and ``family``).
 
-    Saved failures of this row replay first (with a ``database``). Randomness is fresh on every call:
-    the database is what makes a failure come back, not a seed. ``deadline`` (a ``time.perf_counter()``
-    reading) is checked before each example; once it passes, the run ends at once with what it has
-    (``check.budget_spent``), unless a failure is being shrunk.
+    The first failure lands in the returned row (``check.example`` shrunk, ``check.worst`` its
+    comparison); each further distinct kind found in the same budget is a row of its own in
+    ``check.also``. Saved failures of this row replay first (with a ``database``). ``deadline`` (a
+    ``time.perf_counter()`` reading) is checked before each example; once it passes the row ends with
+    what it has (``check.budget_spent``), unless a failure is being shrunk. ``record`` defaults to the
+    registry's record of ``name``.
     """
-    fn, kind = SPECS[name]
+    record = record or get_record(name)
+    assert record.check is not None, f"{name} is a search: find_counterexample runs it"
+    fn = record.check
     check = Check(name, backend, dtype or "any", family=family, function=fn.__name__)
-    last_failing: list[Example] = []
-    failing_by_error: dict[int, Example] = {}  # Hypothesis reports each distinct failure: keep its example
-    last_not_applicable: list[str] = []
+    strategy = record.strategy(backend, family, dtype, max_seq_len)
     start = time.perf_counter()
+    known: dict[str, Check] = {}
+    last_not_applicable: list[str] = []
+    failing: dict[str, Example] = {}  # kind -> its example, as Hypothesis reports each distinct failure
 
-    @settings(
-        max_examples=max_examples,
-        deadline=None,
-        database=database,
-        derandomize=False,
-        suppress_health_check=list(HealthCheck),
-        phases=list(Phase),
-    )
-    @given(_strategy(kind, backend, max_seq_len, dtype, family))
-    def prop(example: Example) -> None:
-        _stop_if_interrupted()
-        if not last_failing and _spent(deadline):
-            raise _BudgetSpent
-        check.examples += 1
-        with observe() as reports:
-            try:
-                decision = isolation.call(fn, example, device=device)  # in a worker when isolation is on
-            except P.NotApplicable as exc:
-                check.not_applicable += 1
-                last_not_applicable[:] = [str(exc)]
-                return
-            except Exception as exc:
-                last_failing[:] = [example]
-                failing_by_error[id(exc)] = example
-                raise
-        check.worst = worst(reports, check.worst)
-        check.reasons[decision.reason_id] += 1
-        if fuzzing():  # toward differences near their tolerance
-            used = [r.tol_used for r in reports if r.tol_used < float("inf")]
-            if used:
-                target(max(used), label=f"{name}: share of its tolerance used")
+    while True:
+        failing.clear()
 
-    prop.hypothesis.inner_test._hypothesis_internal_add_digest = check.database_key  # type: ignore[attr-defined]
-    try:
-        prop()
-    except _BudgetSpent:
-        check.budget_spent = True
-    except Exception as exc:
-        if not last_failing:
-            raise  # no example failed: the strategy or this runner broke, not the code under test
-        # several distinct failures (kinds) come as a group: each becomes a row, the first this one
-        errors = list(getattr(exc, "exceptions", None) or [exc])
-        rows = [check] + [dataclasses.replace(check, reasons=Counter(), also=[]) for _ in errors[1:]]
-        for row, error in zip(rows, errors, strict=True):
-            row.result = "FAIL"
-            row.failure = f"{type(error).__name__}: {error}"
-            row.example = failing_by_error.get(id(error), last_failing[0])
-            # the shrunk example's comparison, or the crash
-            row.worst = (
-                error.report
-                if isinstance(error, Mismatch)
-                else Report(name, (backend, "-"), False, 0, problem=row.failure)
-            )
-        for k, row in enumerate(rows[1:], start=2):
-            row.name = f"{name}#{k}"
-        check.also = rows[1:]
+        @settings(
+            max_examples=max(1, max_examples - check.examples),
+            deadline=None,
+            database=database,
+            derandomize=False,
+            suppress_health_check=list(HealthCheck),
+            phases=list(Phase),
+        )
+        @given(strategy)
+        def prop(draw: Draw) -> None:
+            _stop_if_interrupted()
+            if not failing and _spent(deadline):
+                raise _BudgetSpent
+            example = draw.example
+            check.examples += 1
+            with observe() as reports:
+                try:
+                    decision = isolation.call(fn, example, device=device)  # in a worker when isolation is on
+                except P.NotApplicable as exc:
+                    if draw.must_apply:
+                        if PremiseNotMet.__qualname__ in known:
+                            return
+                        failing.setdefault(PremiseNotMet.__qualname__, example)
+                        raise PremiseNotMet(
+                            f"{name}: the example was built to meet the property's premise and does not: {exc} "
+                            f"(a strategy bug or, where it was built fusable from the spec's conditions, a guard "
+                            f"that refuses what the spec fuses)\nExample: {example.short()}",
+                            Report("premise", (name, "spec"), False, 0, problem=str(exc)),
+                        ) from None
+                    check.not_applicable += 1
+                    last_not_applicable[:] = [str(exc)]
+                    return
+                except Exception as exc:
+                    if _kind(exc) in known:
+                        return  # a kind this row already reported: look for others
+                    failing.setdefault(_kind(exc), example)
+                    raise
+            check.worst = worst(reports, check.worst)
+            check.reasons[decision.reason_id] += 1
+            if fuzzing():  # toward differences near their tolerance
+                used = [r.tol_used for r in reports if r.tol_used < float("inf")]
+                if used:
+                    target(max(used), label=f"{name}: share of its tolerance used")
+
+        # a key per row, and per set of known kinds: a round that treats a kind as known would otherwise
+        # replay the saved example of the round that found it, see it pass and delete it
+        round_key = check.database_key + ("|known=" + ",".join(sorted(known))).encode() * bool(known)
+        prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key  # type: ignore[attr-defined]
+        try:
+            _fresh_seed()(prop)()
+        except _BudgetSpent:
+            check.budget_spent = True
+        except Exception as exc:
+            if not failing:
+                raise  # no example failed: the strategy or this runner broke, not the code under test
+            for error in list(getattr(exc, "exceptions", None) or [exc]):
+                kind = _kind(error)
+                if kind in known:
+                    continue
+                row = check if not known else dataclasses.replace(check, reasons=Counter(), also=[])
+                if row is not check:
+                    row.name = f"{name}#{len(known) + 1}"
+                row.result = "FAIL"
+                row.failure = f"{type(error).__name__}: {error}"
+                row.example = failing.get(kind, next(iter(failing.values())))
+                # the shrunk example's comparison, or the crash
+                row.worst = (
+                    error.report
+                    if isinstance(error, Mismatch)
+                    else Report(name, (backend, "-"), False, 0, problem=row.failure)
+                )
+                known[kind] = row
+            if check.examples < max_examples and not check.budget_spent and not _spent(deadline):
+                continue  # budget left: search on for the kinds not yet seen
+        break
+    check.also = [row for row in known.values() if row is not check]
     if check.result == "pass" and check.examples == check.not_applicable:
-        check.result = "not exercised"
         why = f" (the last: {last_not_applicable[0]})" if last_not_applicable else ""
-        check.failure = f"not exercised: none of the {check.examples} examples was applicable{why}"
+        if check.examples == 0 and check.budget_spent:
+            check.result, check.failure = "not reached", "not reached: the budget ended before its first example"
+        else:
+            check.result = "not exercised"
+            check.failure = f"not exercised: none of the {check.examples} examples was applicable{why}"
     check.seconds = time.perf_counter() - start
     return check
 
@@ -180,29 +210,41 @@ def find_counterexample(
     condition: Condition,
     backend: str,
     *,
-    max_examples: int,
+    max_examples: int | None = None,
     device: str = "cpu",
     max_seq_len: int = 12,
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
+    shrink: bool = True,
 ) -> Check:
-    """P6 for one condition: search states that break only ``condition`` for a wrong forced fusion.
+    """P6 for one condition, the one search every driver runs: states that break only ``condition``
+    where forcing the fused path is wrong.
 
-    ``counterexample``: the condition is necessary (the example shows why). ``none found``: the search
-    ran applicable examples and none was wrong: reported, never a pass. ``not exercised``: no drawn
-    example was applicable. ``n/a``: the state cannot exist here (e.g. G5 with one backend).
+    ``counterexample``: the condition is necessary (the example shows why). ``n/a``: the state cannot
+    exist here (G5 with one built-in backend), decided before any example. No counterexample within
+    the budget (default :func:`~gdn_equiv.registry.necessity_budget`): ``FAIL`` on a built-in backend,
+    where every condition is known necessary (a strategy or fused-path regression), ``none found`` on a
+    plug-in (a report: the condition may be stricter than that kernel needs, never a pass).
+    ``not exercised``: no drawn state was applicable. ``FAIL`` as well where the separate (production)
+    path fails or kills its worker: a finding about the layer, never evidence for the condition.
     """
-    from gdn_equiv.strategies import violating
-
-    check = Check(f"P6-necessity-{condition.id}", backend, family=family, function=P.forced_fusion_error.__name__)
+    record = get_record(necessity_name(condition))
+    check = Check(record.name, backend, family=family, function=record.function)
     start = time.perf_counter()
+    reason = record.not_applicable(backend)
+    if reason is not None:
+        check.result, check.failure = "n/a", reason
+        return check
+    budget = max_examples if max_examples is not None else necessity_budget(backend)
     found: list[str] = []
+    broken: list[tuple[str, Mismatch]] = []  # the production path's failure, with the example's json
     last_not_applicable: list[str] = []
 
-    def wrong(example: Example) -> bool:
+    def wrong(draw: Draw) -> bool:
         _stop_if_interrupted()
-        if not found and _spent(deadline):
+        if not found and not broken and _spent(deadline):
             raise _BudgetSpent
+        example = draw.example
         check.examples += 1
         try:
             problem = isolation.call(P.forced_fusion_error, example, device=device)
@@ -210,56 +252,107 @@ def find_counterexample(
             check.not_applicable += 1
             last_not_applicable[:] = [str(exc)]
             return False
-        except isolation.WorkerDied as exc:  # forcing the fusion killed the process: wrong, and worse
-            problem = str(exc)
+        except P.ProductionPathFailed as exc:
+            broken[:] = [(example.to_json(), exc)]
+            return True
+        except isolation.WorkerDied as exc:
+            # which path killed the process? the separate one alone, in a fresh worker, tells
+            try:
+                isolation.call(P.check_separate_path, example, device=device)
+            except (isolation.WorkerDied, P.ProductionPathFailed) as separate:
+                broken[:] = [
+                    (
+                        example.to_json(),
+                        separate
+                        if isinstance(separate, Mismatch)
+                        else P.ProductionPathFailed(
+                            f"the separate (production) path killed its worker: {separate}",
+                            Report("error", ("separate", "-"), False, 0),
+                        ),
+                    )
+                ]
+                return True
+            problem = f"forcing the fused path killed the worker: {exc}"
         if problem:
             found[:] = [problem]
         return problem is not None
 
+    phases = list(Phase) if shrink else [Phase.explicit, Phase.generate]
     try:
-        check.example = hypothesis_find(
-            violating(condition, backends=(backend,), max_seq_len=max_seq_len, family=family),
+        example = hypothesis_find(
+            record.strategy(backend, family, None, max_seq_len),
             wrong,
             settings=settings(
-                max_examples=max_examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+                max_examples=budget,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+                phases=phases,
             ),
-        )
-        check.result = "counterexample"
-        check.failure = found[0] if found else ""
+        ).example
+        if broken and broken[-1][0] == example.to_json():
+            error = broken[-1][1]
+            check.result, check.failure, check.worst = "FAIL", f"{type(error).__name__}: {error}", error.report
+        else:
+            check.result = "counterexample"
+            check.failure = found[0] if found else ""
+        check.example = example
     except (NoSuchExample, _BudgetSpent) as exc:
         check.budget_spent = isinstance(exc, _BudgetSpent)
-        if check.examples > check.not_applicable:
-            check.result = "none found"
+        applicable = check.examples - check.not_applicable
+        why = f" (the last: {last_not_applicable[0]})" if last_not_applicable else ""
+        if applicable == 0:
+            check.result = "not reached" if check.budget_spent and check.examples == 0 else "not exercised"
+            check.failure = f"{check.result}: none of the {check.examples} states was applicable{why}"
+        elif backend in BUILTIN_BACKENDS and not check.budget_spent:
+            check.result = "FAIL"
+            check.failure = (
+                f"{condition}: no state where forcing fusion is wrong in {applicable} applicable states on the "
+                f"built-in backend {backend!r}, where the condition is known to be necessary (a strategy or "
+                "fused-path regression)"
+            )
         else:
-            check.result = "not exercised"
-            why = f" (the last: {last_not_applicable[0]})" if last_not_applicable else ""
-            check.failure = f"not exercised: none of the {check.examples} examples was applicable{why}"
-    except InvalidArgument as exc:  # the state cannot exist on this machine (e.g. one backend only)
-        check.result = "n/a"
-        check.failure = str(exc)
+            check.result = "none found"
+            check.failure = (
+                f"{condition.id} is not needed for this kernel: no counterexample in {applicable} applicable states"
+                + (" (the time budget ended the search)" if check.budget_spent else "")
+            )
     check.seconds = time.perf_counter() - start
     return check
 
 
 def replayable_functions() -> tuple[str, ...]:
     """The property functions a failure JSON may name (what :func:`replay` will call)."""
-    return (*(fn.__name__ for fn, _ in SPECS.values()), P.check_target_guard.__name__)
+    from gdn_equiv.registry import property_records
+
+    return tuple(
+        dict.fromkeys(
+            (*(r.function for r in property_records()), P.forced_fusion_error.__name__, P.check_target_guard.__name__)
+        )
+    )
 
 
 def replay(failure: Failure) -> int:
-    """Replay a validated failure (:func:`gdn_equiv.report.read_failure`): 1 if it still fails, 0 if not."""
+    """Replay a validated failure (:func:`gdn_equiv.report.read_failure`): 1 if it still fails, or if it
+    can no longer be judged (the example no longer meets the property's premise); 0 if it passes now."""
     fn = getattr(P, failure.function)
     kwargs: dict[str, Any] = {"device": failure.device}
     if failure.function == P.check_target_guard.__name__:
         kwargs.update(target=failure.target, **failure.target_options)
     print(f"replaying {failure.property} on {failure.backend} ({failure.family}): {failure.example.short()}")
     try:
-        fn(failure.example, **kwargs)
+        result = fn(failure.example, **kwargs)
     except P.NotApplicable as exc:
-        print(f"passes now: the example no longer meets the property's premise ({exc})")
-        return 0
+        print(
+            f"NOT JUDGED: the example no longer meets the property's premise ({exc}); the failure cannot be "
+            "replayed on it, so this is no evidence that it is fixed"
+        )
+        return 1
     except Exception:  # the property's failure (a Mismatch) or a crash of the code under test
         traceback.print_exc(file=sys.stdout)
+        return 1
+    if failure.function == P.forced_fusion_error.__name__ and result is not None:
+        print(f"forcing the fused path is still wrong here (the condition is necessary): {result}")
         return 1
     print("passes now")
     return 0

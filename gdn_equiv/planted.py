@@ -1,0 +1,119 @@
+"""Planted defects the property records name as their teeth (:mod:`gdn_equiv.registry`).
+
+Each is a defect a user could ship: a class mixed in front of a family's fused layer (the ``gdn_equiv``
+target's ``defect=`` option) or a conv backend. Nothing here patches the guard or the code under test;
+the defect is the implementation. ``tests/test_registry.py`` runs every record against each of its teeth
+and requires a catch; ``tests/test_teeth.py`` holds the family-specific ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from gdn_equiv.backends import Backend, causal_conv1d
+from gdn_equiv.backends import torch_backend as tb
+from gdn_equiv.conv_ops import apply_conv_facts
+from gdn_equiv.guard import decide
+
+__all__ = ["BACKENDS", "LAYER_DEFECTS", "fused_biases", "fused_conv", "fused_weights"]
+
+
+def fused_conv(
+    layer: Any,
+    proj: Any,
+    call: Any,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    activation: Any = "own",
+    sizes: list[int] | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """The fused conv as the real fused path runs it, with the weight, bias, activation or split sizes
+    a planted defect chooses."""
+    first = layer.convs()[0]
+    x = proj.conv_in if call.conv_mask is None else proj.conv_in * call.conv_mask.unsqueeze(-1)
+    act = first.activation if activation == "own" else activation
+    y, _ = causal_conv1d(x, weight, bias, act, backend=first.backend)
+    y = apply_conv_facts(y, first.extras())
+    return tuple(t.contiguous() for t in torch.split(y, sizes or [c.channels for c in layer.convs()], dim=-1))
+
+
+def fused_weights(layer: Any) -> torch.Tensor:
+    return torch.cat([c.weight[:, 0] for c in layer.convs()], dim=0)
+
+
+def fused_biases(layer: Any) -> torch.Tensor | None:
+    return torch.cat([c.bias for c in layer.convs()]) if layer.conv_bias else None
+
+
+class GuardIgnoresVarlen:
+    """The guard fuses packed sequences: one conv over the packed tokens leaks state across them."""
+
+    guard = staticmethod(lambda layer, call: decide(layer, dataclasses.replace(call, varlen=False)))
+
+
+class AutoIgnoresDecision:
+    """``prologue='auto'`` always runs the separate convs: outputs stay right, the fusion never happens."""
+
+    def _prologue(self, proj: Any, call: Any, use_cache: Any, prologue: str = "auto", **kwargs: Any) -> Any:
+        return super()._prologue(proj, call, use_cache, "separate" if prologue == "auto" else prologue, **kwargs)  # type: ignore[misc]
+
+
+class FusedDropsVBias:
+    """The fused conv adds q's and k's biases but not v's."""
+
+    def _fused_prologue(self, proj: Any, call: Any) -> Any:
+        *rest, last = self.convs()  # type: ignore[attr-defined]
+        bias = torch.cat([*(c.bias for c in rest), torch.zeros_like(last.bias)]) if self.conv_bias else None  # type: ignore[attr-defined]
+        return fused_conv(self, proj, call, fused_weights(self), bias)
+
+
+class FusedDetachesConvWeights:
+    """The fused conv's weights are detached: no gradient reaches the conv parameters."""
+
+    def _fused_prologue(self, proj: Any, call: Any) -> Any:
+        return fused_conv(self, proj, call, fused_weights(self).detach(), fused_biases(self))
+
+
+class FallbackForgetsConvCache:
+    """The separate path writes no conv state into the cache."""
+
+    def _separate_prologue(self, proj: Any, call: Any, use_cache: Any) -> Any:
+        outs, states = super()._separate_prologue(proj, call, use_cache)  # type: ignore[misc]
+        return outs, tuple(None for _ in states)
+
+
+#: name -> class mixed in front of the family's fused layer (``get_target("gdn_equiv", defect=...)``)
+LAYER_DEFECTS: dict[str, type] = {
+    "guard-ignores-cu-seqlens": GuardIgnoresVarlen,
+    "auto-ignores-decision": AutoIgnoresDecision,
+    "fused-drops-v-bias": FusedDropsVBias,
+    "fused-detaches-weights": FusedDetachesConvWeights,
+    "fallback-forgets-conv-cache": FallbackForgetsConvCache,
+}
+
+
+def _scaled(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """Every output 1% too large: past every tolerance of the table, bitwise self-consistent."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return y * 1.01, final
+
+
+def _wide_rounding(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """Channel-count-dependent arithmetic: calls wider than 16 channels (the fused one) scale by 1 + 2^-20."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return (y * (1 + 2**-20) if x.shape[-1] > 16 else y), final
+
+
+#: name -> a defective conv backend (register it with :func:`gdn_equiv.backends.registered`)
+BACKENDS: dict[str, Backend] = {
+    "planted-scaled": Backend("planted-scaled", forward=_scaled, update=tb.update),
+    "planted-wide-rounding": Backend("planted-wide-rounding", forward=_wide_rounding, update=tb.update),
+}
