@@ -517,6 +517,13 @@ def _database(plan: Plan) -> object:
 def _run(plan: Plan, header: str, deadline: float | None = None) -> int:
     """Run the plan's rows and compute the exit status from the ledger: 0 only when every asked row
     ran at least one applicable example (or cannot be asked here, with the reason) and none failed."""
+    from gdn_equiv.runner import without_seed_hints
+
+    with without_seed_hints():
+        return _run_ledger(plan, header, deadline)
+
+
+def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
     from gdn_equiv import isolation
 
     started = time.perf_counter()
@@ -530,9 +537,17 @@ def _run(plan: Plan, header: str, deadline: float | None = None) -> int:
         isolation.configure(plan.example_timeout if plan.isolate else None)
         try:
             budget = None if deadline is None else started + deadline
-            for check in _checks(plan, rows, database=database, deadline=budget):
-                writer.add(check)
-                _progress(check)
+            todo = [r for r in rows if r.result != "n/a"]
+            while todo:
+                for check in _checks(plan, todo, database=database, deadline=budget):
+                    writer.add(check)
+                    _progress(check)
+                if budget is None or time.perf_counter() >= budget or plan.target != "gdn_equiv":
+                    break
+                # fuzz: time left after every row had its share goes to another round of the example rows
+                # still green (a search needs one run; a failed row has its finding)
+                todo = [r for r in writer.rows if r.result == "pass" and registry.get_record(r.name).condition is None]
+                writer.meta["rounds"] = writer.meta.get("rounds", 1) + 1
         finally:
             isolation.configure(None)
         writer.meta["seconds"] = round(time.perf_counter() - started, 1)

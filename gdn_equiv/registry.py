@@ -38,7 +38,6 @@ __all__ = [
     "DTYPES",
     "NECESSITY",
     "PLUGIN_NECESSITY_STATES",
-    "RECORDS",
     "Draw",
     "PropertyRecord",
     "Row",
@@ -49,6 +48,7 @@ __all__ = [
     "necessity_name",
     "necessity_records",
     "property_records",
+    "records",
 ]
 
 #: the dtypes a per-dtype property's rows are drawn in (conv weights may still carry another, G9)
@@ -138,7 +138,9 @@ def _kwargs(dtype: str | None, max_seq_len: int) -> dict[str, Any]:
 
 
 @functools.cache
-def _any(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> st.SearchStrategy[Draw]:
+def any_examples(
+    backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
+) -> st.SearchStrategy[Draw]:
     from gdn_equiv.strategies import examples
 
     drawn = examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
@@ -204,7 +206,7 @@ def _example_records() -> list[PropertyRecord]:
         PropertyRecord(
             "P2-path-taken",
             "prologue='auto' takes the fused path exactly when the guard fuses (one conv launch vs one per slot)",
-            _any,
+            any_examples,
             P.check_path_taken,
             teeth=("auto-ignores-decision",),
         ),
@@ -238,7 +240,7 @@ def _example_records() -> list[PropertyRecord]:
         PropertyRecord(
             "P7-backend-vs-torch",
             "the layer on the backend = the layer on torch, within the tolerance table",
-            _any,
+            any_examples,
             P.check_backend_matches_torch,
             not_applicable=_other_backend,
             teeth=("backend:planted-scaled",),
@@ -246,7 +248,7 @@ def _example_records() -> list[PropertyRecord]:
         PropertyRecord(
             "P7-conv-conformance",
             "the backend's conv call = torch's: forward, final state, gradients, step, continuation, slices",
-            _any,
+            any_examples,
             P.check_conv_conformance,
             not_applicable=_other_backend,
             teeth=("backend:planted-scaled", "backend:planted-wide-rounding"),
@@ -254,7 +256,7 @@ def _example_records() -> list[PropertyRecord]:
         PropertyRecord(
             "P7-ground-truth",
             "the backend's conv call (torch included) = an independent fp64 F.conv1d, within the tolerance table",
-            _any,
+            any_examples,
             P.check_conv_ground_truth,
             teeth=("backend:planted-scaled",),
         ),
@@ -282,26 +284,22 @@ def necessity_name(condition: Condition) -> str:
 
 def property_records() -> list[PropertyRecord]:
     """The example properties (P2-P5, P7), in the order the drivers run them."""
-    return list(_records()[0])
+    return [r for r in records().values() if r.condition is None]
 
 
 def necessity_records() -> list[PropertyRecord]:
     """One P6 search per guard condition, registered facts' conditions (G10) included."""
-    return list(_records()[1])
+    return [r for r in records().values() if r.condition is not None]
 
 
 @functools.cache
-def _records() -> tuple[tuple[PropertyRecord, ...], tuple[PropertyRecord, ...]]:
-    return tuple(_example_records()), tuple(_necessity_records())
-
-
-def RECORDS() -> dict[str, PropertyRecord]:
-    """Every record by name."""
-    return {r.name: r for r in (*property_records(), *necessity_records())}
+def records() -> dict[str, PropertyRecord]:
+    """Every record by name, in run order: the live table (a test may put a record of its own in it)."""
+    return {r.name: r for r in (*_example_records(), *_necessity_records())}
 
 
 def get_record(name: str) -> PropertyRecord:
-    return RECORDS()[name]
+    return records()[name]
 
 
 def examples_per_row(profile: str) -> int:

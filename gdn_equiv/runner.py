@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import sys
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, seed, settings, target
+from hypothesis import HealthCheck, Phase, given, reporting, settings, target
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
@@ -71,11 +71,20 @@ def _stop_if_interrupted() -> None:
         raise KeyboardInterrupt("interrupted (a signal arrived during an earlier example)")
 
 
-def _fresh_seed() -> Any:
-    """Fresh randomness for each run, given explicitly: Hypothesis prints "You can reproduce this failure
-    by adding @seed(...)" whenever a run it seeded itself ends in an exception, a spent budget or Ctrl-C
-    included, which reads as a failure where none happened. The database, not a seed, brings failures back."""
-    return seed(random.getrandbits(64))
+@contextmanager
+def without_seed_hints() -> Iterator[None]:
+    """Hypothesis' messages, less "You can reproduce this failure by adding @seed(...)": it prints that
+    whenever a run it seeded itself ends in an exception, a spent budget or Ctrl-C included, which reads
+    as a failure where none happened; and our runs do not replay by seed (the database brings failures
+    back, the report's JSON replays them). Giving an explicit ``@seed`` instead would switch the database off."""
+    previous = reporting.current_reporter()
+
+    def report(text: object) -> None:
+        if "@seed(" not in str(text):
+            previous(text)
+
+    with reporting.with_reporter(report):
+        yield
 
 
 def _kind(error: BaseException) -> str:
@@ -168,7 +177,7 @@ def run_property(
         round_key = check.database_key + ("|known=" + ",".join(sorted(known))).encode() * bool(known)
         prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key  # type: ignore[attr-defined]
         try:
-            _fresh_seed()(prop)()
+            prop()
         except _BudgetSpent:
             check.budget_spent = True
         except Exception as exc:

@@ -9,6 +9,7 @@ written to a temporary directory and named as ``module:attr`` backends.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,8 +24,9 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
-from gdn_equiv import cli, runner
+from gdn_equiv import cli, registry, runner
 from gdn_equiv import properties as P
+from gdn_equiv.registry import any_examples
 from gdn_equiv.report import Check, ReportWriter
 
 PLANTED = textwrap.dedent(
@@ -42,6 +44,10 @@ PLANTED = textwrap.dedent(
 
     def always_raises(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
         raise RuntimeError("planted: this kernel never runs")
+
+
+    def correct(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        return _torch(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
 
 
     class _NeedsAnExtra:
@@ -310,7 +316,8 @@ def test_run_property_draws_examples_of_the_family(monkeypatch) -> None:
 
     monkeypatch.setattr(strategies, "examples", spy)
     check = runner.run_property("P3-forward-exact", "torch", max_examples=1, max_seq_len=4, family="kda")
-    assert asked == ["kda"] and check.family == "kda" and check.row_id == "P3-forward-exact[torch-any-kda]"
+    # the premise's two strategies (fusable, one condition broken), each of kda alone
+    assert asked == [("kda",), ("kda",)] and check.family == "kda" and check.row_id == "P3-forward-exact[torch-any-kda]"
 
 
 # ---- nothing passes by mistake ----------------------------------------------------------------------
@@ -322,32 +329,85 @@ def test_property_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp
     def never_applies(example: object, **_: object) -> None:
         raise P.NotApplicable("planted: never applies")
 
-    monkeypatch.setitem(runner.SPECS, "P3-forward-exact", (never_applies, "fusable"))
+    # drawn with no promise to apply (P3's own premise builds most examples to apply: see the next test)
+    record = dataclasses.replace(registry.get_record("P3-forward-exact"), check=never_applies, premise=any_examples)
+    monkeypatch.setitem(registry.records(), "P3-forward-exact", record)
     status, out, _ = gdn("check", *TINY, "--examples", "2", "--property", "P3-forward-exact")
     assert status == cli.EXIT_FAILED
     assert "NOT EXERCISED P3-forward-exact[torch-float32]" in out and "planted: never applies" in out
     assert [r["result"] for r in _summary(tmp_path)["checks"]] == ["not exercised"]
 
 
-def test_necessity_search_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp_path, planted) -> None:
-    """A backend that never runs makes the separate path raise too: no example can show anything."""
+def test_an_example_built_to_meet_the_premise_that_does_not_is_a_failure(gdn, tmp_path, monkeypatch) -> None:
+    """P3 draws states built fusable from the spec's conditions: a property (or guard) that calls them
+    not applicable compared nothing on them, and that fails the row rather than thinning it out."""
+    from gdn_equiv import properties as P
+
+    def never_applies(example: object, **_: object) -> None:
+        raise P.NotApplicable("planted: the guard refuses")
+
+    record = dataclasses.replace(registry.get_record("P3-forward-exact"), check=never_applies)
+    monkeypatch.setitem(registry.records(), "P3-forward-exact", record)
+    status, out, _ = gdn("check", *TINY, "--examples", "5", "--property", "P3-forward-exact")
+    assert status == cli.EXIT_FAILED, out
+    assert "FAIL P3-forward-exact[torch-float32]" in out and "built to meet the property's premise" in out
+    assert [r["result"] for r in _summary(tmp_path)["checks"]] == ["FAIL"]
+
+
+def test_necessity_search_where_the_separate_path_breaks_is_a_finding(gdn, tmp_path, planted) -> None:
+    """A backend that never runs makes the separate (production) path raise: a finding about the kernel,
+    never a counterexample for the condition, and never a row that passes."""
     status, out, _ = gdn(
         "check", "--profile", "dev", "--max-seq-len", "4", "--backend", "planted_kernels:always_raises",
         "--property", "P6-necessity-G8", "--necessity-examples", "3",
     )  # fmt: skip
     assert status == cli.EXIT_FAILED, out
-    assert "NOT EXERCISED P6-necessity-G8" in out and "NONE FOUND" not in out
+    assert "FAIL P6-necessity-G8" in out and "separate (production) path raised" in out
+    (row,) = _summary(tmp_path)["checks"]
+    assert row["result"] == "FAIL" and row["example"] is not None
+
+
+def test_necessity_search_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp_path, monkeypatch) -> None:
+    """States the guard fuses are not applicable to a necessity search: a search drawing only those
+    checked nothing."""
+    from gdn_equiv.strategies import examples
+
+    fusable = examples(fusable=True, max_seq_len=4).map(lambda e: registry.Draw(e, False))
+    record = dataclasses.replace(registry.get_record("P6-necessity-G8"), premise=lambda *_: fusable)
+    monkeypatch.setitem(registry.records(), "P6-necessity-G8", record)
+    status, out, _ = gdn("check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3")
+    assert status == cli.EXIT_FAILED, out
+    assert "NOT EXERCISED P6-necessity-G8" in out and "none found" not in out
     (row,) = _summary(tmp_path)["checks"]
     assert row["result"] == "not exercised" and row["examples"] == row["not_applicable"] > 0
 
 
-def test_necessity_search_that_finds_nothing_says_so(gdn, tmp_path, monkeypatch) -> None:
+def test_necessity_search_that_finds_nothing_fails_on_a_built_in_backend(gdn, tmp_path, monkeypatch) -> None:
+    """On torch every condition is known to be necessary: a search that finds nothing is a regression,
+    the same verdict as the pytest gate's (one search, one answer)."""
     from gdn_equiv import properties as P
 
     monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
     status, out, _ = gdn("check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3")
+    assert status == cli.EXIT_FAILED, out
+    assert re.search(r"no state where forcing fusion is wrong in [1-9]\d* applicable states on the built-in", out), out
+    (row,) = _summary(tmp_path)["checks"]
+    assert row["result"] == "FAIL"
+
+
+def test_necessity_search_that_finds_nothing_on_a_plug_in_says_so(gdn, tmp_path, planted, monkeypatch) -> None:
+    """On a plug-in kernel a condition may be stricter than it needs: "none found" is reported, not passed."""
+    from gdn_equiv import properties as P
+
+    monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
+    status, out, _ = gdn(
+        "check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3", "--backend",
+        "planted_kernels:correct", "--no-isolate",
+    )  # fmt: skip
     assert status == cli.EXIT_OK, out
-    assert re.search(r"note: P6-necessity-G8\[torch-any\]: no counterexample found in [1-9]\d* applicable", out), out
+    assert re.search(
+        r"none found: P6-necessity-G8\[.*\]: G8 is not needed for this kernel: no counterexample in [1-9]", out
+    )
     (row,) = _summary(tmp_path)["checks"]
     assert row["result"] == "none found"
 
@@ -400,7 +460,10 @@ def test_report_is_written_check_by_check(gdn, tmp_path, monkeypatch) -> None:
             lines = (report / "rows.jsonl").read_text().splitlines()
             summary = json.loads((report / "summary.json").read_text())
             assert [json.loads(line)["property"] for line in lines] == calls
-            assert [r["property"] for r in summary["checks"]] == calls and summary["status"] == "running"
+            # the ledger: every asked row from the start, those still to run "not reached"
+            assert [r["property"] for r in summary["checks"]] == [*calls, "P5-fallback-exact"]
+            assert [r["result"] for r in summary["checks"]] == ["pass", "pass", "not reached"]
+            assert summary["status"] == "running"
         calls.append(name)
         return real(name, *args, **kwargs)
 
@@ -516,7 +579,8 @@ def test_an_interrupt_that_was_swallowed_still_ends_the_run_before_the_next_exam
         note_interrupt(signal.SIGINT)  # what the handler records before it raises
         return P.check_forward_exact(example, device=device)
 
-    monkeypatch.setitem(runner.SPECS, "P3-forward-exact", (swallows, runner.SPECS["P3-forward-exact"][1]))
+    record = dataclasses.replace(registry.get_record("P3-forward-exact"), check=swallows)
+    monkeypatch.setitem(registry.records(), "P3-forward-exact", record)
     try:
         with pytest.raises(KeyboardInterrupt, match="a signal arrived during an earlier example"):
             runner.run_property("P3-forward-exact", "torch", max_examples=20, dtype="float32", max_seq_len=4)
