@@ -325,12 +325,6 @@ def plan_run(args: argparse.Namespace) -> Plan:
     # the one profile table; a fuzz row runs until its share of the budget is spent
     examples = args.examples if args.examples is not None else registry.examples_per_row(profile)
     junit_xml, json_copy = _output_file("--junit-xml", args.junit_xml), _output_file("--json", args.json)
-    _make_dirs({
-        "--report": report,
-        "--database": database if isinstance(database, Path) else None,
-        "--junit-xml": junit_xml and junit_xml.parent,
-        "--json": json_copy and json_copy.parent,
-    })  # fmt: skip
     plan = Plan(
         command=args.command,
         target=args.target,
@@ -361,6 +355,12 @@ def plan_run(args: argparse.Namespace) -> Plan:
                 f"{runnable * MIN_SECONDS_PER_ROW:g} s ({MIN_SECONDS_PER_ROW:g} s a row); give more seconds or ask "
                 "for fewer rows (--property, --dtype, --family, --skip-necessity)"
             )
+    _make_dirs({
+        "--report": report,
+        "--database": database if isinstance(database, Path) else None,
+        "--junit-xml": junit_xml and junit_xml.parent,
+        "--json": json_copy and json_copy.parent,
+    })  # fmt: skip
     return plan
 
 

@@ -685,3 +685,128 @@ def test_repro_of_a_backend_that_is_gone_is_an_environment_problem(gdn, failure_
     status, _, err = gdn("repro", str(path))
     assert status == cli.EXIT_ENVIRONMENT
     assert "needs the frobnicator extra" in _one_line(err)
+
+
+# ---- the ledger: a verdict computed from what ran against what was asked ---------------------------------
+
+
+def test_a_fuzz_budget_too_short_for_the_plan_is_refused_naming_the_minimum(gdn, tmp_path) -> None:
+    """``fuzz --seconds 0.001`` once ran nothing and said "0 examples", exit 0; ``--seconds 10`` left rows
+    out of the report. Each row needs a share: a shorter budget is a usage error before any example."""
+    for seconds in ("0.001", "10"):
+        status, _, err = gdn("fuzz", "--profile", "dev", "--seconds", seconds)
+        assert status == cli.EXIT_USAGE, err
+        assert not (tmp_path / REPORT).exists()
+        rows = int(re.search(r"(\d+) rows need at least", err).group(1))  # type: ignore[union-attr]
+        assert rows >= 20 and f"at least {rows * cli.MIN_SECONDS_PER_ROW:g} s" in err, err
+    # the count named is the plan's: every row but those that cannot be asked here
+    plan = cli.plan_run(cli.build_parser().parse_args(["fuzz", "--profile", "dev", "--device", "cpu"]))
+    assert rows == sum(r.result != "n/a" for r in cli.ledger_rows(plan))
+
+
+def test_a_row_the_budget_did_not_reach_fails_the_run(gdn, tmp_path, monkeypatch) -> None:
+    """The first row's example outlasts the whole budget (the budget is checked before each example):
+    the second row never starts, stays "not reached" in the report, and the run fails saying so."""
+    from gdn_equiv import properties as P
+
+    def slow(example: object, **kwargs: object) -> object:
+        time.sleep(2.5)
+        return P.check_path_taken(example, **kwargs)
+
+    record = dataclasses.replace(registry.get_record("P2-path-taken"), check=slow, premise=any_examples)
+    monkeypatch.setitem(registry.records(), "P2-path-taken", record)
+    status, out, _ = gdn(
+        "fuzz", *TINY, "--property", "P2-path-taken", "--property", "P3-forward-exact", "--seconds", "2"
+    )
+    assert status == cli.EXIT_FAILED, out
+    assert "NOT REACHED P3-forward-exact[torch-float32]" in out and "not checked" in out, out
+    results = {r["property"]: r["result"] for r in _summary(tmp_path)["checks"]}
+    assert results == {"P2-path-taken": "pass", "P3-forward-exact": "not reached"}
+
+
+def test_every_row_gets_a_share_of_the_fuzz_budget(gdn, tmp_path) -> None:
+    """No row of a fuzz run ends with 0 examples while the budget lasts: the shares are cumulative."""
+    status, out, _ = gdn("fuzz", *TINY, "--examples", "2", "--seconds", "6")
+    assert status == cli.EXIT_OK, out
+    rows = _summary(tmp_path)["checks"]
+    assert rows and all(r["examples"] > 0 or r["result"] == "n/a" for r in rows), rows
+
+
+def test_a_row_comparing_a_backend_with_itself_is_not_a_pass(gdn, tmp_path) -> None:
+    """On torch, P7's comparisons with torch say n/a (same backend); the fp64 ground truth checks torch."""
+    status, out, _ = gdn(
+        "check", *TINY, "--property", "P7-backend-vs-torch", "--property", "P7-conv-conformance",
+        "--property", "P7-ground-truth", "--examples", "3",
+    )  # fmt: skip
+    assert status == cli.EXIT_OK, out
+    results = {r["property"]: (r["result"], r["failure"]) for r in _summary(tmp_path)["checks"]}
+    assert results["P7-backend-vs-torch"][0] == results["P7-conv-conformance"][0] == "n/a"
+    assert "same backend" in results["P7-backend-vs-torch"][1]
+    assert results["P7-ground-truth"][0] == "pass"
+
+
+def test_the_ground_truth_row_catches_a_defect_the_torch_backend_would_share(gdn, tmp_path, planted) -> None:
+    """A bias-dropping kernel passes every comparison with itself; against the fp64 truth it fails."""
+    status, out, _ = gdn(
+        "check", *TINY, "--property", "P7-ground-truth", "--examples", "40", "--backend", NO_BIAS, "--no-isolate"
+    )
+    assert status == cli.EXIT_FAILED, out
+    assert "FAIL P7-ground-truth" in out and "fp64 conv1d" in out, out
+
+
+def test_a_report_holds_what_this_run_found_and_nothing_older(gdn, tmp_path, planted) -> None:
+    """A clean check after a failing one into the same directory leaves no failure file of the old run."""
+    status, out, _ = gdn("check", *TINY, "--property", "P7-ground-truth", "--examples", "40", "--backend", NO_BIAS,
+                         "--no-isolate")  # fmt: skip
+    assert status == cli.EXIT_FAILED and list((tmp_path / REPORT).glob("failure-*")), out
+    status, out, _ = gdn("check", *TINY, "--property", "P2-path-taken")
+    assert status == cli.EXIT_OK, out
+    assert not list((tmp_path / REPORT).glob("failure-*"))
+    assert [r["result"] for r in _summary(tmp_path)["checks"]] == ["pass"]
+
+
+def test_a_reproducer_of_a_cpu_run_sets_the_triton_interpreter(failure_json) -> None:
+    """A Triton kernel found failing on a CPU ran in the interpreter: so does its reproducer."""
+    script = failure_json.with_suffix(".py").read_text()
+    assert 'os.environ.setdefault("TRITON_INTERPRET", "1")' in script
+    assert script.index("TRITON_INTERPRET") < script.index("from gdn_equiv")
+
+
+def test_repro_of_an_example_whose_premise_no_longer_holds_does_not_say_passes(gdn, tmp_path, failure_json) -> None:
+    """A P3 failure whose example the guard now refuses cannot be judged: exit 1, never "passes now"."""
+    data = json.loads(failure_json.read_text())
+    data["function"], data["property"] = "check_forward_exact", "P3-forward-exact"
+    data["example"]["use_cache"] = True  # the guard refuses (G3): P3 does not apply
+    data["example"]["cache"] = "empty"
+    path = tmp_path / "refused.json"
+    path.write_text(json.dumps(data))
+    status, out, _ = gdn("repro", str(path))
+    assert status == cli.EXIT_FAILED, out
+    assert "NOT JUDGED" in out and "passes now" not in out, out
+
+
+def test_a_clean_fuzz_run_prints_no_seed_hint(gdn, tmp_path) -> None:
+    """Hypothesis' "@seed(...)" hint follows an exception in a run it seeded, a spent budget included:
+    nothing failed, so nothing may read like a failure."""
+    status, out, err = gdn("fuzz", *TINY, "--property", "P2-path-taken", "--seconds", "2")
+    assert status == cli.EXIT_OK, out
+    assert "@seed" not in out + err
+
+
+def test_check_piped_into_head_with_stderr_on_the_same_pipe_exits_130(tmp_path, planted) -> None:
+    """``gdn-equiv check 2>&1 | head -3`` exited 1: the line saying the run stopped went to the same
+    closed pipe and raised there."""
+    argv = [sys.executable, "-m", "gdn_equiv", "check", *TINY, "--property", "P3-forward-exact", "--property",
+            "P2-path-taken", "--property", "P5-fallback-exact"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=_subprocess_env(planted), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        proc.stdout.readline()
+        proc.stdout.close()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == cli.EXIT_INTERRUPTED
