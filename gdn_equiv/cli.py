@@ -52,8 +52,9 @@ EXIT_INTERRUPTED = 130
 EXIT_STATUS = """\
 exit status:
   0    everything asked for ran, and nothing failed
-  1    a property failed (a finding; the report has its shrunk example), or a property
-       was not exercised (none of its examples was applicable)
+  1    a property failed (a finding; the report has its shrunk example), or an asked row
+       was not checked: not exercised (none of its examples was applicable) or not
+       reached (the budget ended first); the ledger in the report lists every row
   2    usage error: an argument, option, profile name (also HYPOTHESIS_PROFILE) or input
        file refused before any example ran; one line on stderr names the value and the rule
   3    the environment cannot run what was asked: an extra that is not installed (fla,
@@ -67,7 +68,8 @@ exit status:
 REPRO_EXIT_STATUS = """\
 exit status:
   0    the example no longer fails
-  1    it still fails
+  1    it still fails, or it can no longer be judged (the example no longer meets the
+       property's premise)
   2    the file is missing, unreadable, of an unknown format version or does not validate
   3    the environment cannot run it (backend, device or target missing here)
   4    internal error of gdn-equiv itself; the traceback is saved in gdn-equiv-report/

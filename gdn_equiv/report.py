@@ -455,7 +455,7 @@ class ReportWriter:
 
 def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Path:
     """JUnit XML, one testcase per row: a failure carries the message, the shrunk example and its
-    reproducer; "not exercised" is a failure too; a P6 search that found nothing (or cannot run here)
+    reproducer; "not exercised" and "not reached" are failures too; a P6 search that found nothing (or cannot run here)
     is a skip with the reason."""
     import socket
     import xml.etree.ElementTree as ET
@@ -504,8 +504,9 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Pat
             first = check.failure.splitlines()[0] if check.failure else "failed"
             kind = check.failure.split(":", 1)[0] if ":" in check.failure else "Failure"
             ET.SubElement(case, "failure", {"message": first[:500], "type": kind}).text = "\n".join(text)
-        elif check.result == "not exercised":
-            ET.SubElement(case, "failure", {"message": check.failure[:500], "type": "NotExercised"})
+        elif check.result in ("not exercised", UNREACHED):
+            kind = "NotExercised" if check.result == "not exercised" else "NotReached"
+            ET.SubElement(case, "failure", {"message": check.failure[:500], "type": kind})
         elif check.result in ("none found", "n/a"):
             reason = (
                 f"no counterexample found in {check.examples} examples: the condition may be unnecessary on "
