@@ -4,12 +4,11 @@ plug in a broken implementation (a subclass, a registered backend), never by pat
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 from hypothesis import find, settings
 
+from gdn_equiv import planted
 from gdn_equiv import properties as P
 from gdn_equiv.backends import Backend, registered
 from gdn_equiv.backends import torch_backend as tb
@@ -17,6 +16,16 @@ from gdn_equiv.compare import Mismatch
 from gdn_equiv.example import Example
 from gdn_equiv.families import known_families
 from gdn_equiv.guard import Condition, Decision, decide, decide_upstream
+from gdn_equiv.planted import (
+    AutoIgnoresDecision,
+    FallbackForgetsConvCache,
+    FusedDetachesConvWeights,
+    FusedDropsVBias,
+    GuardIgnoresVarlen,
+    fused_biases,
+    fused_conv,
+    fused_weights,
+)
 from gdn_equiv.strategies import examples
 from gdn_equiv.targets import get_target
 from gdn_equiv.testing import first_hit
@@ -53,10 +62,6 @@ def _caught(prop, strategy, defect=None, *, search: settings = SEARCH) -> Exampl
 # --- planted defects in the guard (mixed in front of a family's fused layer) ---------------
 
 
-class GuardIgnoresVarlen:
-    guard = staticmethod(lambda layer, call: decide(layer, replace(call, varlen=False)))
-
-
 class UpstreamGuard:
     """fla 0.6.0's rule (no G8/G9); the suite must find its gap by itself."""
 
@@ -83,33 +88,6 @@ def test_forward_property_catches_upstream_guard_bias_gap(family):
 # --- planted defects in the fused path ------------------------------------------------------
 
 
-def _fused_conv(layer, proj, call, weight, bias, *, activation="own", sizes=None):
-    from gdn_equiv.backends import causal_conv1d
-    from gdn_equiv.conv_ops import apply_conv_facts
-
-    first = layer.convs()[0]
-    x = proj.conv_in if call.conv_mask is None else proj.conv_in * call.conv_mask.unsqueeze(-1)
-    act = first.activation if activation == "own" else activation
-    y, _ = causal_conv1d(x, weight, bias, act, backend=first.backend)
-    y = apply_conv_facts(y, first.extras())  # as the real fused path does: only the planted defect differs
-    return tuple(t.contiguous() for t in torch.split(y, sizes or [c.channels for c in layer.convs()], dim=-1))
-
-
-def _weights(layer):
-    return torch.cat([c.weight[:, 0] for c in layer.convs()], dim=0)
-
-
-def _biases(layer):
-    return torch.cat([c.bias for c in layer.convs()]) if layer.conv_bias else None
-
-
-class FusedDropsVBias:
-    def _fused_prologue(self, proj, call):
-        *rest, last = self.convs()
-        bias = torch.cat([*(c.bias for c in rest), torch.zeros_like(last.bias)]) if self.conv_bias else None
-        return _fused_conv(self, proj, call, _weights(self), bias)
-
-
 class FusedSplitsOffByOne:
     """k is read one channel too far right (its last channel is v's first)."""
 
@@ -120,32 +98,13 @@ class FusedSplitsOffByOne:
         return (q, qkv[..., Dq + 1 : Dq + Dk + 1].contiguous(), *rest)
 
 
-class FusedDetachesConvWeights:
-    def _fused_prologue(self, proj, call):
-        return _fused_conv(self, proj, call, _weights(self).detach(), _biases(self))
-
-
-class AutoIgnoresDecision:
-    def _prologue(self, proj, call, use_cache, prologue="auto", **kwargs):
-        return super()._prologue(proj, call, use_cache, "separate" if prologue == "auto" else prologue, **kwargs)
-
-
-class FallbackForgetsConvCache:
-    def _separate_prologue(self, proj, call, use_cache):
-        outs, states = super()._separate_prologue(proj, call, use_cache)
-        return outs, tuple(None for _ in states)
-
-
-# family shapes: a grouped k/v split, a dense mask, a conv without activation
-
-
 class FusedSplitsAsIfUngrouped:
     """Splits the fused output as q | k | v with k as wide as q (right only without grouped k/v)."""
 
     def _fused_prologue(self, proj, call):
         Dq = self.convs()[0].channels
         total = sum(c.channels for c in self.convs())
-        return _fused_conv(self, proj, call, _weights(self), _biases(self), sizes=[Dq, Dq, total - 2 * Dq])
+        return fused_conv(self, proj, call, fused_weights(self), fused_biases(self), sizes=[Dq, Dq, total - 2 * Dq])
 
 
 class FusedMasksAfterConv:
@@ -156,7 +115,9 @@ class FusedMasksAfterConv:
         from gdn_equiv.conv_ops import apply_conv_facts
 
         first = self.convs()[0]
-        y, _ = causal_conv1d(proj.conv_in, _weights(self), _biases(self), first.activation, backend=first.backend)
+        y, _ = causal_conv1d(
+            proj.conv_in, fused_weights(self), fused_biases(self), first.activation, backend=first.backend
+        )
         y = apply_conv_facts(y, first.extras())
         if call.conv_mask is not None:
             y = y * call.conv_mask.unsqueeze(-1)
@@ -167,7 +128,7 @@ class FusedAlwaysSilu:
     """Applies silu in the fused conv whatever the convs' activation (LightNet's convs have none)."""
 
     def _fused_prologue(self, proj, call):
-        return _fused_conv(self, proj, call, _weights(self), _biases(self), activation="silu")
+        return fused_conv(self, proj, call, fused_weights(self), fused_biases(self), activation="silu")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -214,12 +175,6 @@ def test_forward_property_catches_activation_on_a_conv_that_has_none():
 # --- planted defects in a backend -----------------------------------------------------------
 
 
-def _rounds_differently_when_wide(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
-    """Channel-count-dependent arithmetic: wide calls (the fused one) scale by 1 + 2^-20."""
-    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
-    return (y * (1 + 2**-20) if x.shape[-1] > 16 else y), final
-
-
 def _update_without_bias(x, state, weight, bias, activation):
     return tb.update(x, state, weight, None, activation)
 
@@ -227,7 +182,7 @@ def _update_without_bias(x, state, weight, bias, activation):
 @pytest.fixture
 def broken_backends():
     with registered(
-        Backend("teeth_wide", forward=_rounds_differently_when_wide, update=tb.update),
+        Backend("teeth_wide", forward=planted.BACKENDS["planted-wide-rounding"].forward, update=tb.update),
         Backend("teeth_update", forward=tb.forward, update=_update_without_bias),
     ):
         yield
@@ -285,9 +240,9 @@ class FusedCastsParamsToInput:
     now and then: strategies/layers.py, _MIXED_PRECISION)."""
 
     def _fused_prologue(self, proj, call):
-        bias = _biases(self)
+        bias = fused_biases(self)
         dtype = proj.conv_in.dtype
-        return _fused_conv(self, proj, call, _weights(self).to(dtype), None if bias is None else bias.to(dtype))
+        return fused_conv(self, proj, call, fused_weights(self).to(dtype), None if bias is None else bias.to(dtype))
 
 
 def test_forward_property_catches_a_fused_path_that_drops_mixed_precision():
