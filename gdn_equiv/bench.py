@@ -64,6 +64,10 @@ PEAK_HBM = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12}  # H200, H100 SXM5 (NVIDI
 #: ~0.13 s on an H200)
 DEFAULT_ITERS = {"layer": 10, "prologue": 50}
 DEFAULT_WARMUP = {"layer": 2, "prologue": 10}
+#: ``--quick`` is a smoke test of the command (every family, backend and row kind once), not a
+#: measurement: a few calls per row keep it under a minute on 2 CPU cores, Triton's interpreter included
+QUICK_ITERS = {"layer": 2, "prologue": 3}
+QUICK_WARMUP = {"layer": 1, "prologue": 1}
 
 
 # ---- the plan ------------------------------------------------------------------------------------

@@ -759,8 +759,12 @@ def plan_bench(args: argparse.Namespace) -> Any:
         fla=fla,
         dtypes=list(dict.fromkeys(args.dtype or (["bfloat16"] if device.startswith("cuda") else ["float32"]))),
         device=device,
-        iters=args.iters if args.iters is not None else bench.DEFAULT_ITERS[what],
-        warmup=args.warmup if args.warmup is not None else bench.DEFAULT_WARMUP[what],
+        iters=args.iters
+        if args.iters is not None
+        else (bench.QUICK_ITERS if args.quick else bench.DEFAULT_ITERS)[what],
+        warmup=args.warmup
+        if args.warmup is not None
+        else (bench.QUICK_WARMUP if args.quick else bench.DEFAULT_WARMUP)[what],
         quick=args.quick,
         json=json_path,
         plot=plot_path,

@@ -1,0 +1,147 @@
+"""The verdict's own machinery, checked by the gate itself: the ledger (:mod:`gdn_equiv.report`) and the
+property registry (:mod:`gdn_equiv.registry`) that every driver reads.
+
+A gate is only worth its verdict. As ``test_compare`` checks the comparison every property rests on,
+these check that a row which did not run, ran nothing applicable, or compared a backend with itself can
+never be counted green, and that the rows asked are the registry's. No layer runs here (fast, CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gdn_equiv import registry, runner
+from gdn_equiv.backends import BUILTIN_BACKENDS, available_backends
+from gdn_equiv.guard import Condition
+from gdn_equiv.report import FAILING, UNREACHED, Check, ReportWriter, merge
+from gdn_equiv.testing import MISS_BOUND, PROFILES
+
+GREEN = ("pass", "counterexample", "n/a", "none found")
+
+
+def _row(result: str = "pass", **fields: object) -> Check:
+    check = Check("P3-forward-exact", "torch", "float32")
+    check.result = result
+    for key, value in fields.items():
+        setattr(check, key, value)
+    return check
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        (dict(result="pass", examples=3, not_applicable=1), "pass"),
+        (dict(result="not exercised", examples=3, not_applicable=3), "not exercised"),
+        (dict(result="pass", examples=0, not_applicable=0, budget_spent=True), UNREACHED),
+        (dict(result="FAIL", examples=1, failure="Mismatch: x"), "FAIL"),
+        (dict(result="counterexample", examples=4), "counterexample"),
+        (dict(result="none found", examples=4), "none found"),
+        (dict(result="n/a", failure="same backend"), "n/a"),
+    ],
+)
+def test_an_asked_row_takes_exactly_what_its_run_showed(tmp_path: Path, new: dict, expected: str) -> None:
+    """An asked row starts failing ("not reached") and turns green only on applicable examples."""
+    writer = ReportWriter(tmp_path, device="cpu", meta={})
+    writer.ask([_row()])
+    assert [r.result for r in writer.rows] == [UNREACHED] and writer.failed == writer.rows
+    writer.add(_row(**new))
+    (row,) = writer.rows
+    assert row.result == expected
+    assert (row in writer.failed) == (expected in FAILING)
+    assert row.examples == new.get("examples", 0)
+
+
+def test_a_failure_stays_whatever_later_rounds_show() -> None:
+    row = _row(UNREACHED)
+    merge(row, _row("FAIL", examples=1, failure="Mismatch: found"))
+    for later in (_row("pass", examples=5), _row("not exercised", examples=2, not_applicable=2)):
+        merge(row, later)
+    assert row.result == "FAIL" and row.failure == "Mismatch: found" and row.examples == 8
+
+
+def test_a_row_exercised_in_any_round_is_exercised() -> None:
+    row = _row(UNREACHED)
+    merge(row, _row("not exercised", examples=2, not_applicable=2))
+    assert row.result == "not exercised"
+    merge(row, _row("pass", examples=2, not_applicable=1))
+    assert row.result == "pass" and row.examples == 4 and row.not_applicable == 3
+
+
+def test_every_unfinished_result_fails_and_every_finished_one_is_green() -> None:
+    assert set(FAILING) == {"FAIL", "not exercised", UNREACHED}
+    assert not set(FAILING) & set(GREEN)
+
+
+def test_a_report_directory_keeps_nothing_of_an_earlier_run(tmp_path: Path) -> None:
+    for name in ("failure-00-P3.json", "failure-00-P3.py", "internal-error.txt"):
+        (tmp_path / name).write_text("old")
+    (tmp_path / "notes.txt").write_text("the user's")
+    ReportWriter(tmp_path, device="cpu", meta={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "rows.jsonl", "summary.json"]
+
+
+def test_the_rows_asked_are_the_registry_s_with_their_reasons() -> None:
+    records = registry.property_records() + registry.necessity_records()
+    rows = registry.asked_rows(records, families=["gated_deltanet", "kda"], backends=["torch"], dtypes=["float32"])
+    expected = [(f, r.name) for f in ("gated_deltanet", "kda") for r in records]
+    assert [(row.family, row.property) for row, _, _ in rows] == expected
+    for row, record, reason in rows:
+        assert row.dtype == ("float32" if record.per_dtype else "any")
+        same = record.name in ("P7-backend-vs-torch", "P7-conv-conformance")
+        assert (reason is not None and "same backend" in reason) == same, (record.name, reason)
+    for record in registry.property_records():
+        assert record.not_applicable("mypkg.kernels:conv") is None  # a plug-in is compared with torch
+
+
+def test_g5_is_asked_only_where_a_second_built_in_backend_runs() -> None:
+    record = registry.get_record(registry.necessity_name(Condition.G5))
+    for backend in ("torch", "triton", "mypkg.kernels:conv"):
+        others = [b for b in available_backends() if b != backend and b in BUILTIN_BACKENDS]
+        assert (record.not_applicable(backend) is None) == bool(others)
+
+
+def test_every_guard_condition_has_its_necessity_row() -> None:
+    assert [r.condition for r in registry.necessity_records()] == list(Condition)
+    assert all(not r.per_dtype and r.check is None for r in registry.necessity_records())
+    assert all(r.check is not None and r.condition is None for r in registry.property_records())
+
+
+def test_a_necessity_search_is_bounded_by_what_a_miss_means() -> None:
+    for backend in BUILTIN_BACKENDS:
+        assert registry.necessity_budget(backend) == MISS_BOUND
+    assert registry.necessity_budget("mypkg.kernels:conv") == registry.PLUGIN_NECESSITY_STATES < MISS_BOUND
+
+
+def test_one_profile_table() -> None:
+    for name, values in PROFILES.items():
+        assert registry.examples_per_row(name) == values["max_examples"]
+
+
+def test_a_row_that_compared_nothing_is_not_a_pass() -> None:
+    """All drawn examples inapplicable: not exercised; a budget gone before the first: not reached; an
+    example built to apply that did not: a failure."""
+    from gdn_equiv import properties as P
+
+    def never(example: object, **_: object) -> None:
+        raise P.NotApplicable("planted")
+
+    base = registry.get_record("P3-forward-exact")
+    loose = dataclasses.replace(base, check=never, premise=registry.any_examples)
+    check = runner.run_property("P3-forward-exact", "torch", max_examples=3, max_seq_len=4, record=loose)
+    assert check.result == "not exercised" and check.examples == check.not_applicable == 3
+    check = runner.run_property("P3-forward-exact", "torch", max_examples=3, max_seq_len=4, record=loose, deadline=0)
+    assert check.result == UNREACHED and check.examples == 0
+    strict = dataclasses.replace(base, check=never)
+    check = runner.run_property("P3-forward-exact", "torch", max_examples=20, max_seq_len=4, record=strict)
+    assert check.result == "FAIL" and "built to meet the property's premise" in check.failure
+
+
+def test_a_necessity_row_on_a_built_in_backend_that_finds_nothing_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gdn_equiv import properties as P
+
+    monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
+    check = runner.find_counterexample(Condition.G8, "torch", max_examples=3, shrink=False)
+    assert check.result == "FAIL" and "known to be necessary" in check.failure
