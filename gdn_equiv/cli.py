@@ -731,6 +731,11 @@ def plan_bench(args: argparse.Namespace) -> Any:
         raise EnvironmentProblem(f"--timing graph needs a CUDA device (CUDA graphs), got --device {device}")
     if args.backend is not None:
         names = _backends(args.backend, baselines=("fla",))
+    elif args.quick and torch.device(device).type == "cpu":
+        # a smoke test under a minute: fla's Triton conv in the interpreter takes most of a minute alone
+        names = [n for n in available_backends() if not n.startswith("fla")]
+        left = [n for n in [*available_backends(), "fla"] if n not in names]
+        notes.append(f"--quick on a CPU leaves out {', '.join(left)} (Triton's interpreter); name them with --backend")
     else:
         names = [*available_backends(), "fla"]
     fla = "fla" in names
