@@ -254,7 +254,7 @@ def _observed_conv(module: Any, widths: list[int]) -> Iterator[None]:
 
 
 def _conv_module(
-    channels: int, kernel_size: int, bias: bool, activation: str | None, backend: str, family: str = ""
+    channels: int, kernel_size: int, bias: bool, activation: str | None, backend: str, family: str
 ) -> torch.nn.Module:
     from fla.modules import ShortConvolution
 
