@@ -143,8 +143,11 @@ def conv_spec_overrides(draw: st.DrawFn, activation: str | None) -> ConvSpec:
 
 @st.composite
 def configs(draw: st.DrawFn, family: str, *, conv_bias: bool | None = None) -> LayerConfig:
-    """Small fla-valid configs of ``family``, each conv possibly with its own facts; shrinks to identical convs."""
-    base = draw(layer_configs(family=family, vary_convs=0.0, use_short_conv=None, conv_bias=conv_bias))
+    """Small configs of ``family`` that the installed fla's class accepts, each conv possibly with its own
+    facts; shrinks to identical convs."""
+    base = draw(
+        layer_configs(family=family, vary_convs=0.0, use_short_conv=None, conv_bias=conv_bias, fla_version=FLA_VERSION)
+    )
     # the layer's shared activation (the family's own first), or silu half the time: the silu/swish alias
     # is a gap only among convs that have an activation (LightNet's have none)
     own = draw(st.sampled_from([base.q_conv.activation, "silu"]))
@@ -373,7 +376,9 @@ def test_fla_only_family_builds_with_the_convs_its_examples_imply(family: str, d
     is taken, fla builds three convs with the channels, kernel size and bias the record says (so the
     convs the target swaps in fit fla's projections), and the target's layer then carries the
     example's conv facts in its state_dict."""
-    config = data.draw(layer_configs(family=family, vary_convs=0.0, use_short_conv=True), label="config")
+    config = data.draw(
+        layer_configs(family=family, vary_convs=0.0, use_short_conv=True, fla_version=FLA_VERSION), label="config"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         layer, dropped = _construct(_fla_class(family), family, config)
