@@ -10,6 +10,7 @@ and the example, or :class:`NotApplicable` when the example does not meet its pr
 from __future__ import annotations
 
 import dataclasses
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -568,8 +569,17 @@ class GapBiasDropped(UpstreamGap):
     """The guard fuses with the layer flag off while a conv has a bias: the fused path drops it."""
 
 
-class GapMissingBiasCrash(UpstreamGap):
-    """The guard fuses with the layer flag on while a conv has no bias: the fused path raises."""
+class GapMissingBias(UpstreamGap):
+    """The guard fuses where the fused path concatenates the convs' biases and one conv has none.
+
+    Raised as predicted from the facts when the guards alone decide (no run), and when a run of the
+    fused path did not raise the ``TypeError`` of concatenating a ``None`` (the message says what it
+    did instead); :class:`GapMissingBiasCrash` when it did."""
+
+
+class GapMissingBiasCrash(GapMissingBias):
+    """:class:`GapMissingBias`, run: the fused path was seen to raise the ``TypeError`` of
+    concatenating a missing bias."""
 
 
 class GapOtherRefusal(UpstreamGap):
@@ -582,6 +592,41 @@ class GapNeedlessFallback(UpstreamGap):
 
 class GapNoFusedPrologue(UpstreamGap):
     """The target version has no fused prologue for this family at all (it never fuses; speed only)."""
+
+
+class UpstreamRefused(Exception):
+    """An upstream constructor refused the arguments a family record built from a drawn config: not a
+    finding about the prologue and not gdn-equiv's own error; a search records it and goes on.
+
+    ``family``: the family; ``constructor``: what refused (a class name); ``arguments``: what it was
+    given; ``error``: what it raised (its message is upstream's words)."""
+
+    def __init__(self, family: str, constructor: str, arguments: dict[str, Any], error: BaseException) -> None:
+        self.family, self.constructor, self.arguments, self.error = family, constructor, dict(arguments), error
+        super().__init__(
+            f"{constructor} refused the arguments of a {family!r} config: {type(error).__name__}: {error}; "
+            f"arguments: {self.arguments}"
+        )
+
+    @property
+    def kind(self) -> str:
+        """What identifies the refusal (a search reports each once): the class, the error type and the
+        message with its numbers and addresses masked ("Rotary dimension must be even, got 1" and "got 3"
+        are one rule, whatever the config)."""
+        message = re.sub(r"\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "0x#", str(self.error)))
+        return f"{self.constructor}: {type(self.error).__name__}: {message}"
+
+
+def upstream_example_pins(target: str, **options: Any) -> dict[str, Any]:
+    """The example-strategy arguments under which ``target``'s constructors accept what is drawn (fla:
+    its version, see ``FlaTarget.example_pins``); ``{}`` for a target that asks nothing, or a name that
+    is no registered target (a search's stand-in)."""
+    from gdn_equiv.targets import get_target, known_targets
+
+    if target not in known_targets():
+        return {}
+    pins = getattr(get_target(target, **options), "example_pins", None)
+    return {} if pins is None else dict(pins())
 
 
 def check_target_guard(
@@ -598,7 +643,10 @@ def check_target_guard(
     (fla's ``torch.cat`` of a ``None`` bias); a dropped bias is shown by running both paths on a
     GPU and inferred from the facts on a CPU (the message says which). ``demonstrate=False`` decides
     the gap from the guards alone, running no layer: what a search does while it shrinks (on a GPU
-    every shrink step would otherwise compile the target's kernels for a new shape).
+    every shrink step would otherwise compile the target's kernels for a new shape); a missing bias
+    is then :class:`GapMissingBias`, predicted, and only a run that raises the ``TypeError`` makes it
+    :class:`GapMissingBiasCrash`. A constructor of the target's that refuses the example's config
+    raises :class:`UpstreamRefused`.
     """
     from gdn_equiv.guard import decide
     from gdn_equiv.targets import get_target
@@ -628,20 +676,7 @@ def check_target_guard(
         who = f"conv_bias={facts.conv_bias}, convs {biases}"
         gap = _bias_gap(handle, facts)
         if gap == "crash":
-            try:
-                if demonstrate:
-                    handle.run(inputs, "auto")
-            except TypeError as exc:
-                raise GapMissingBiasCrash(
-                    f"{target} fuses with {who}; its fused path concatenates the biases and raises "
-                    f"TypeError: {exc}\nExample: {context}",
-                    report,
-                ) from exc
-            except Exception:  # the kernel itself cannot run here; the facts already show the gap
-                pass
-            raise GapMissingBiasCrash(
-                f"{target} fuses with {who}: its fused path concatenates a missing bias\nExample: {context}", report
-            )
+            _missing_bias(handle, inputs if demonstrate else None, target, who, device, context, report)
         if gap == "dropped":
             how = "inferred from the facts (the fused path concatenates no bias here)"
             if not demonstrate:
@@ -656,6 +691,33 @@ def check_target_guard(
     if demonstrate and str(device).startswith("cuda"):
         how = _fused_vs_separate(handle, inputs, device)
     raise GapOtherRefusal(f"{target} fuses where the spec refuses ({how})\nExample: {context}", report)
+
+
+def _missing_bias(handle: Any, inputs: Any, target: str, who: str, device: str, context: str, report: Report) -> None:
+    """Raise the missing-bias gap for what was seen: predicted (``inputs`` ``None``: no run), the crash
+    (the fused path raised ``TypeError``), or what the run did instead (another error, or nothing)."""
+    predicted = "the fused path would concatenate a missing bias (predicted from the facts; not run)"
+    if inputs is None:
+        raise GapMissingBias(f"{target} fuses with {who}: {predicted}\nExample: {context}", report)
+    try:
+        handle.run(inputs, "auto")
+    except TypeError as exc:
+        raise GapMissingBiasCrash(
+            f"{target} fuses with {who}; its fused path concatenates the biases and raises "
+            f"TypeError: {exc}\nExample: {context}",
+            report,
+        ) from exc
+    except Exception as exc:
+        raise GapMissingBias(
+            f"{target} fuses with {who}; run on {device} it raised {type(exc).__name__}: {exc} (not the TypeError "
+            f"of concatenating a missing bias)\nExample: {context}",
+            report,
+        ) from exc
+    raise GapMissingBias(
+        f"{target} fuses with {who}; run on {device} it raised nothing (path taken: {handle.path_taken()}): not a "
+        f"crash, although the facts predicted one\nExample: {context}",
+        report,
+    )
 
 
 def _bias_gap(handle: Any, facts: Any) -> str | None:

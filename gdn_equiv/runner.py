@@ -32,7 +32,7 @@ from gdn_equiv._source import alias_strategies
 from gdn_equiv.backends import BUILTIN_BACKENDS
 from gdn_equiv.compare import Mismatch, Report, observe, worst
 from gdn_equiv.example import Example
-from gdn_equiv.families import DEFAULT_FAMILY, example_family
+from gdn_equiv.families import DEFAULT_FAMILY
 from gdn_equiv.guard import Condition
 from gdn_equiv.registry import MAX_SEQ_LEN, Draw, PropertyRecord, get_record, necessity_budget, necessity_name
 from gdn_equiv.report import Check, Failure, interrupt_pending
@@ -394,23 +394,31 @@ def search_gaps(
     the budget is gone the round ends, a shrink in progress too, its gap reported with the smallest
     example reached and a note saying so). Shrinking
     decides from the guards alone; the shrunk example is then run once to show the gap's cost
-    (fused vs separate on a GPU, the crash anywhere). ``check`` is the guard comparison
-    (``properties.check_target_guard``'s signature; a stand-in lets the search itself be tested).
+    (fused vs separate on a GPU, the crash anywhere), and the gap row is named for what that run
+    showed (a missing bias predicted from the guards becomes ``MissingBiasCrash`` only if the crash was
+    seen). ``check`` is the guard comparison (``properties.check_target_guard``'s signature; a
+    stand-in lets the search itself be tested).
+
+    The examples are drawn as the target asks (:func:`gdn_equiv.properties.upstream_example_pins`: fla's
+    version, so only configs its classes accept). A constructor that still refuses one
+    (:class:`~gdn_equiv.properties.UpstreamRefused`: a rule the family records miss, a newer upstream)
+    is a row of its own, ``upstream refused``, once per distinct refusal, with the example and upstream's
+    message; the example counts as not applicable and the search goes on. The summary row of a search
+    that ran no example is ``not reached`` when the budget was spent before it, else ``not exercised``;
+    one whose every example was refused is ``not exercised``.
     """
     from gdn_equiv.strategies import examples
 
-    drawn = example_family(family)
+    pins = P.upstream_example_pins(target, **options)
     # a third of the draws break one guard condition alone: the states where a guard's mistake on that
     # condition shows (another broken condition can make both guards fall back). SPEC §1's two gaps are
     # such states: 14 searches found both in 137-480 guard calls (shrinking included), 6 searches with
     # free draws only in 136-1,093
     strategy = st.one_of(
-        examples(fusable=True, family=drawn),
-        examples(fusable=False, max_reasons=1, family=drawn),
-        examples(fusable=False, family=drawn),
+        examples(fusable=True, family=family, **pins),
+        examples(fusable=False, max_reasons=1, family=family, **pins),
+        examples(fusable=False, family=family, **pins),
     )
-    if drawn != family:  # an fla-only family: the borrowed family's examples, under its own name
-        strategy = strategy.map(lambda example: dataclasses.replace(example, family=family))
     started = clock()
     known: set[type] = set()
     row: dict[str, Any] = {
@@ -421,9 +429,24 @@ def search_gaps(
     }
     clean = Check(f"P1-{target}-guard-vs-spec", "-", **row)
     found: list[tuple[type, Example]] = []
+    refusals: dict[str, Check] = {}  # by P.UpstreamRefused.kind, in the order first seen
+    reported = 0  # refusal rows yielded so far
 
     def spent() -> bool:
         return seconds is not None and clock() - started >= seconds
+
+    def refused(exc: P.UpstreamRefused, example: Example) -> None:
+        clean.not_applicable += 1
+        if exc.kind in refusals:
+            refusals[exc.kind].examples += 1
+            return
+        name = f"P1-{target}-upstream-refused" + (f"#{len(refusals) + 1}" if refusals else "")
+        refusal = Check(name, "-", **row, examples=1, example=example, result="upstream refused")
+        refusal.failure = f"{exc}\nExample: {example.short()}"
+        problem = f"{type(exc.error).__name__}: {exc.error}"
+        refusal.worst = Report(exc.constructor, (target, family), False, 0, problem=problem)
+        refusal.seconds = clock() - started
+        refusals[exc.kind] = refusal
 
     while not spent():
         found.clear()
@@ -447,6 +470,9 @@ def search_gaps(
             clean.examples += 1
             try:
                 decision = check(example, device=device, target=target, demonstrate=False, **options)
+            except P.UpstreamRefused as exc:
+                refused(exc, example)
+                return
             except P.UpstreamGap as exc:
                 if type(exc) in known:
                     return
@@ -463,30 +489,45 @@ def search_gaps(
             prop()
         except _BudgetSpent:
             clean.budget_spent = True
-            if not found:
-                break
-            cut_short = True  # the budget ended the shrink: report what it had reached
+            cut_short = bool(found)  # the budget ended the shrink: report what it had reached
         except P.UpstreamGap:
             pass
+        new_refusals = list(refusals.values())[reported:]
+        reported = len(refusals)
+        yield from new_refusals
         if found:
             kind, example = found[-1]
-            gap = Check(f"P1-{target}-gap-{kind.__name__.removeprefix('Gap')}", "-", **row)
+            shown_kind = kind
             try:  # the shrunk example, run once: the gap's cost, not just the guards' disagreement
                 check(example, device=device, target=target, demonstrate=True, **options)
                 message = f"{kind.__name__}: not reproduced when run"
             except P.UpstreamGap as shown:
+                shown_kind = type(shown)
                 message = f"{type(shown).__name__}: {shown}"
+            except P.UpstreamRefused as exc:  # built on the run's device, the constructor said no
+                message = f"{kind.__name__}: not run: {exc}"
             if cut_short:
                 message += " (the time budget ended its shrinking: the example is not minimal)"
+            gap = Check(f"P1-{target}-gap-{shown_kind.__name__.removeprefix('Gap')}", "-", **row)
             gap.result, gap.failure, gap.example = "FAIL", message, example
             gap.seconds = clock() - started  # time until this gap was found, shrunk and shown
             gap.examples = clean.examples
-            known.add(kind)
+            known.update((kind, shown_kind))
             yield gap
             if cut_short:
                 break
             continue
-        if seconds is None:
+        if clean.budget_spent or seconds is None:
             break  # a check: one round with nothing new ends it; a fuzz run spends its budget
     clean.seconds = clock() - started
+    if clean.examples == 0:
+        clean.result = "not reached" if spent() else "not exercised"
+        clean.failure = (
+            f"not reached: the time budget ({seconds:g} s for this search) ended before its first example"
+            if clean.result == "not reached"
+            else "not exercised: the search drew no example"
+        )
+    elif clean.examples == clean.not_applicable:
+        clean.result = "not exercised"
+        clean.failure = f"not exercised: upstream refused all {clean.examples} examples (see the upstream refused rows)"
     yield clean

@@ -14,7 +14,7 @@ from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.config import LayerConfig
 from gdn_equiv.example import Example
-from gdn_equiv.families import DEFAULT_FAMILY, get_family, known_families
+from gdn_equiv.families import DEFAULT_FAMILY, fla_only_families, get_family, known_families
 from gdn_equiv.guard import Condition
 from gdn_equiv.testing import fuzzing, sampled
 
@@ -142,6 +142,7 @@ def examples(
     use_short_conv: bool | None = None,
     max_heads: int = 2,
     family: str | Sequence[str] = DEFAULT_FAMILY,
+    fla_version: str | None = None,
 ) -> st.SearchStrategy[Example]:
     """Whole test cases: a small layer config (:func:`layer_configs`) and one call.
 
@@ -161,7 +162,10 @@ def examples(
     ``fusable=None`` draws freely, with per-conv variations rare (``vary_convs``), so most
     examples look fusable while every guard reason stays reachable.
 
-    ``family``: one family name, or several to draw from (shrinking towards the first).
+    ``family``: one family name, or several to draw from (shrinking towards the first); an fla-only
+    family (:func:`gdn_equiv.families.fla_only_families`) draws the configs it borrows, under its own
+    name. ``fla_version``: only configs that fla version's class for the family accepts (see
+    :func:`layer_configs`).
 
     In the ``fuzz`` profile, ``target()`` pushes towards long, large-valued inputs and wide fused conv calls.
 
@@ -170,8 +174,11 @@ def examples(
     """
     families = (family,) if isinstance(family, str) else tuple(_nonempty("family", family))
     for name in families:
-        if name not in known_families():
-            raise InvalidArgument(f"unknown family {name!r}; known families: {', '.join(known_families())}")
+        if name not in (*known_families(), *fla_only_families()):
+            known = ", ".join(known_families())
+            raise InvalidArgument(
+                f"unknown family {name!r}; known families: {known} (fla only: {', '.join(fla_only_families())})"
+            )
     dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
     conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
     if not 1 <= min_batch <= max_batch:
@@ -224,6 +231,7 @@ def examples(
             scales=tuple(scales),
             grad=grad,
             train=train,
+            fla_version=fla_version,
         )
     )
 
@@ -283,6 +291,7 @@ class _ExampleParams:
     scales: tuple[float, ...]
     grad: bool | None
     train: bool | None
+    fla_version: str | None
     # The config strategies drawn from, one per (family, dtype, branch), built at their first draw: a
     # fresh one per example cost its construction (the family's dims strategy, its default config) and
     # Hypothesis's validation every time. So the registries (activations, conv facts) are read once per
@@ -305,6 +314,7 @@ class _ExampleParams:
                 vary_convs=self.vary_convs,
                 conv_dtypes=self.conv_dtypes,
                 dtype=dtype,
+                fla_version=self.fla_version,
                 **pins,
             )
         return self._configs[key]

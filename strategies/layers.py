@@ -13,7 +13,7 @@ from hypothesis.errors import InvalidArgument
 from gdn_equiv.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_activation
 from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
 from gdn_equiv.conv_ops import supported_activations
-from gdn_equiv.families import DEFAULT_FAMILY, get_family
+from gdn_equiv.families import DEFAULT_FAMILY, get_family, is_fla_only
 from gdn_equiv.guard import Condition
 from gdn_equiv.testing import sampled
 
@@ -142,6 +142,7 @@ def layer_configs(
     dtype: str | None = None,
     fusable_convs: bool | None = None,
     break_conditions: Collection[str] | None = None,
+    fla_version: str | None = None,
 ) -> st.SearchStrategy[LayerConfig]:
     """Small, valid configs of ``family`` (fla's validation holds by construction).
 
@@ -155,6 +156,10 @@ def layer_configs(
     aliases); when ``False``, short conv is on and at least one of G5–G9 is broken by construction
     (``break_conditions`` picks which; G5 needs two backends, G9 a known ``dtype`` and another one in
     ``conv_dtypes``). ``dtype`` is the dtype the layer will be built in (``None``: unknown).
+
+    ``fla_version``: only configs whose arguments that fla version's class for ``family`` accepts (the
+    family record's ``fla_rules``; ``None``: any config of the in-house layer). An fla-only family
+    (borrowed configs) always keeps only what its class accepts, in every version when none is named.
 
     Shrinks towards the family's smallest dims, short conv on, no bias, ``conv_size=min_conv_size``,
     ``chunk`` mode, silu, identical convs.
@@ -176,6 +181,10 @@ def layer_configs(
     min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)
     if min_conv_size > max_conv_size:
         raise InvalidArgument(f"no conv size in range is supported by all of {backends} (widths {lo}..{hi})")
+    if fla_version is not None and fam.fla_rules and fla_version not in fam.fla_rules:
+        raise InvalidArgument(
+            f"fla_version must be one of {sorted(fam.fla_rules)} for family {family!r}, got {fla_version!r}"
+        )
     breakable = _breakable(backends, conv_dtypes, dtype)
     if break_conditions is not None:
         if fusable_convs is not False:
@@ -186,7 +195,7 @@ def layer_configs(
                 f"break_conditions must be a non-empty subset of {breakable} here, got {sorted(break_conditions)}"
             )
 
-    return _configs(
+    configs = _configs(
         _ConfigParams(
             family=family,
             # the family's own conv activation first: shrinking goes there; then every registered one
@@ -211,6 +220,11 @@ def layer_configs(
             breakable=breakable,
         )
     )
+    if fla_version is None and not is_fla_only(fam):
+        return configs
+    # a filter, not a construction: the rules are fla's, over its constructor arguments, and reject
+    # few draws (fla 0.6.0's ABC: an odd head_k_dim in about one GLA config in five)
+    return configs.filter(lambda config: fam.fla_refusal(config, fla_version) is None)
 
 
 @dataclass(frozen=True)

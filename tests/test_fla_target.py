@@ -143,8 +143,11 @@ def conv_spec_overrides(draw: st.DrawFn, activation: str | None) -> ConvSpec:
 
 @st.composite
 def configs(draw: st.DrawFn, family: str, *, conv_bias: bool | None = None) -> LayerConfig:
-    """Small fla-valid configs of ``family``, each conv possibly with its own facts; shrinks to identical convs."""
-    base = draw(layer_configs(family=family, vary_convs=0.0, use_short_conv=None, conv_bias=conv_bias))
+    """Small configs of ``family`` that the installed fla's class accepts, each conv possibly with its own
+    facts; shrinks to identical convs."""
+    base = draw(
+        layer_configs(family=family, vary_convs=0.0, use_short_conv=None, conv_bias=conv_bias, fla_version=FLA_VERSION)
+    )
     # the layer's shared activation (the family's own first), or silu half the time: the silu/swish alias
     # is a gap only among convs that have an activation (LightNet's have none)
     own = draw(st.sampled_from([base.q_conv.activation, "silu"]))
@@ -373,7 +376,9 @@ def test_fla_only_family_builds_with_the_convs_its_examples_imply(family: str, d
     is taken, fla builds three convs with the channels, kernel size and bias the record says (so the
     convs the target swaps in fit fla's projections), and the target's layer then carries the
     example's conv facts in its state_dict."""
-    config = data.draw(layer_configs(family=family, vary_convs=0.0, use_short_conv=True), label="config")
+    config = data.draw(
+        layer_configs(family=family, vary_convs=0.0, use_short_conv=True, fla_version=FLA_VERSION), label="config"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         layer, dropped = _construct(_fla_class(family), family, config)
@@ -622,4 +627,22 @@ def test_gap_search_stops_mid_round_when_its_budget_is_spent() -> None:
 
     readings = iter([0.0, 0.0])
     checks = list(search_gaps("fla", max_examples=50, seconds=1.0, clock=lambda: next(readings, 1e9)))
-    assert [(c.name, c.examples) for c in checks] == [("P1-fla-guard-vs-spec", 0)]
+    assert [(c.name, c.examples, c.result) for c in checks] == [("P1-fla-guard-vs-spec", 0, "not reached")]
+
+
+def _missing_bias_example() -> Example:
+    """A conv without the bias the version's fused path concatenates: 0.6.0 concatenates every bias when
+    the layer flag is on, PR #977 when q's conv has one; k's is removed."""
+    return Example(config=_small("gated_deltanet", conv_bias=True, k_conv=ConvSpec(bias=False)), seq_len=2)
+
+
+def test_a_missing_bias_decided_from_the_guards_is_predicted_not_a_crash() -> None:
+    with pytest.raises(P.GapMissingBias) as gap:
+        P.check_target_guard(_missing_bias_example(), target="fla", demonstrate=False)
+    assert type(gap.value) is P.GapMissingBias and "predicted from the facts; not run" in str(gap.value)
+
+
+def test_a_missing_bias_run_on_cpu_is_the_crash_seen() -> None:
+    """fla's fused path concatenates the biases before any kernel: on a CPU the ``TypeError`` is seen."""
+    with pytest.raises(P.GapMissingBiasCrash, match="raises TypeError"):
+        P.check_target_guard(_missing_bias_example(), target="fla", demonstrate=True, core="reference")

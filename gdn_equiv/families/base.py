@@ -3,6 +3,7 @@ benchmarks need to know about one layer family, in the spirit of PyTorch's ``OpI
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,112 @@ def fla_mode(config: Any) -> str:
     return "fused_recurrent" if config.mode == "recurrent" else "chunk"
 
 
+@dataclass(frozen=True)
+class FlaRule:
+    """One check an fla class's constructor makes (an ``assert`` or a ``raise`` in its ``__init__``, or
+    in a module it builds), read from fla's source and seen refused: a predicate over the constructor
+    arguments the family record builds (:attr:`Family.fla_kwargs`).
+
+    ``breaking``: arguments that, merged into those of the family's ``small`` config, break this rule
+    and no other of the family's (``tests/test_fla_rules.py`` shows fla refusing them, so no rule here
+    is invented).
+    """
+
+    rule: str
+    holds: Callable[[Mapping[str, Any]], bool]
+    breaking: Mapping[str, Any]
+
+
+#: fla version -> the rules its class for a family checks (keyed like ``fla_target.VERSIONS``)
+FlaRules = Mapping[str, tuple[FlaRule, ...]]
+
+
+def fla_refusal(rules: FlaRules, kwargs: Mapping[str, Any], version: str | None) -> str | None:
+    """The first rule of ``version`` (``None``: of every version) that ``kwargs`` break, in words; ``None``
+    when the class accepts them. A version the table lacks has no known rules (the fla target refuses
+    such a version before it draws anything)."""
+    chosen = rules.values() if version is None else [rules.get(version, ())]
+    for rule in (r for version_rules in chosen for r in version_rules):
+        if not rule.holds(kwargs):
+            return rule.rule
+    return None
+
+
+def _integral(x: float) -> bool:
+    return math.isclose(x, round(x))
+
+
+def _kv_heads(a: Mapping[str, Any]) -> int:
+    return a.get("num_kv_heads") or a["num_heads"]
+
+
+def _v_heads(a: Mapping[str, Any]) -> int:
+    return a.get("num_v_heads") or a["num_heads"]
+
+
+def _head_k_dim(a: Mapping[str, Any]) -> int:
+    return round(a["hidden_size"] * a["expand_k"]) // a["num_heads"]
+
+
+# Rules shared by several classes (each family's record lists those its class checks, per version).
+# The GLA layout: ``key_dim = hidden_size * expand_k`` (``value_dim`` alike) over ``num_heads``.
+KEY_DIM_INTEGRAL = FlaRule(
+    "hidden_size * expand_k is an integer", lambda a: _integral(a["hidden_size"] * a["expand_k"]), {"expand_k": 0.53125}
+)
+VALUE_DIM_INTEGRAL = FlaRule(
+    "hidden_size * expand_v is an integer", lambda a: _integral(a["hidden_size"] * a["expand_v"]), {"expand_v": 1.03125}
+)
+KEY_DIM_PER_HEAD = FlaRule(
+    "key_dim (hidden_size * expand_k) divisible by num_heads",
+    lambda a: round(a["hidden_size"] * a["expand_k"]) % a["num_heads"] == 0,
+    {"expand_k": 0.625},
+)
+VALUE_DIM_PER_HEAD = FlaRule(
+    "value_dim (hidden_size * expand_v) divisible by num_heads",
+    lambda a: round(a["hidden_size"] * a["expand_v"]) % a["num_heads"] == 0,
+    {"expand_v": 0.625},
+)
+KV_GROUPS = FlaRule(
+    "num_heads divisible by num_kv_heads", lambda a: a["num_heads"] % _kv_heads(a) == 0, {"num_kv_heads": 3}
+)
+#: fla 0.6.0's ``RotaryEmbedding(head_k_dim)`` asserts an even dim ("Rotary dimension must be even")
+ROTARY_EVEN = FlaRule(
+    "rotary dim head_k_dim (hidden_size * expand_k / num_heads) is even",
+    lambda a: _head_k_dim(a) % 2 == 0,
+    {"expand_k": 0.25},
+)
+# The delta-rule layout: ``head_v_dim = head_dim * expand_v``, ``num_v_heads`` value heads.
+HEAD_V_DIM_INTEGRAL = FlaRule(
+    "head_dim * expand_v is an integer", lambda a: _integral(a["head_dim"] * a["expand_v"]), {"expand_v": 0.375}
+)
+V_HEADS_GROUPED = FlaRule(
+    "num_v_heads, where above num_heads, divisible by num_heads",
+    lambda a: _v_heads(a) <= a["num_heads"] or _v_heads(a) % a["num_heads"] == 0,
+    {"num_heads": 2, "num_v_heads": 3},
+)
+V_HEADS_AT_LEAST = FlaRule(
+    "num_v_heads >= num_heads and divisible by it",
+    lambda a: _v_heads(a) >= a["num_heads"] and _v_heads(a) % a["num_heads"] == 0,
+    {"num_heads": 2, "num_v_heads": 1},
+)
+
+
+HEAD_K_DIM_AT_MOST_256 = FlaRule(
+    "head_k_dim (hidden_size * expand_k / num_heads) <= 256",
+    lambda a: _head_k_dim(a) <= 256,
+    {"hidden_size": 1024, "expand_k": 1.0, "num_heads": 2, "num_kv_heads": None},
+)
+
+
+def modes(*allowed: str) -> FlaRule:
+    """``assert mode in [...]``: the core modes the class runs."""
+    return FlaRule(f"mode in {allowed}", lambda a: a.get("mode", allowed[0]) in allowed, {"mode": "no-such-mode"})
+
+
+#: the delta-rule classes (GatedDeltaNet, KDA, Comba, GatedDeltaProduct), 0.6.0 and PR #977 alike
+DELTA_RULES = (HEAD_V_DIM_INTEGRAL, V_HEADS_GROUPED, modes("chunk", "fused_recurrent"))
+
+
 #: dims strategy: keyword-only ``max_heads`` and ``hidden_sizes``; returns the family's own config fields
 DimsFn = Callable[..., st.SearchStrategy[dict[str, Any]]]
 
@@ -37,7 +144,9 @@ class Family:
     ``bench`` holds the config fields of the PR's benchmark shape, ``small`` those of a small valid
     layer (for hand-written cases: a known gap's minimal state). ``known_gaps`` maps an fla version
     to the guard gap kinds (``properties.Gap<Kind>``) that version has for this family: the tests
-    mark them strict xfails, so a fix upstream (an XPASS) is noticed.
+    mark them strict xfails, so a fix upstream (an XPASS) is noticed. ``fla_rules`` maps an fla version
+    to what its class's constructor refuses (:class:`FlaRule`); strategies given that version draw only
+    configs it accepts (``layer_configs(fla_version=...)``).
     """
 
     name: str
@@ -49,6 +158,13 @@ class Family:
     bench: Mapping[str, Any] = field(default_factory=dict)
     small: Mapping[str, Any] = field(default_factory=dict)
     known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fla_rules: FlaRules = field(default_factory=dict)
+
+    def fla_refusal(self, config: LayerConfig, version: str | None = None) -> str | None:
+        """Why fla ``version``'s class (``None``: any version's) refuses ``config``'s arguments, or ``None``."""
+        if self.fla_kwargs is None:
+            return None
+        return fla_refusal(self.fla_rules, self.fla_kwargs(config), version)
 
     @property
     def config_cls(self) -> type[LayerConfig]:

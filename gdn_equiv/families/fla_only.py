@@ -18,6 +18,11 @@ config becomes its fla class's constructor arguments:
   K and V wide whatever ``num_kv_heads`` the borrowed config draws (the record's
   :meth:`FlaOnlyFamily.conv_channels` says so; the fla target builds the convs that wide).
 
+The borrowed examples are valid for the borrowed family's class, not always for this one: each record
+lists, per fla version, what its class's constructor refuses (``fla_rules``, e.g. fla 0.6.0's ABC and
+MultiScaleRetention build ``RotaryEmbedding(head_k_dim)``, which asserts an even dim; GLA's examples
+draw ``head_k_dim = 1``), and the config strategies draw only what the class accepts.
+
 Examples of an fla-only family carry its name (``Example.family = "gdn2"``) and the borrowed
 family's config class, so reports, the example database and ``repro`` keep them apart. They are not
 in :func:`gdn_equiv.families.known_families` (the in-house families every property, planted defect
@@ -27,13 +32,31 @@ and pytest run iterates; there is no reference layer to run them against), only 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gdn_equiv.config import LayerConfig
-from gdn_equiv.families.base import GAPS, fla_mode
+from gdn_equiv.families.base import (
+    DELTA_RULES,
+    GAPS,
+    HEAD_K_DIM_AT_MOST_256,
+    HEAD_V_DIM_INTEGRAL,
+    KEY_DIM_INTEGRAL,
+    KEY_DIM_PER_HEAD,
+    KV_GROUPS,
+    ROTARY_EVEN,
+    V_HEADS_AT_LEAST,
+    VALUE_DIM_INTEGRAL,
+    VALUE_DIM_PER_HEAD,
+    FlaRule,
+    FlaRules,
+    fla_mode,
+    fla_refusal,
+    modes,
+)
 
 #: fla's default; see the module docstring for why it is fixed
 NUM_HOUSEHOLDER = 2
@@ -48,8 +71,9 @@ class FlaOnlyFamily:
     arguments (each one the class declares in every version of :data:`fla_target.VERSIONS`).
     ``channels``: the borrowed config -> q/k/v conv channel counts of the fla layer built from those
     arguments (``tests/test_fla_target.py`` checks them against the layer fla builds). ``known_gaps``
-    as :attr:`gdn_equiv.families.base.Family.known_gaps`. ``builds``: which of the borrowed family's
-    drawn dims the fla class can build (``None``: all); :attr:`dims` draws only those.
+    and ``fla_rules`` as :attr:`gdn_equiv.families.base.Family.known_gaps` and ``fla_rules``: the config
+    strategies keep only the borrowed configs this class accepts (every version's rules when no version
+    is named: the family exists only as fla).
     """
 
     name: str
@@ -59,7 +83,7 @@ class FlaOnlyFamily:
     channels: Callable[[Any], tuple[int, int, int]]
     description: str
     known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    builds: Callable[[dict[str, Any]], bool] | None = None
+    fla_rules: FlaRules = field(default_factory=dict)
 
     fla_only = True
 
@@ -75,11 +99,11 @@ class FlaOnlyFamily:
 
     @property
     def dims(self) -> Any:
-        """The borrowed family's dims strategy, keeping the dims fla's class builds."""
-        like, builds = self._like.dims, self.builds
-        if builds is None:
-            return like
-        return lambda **kwargs: like(**kwargs).filter(builds)
+        return self._like.dims
+
+    def fla_refusal(self, config: LayerConfig, version: str | None = None) -> str | None:
+        """Why fla ``version``'s class (``None``: any version's) refuses ``config``'s arguments, or ``None``."""
+        return fla_refusal(self.fla_rules, self.fla_kwargs(config), version)
 
     @property
     def small(self) -> Mapping[str, Any]:
@@ -182,35 +206,67 @@ def _gsa_kwargs(c: Any) -> dict[str, Any]:
     return _grouped(c) | {"use_output_gate": c.use_output_gate, "gate_logit_normalizer": c.gate_logit_normalizer}
 
 
-def _even_rotary(dims: dict[str, Any]) -> bool:
-    """fla's ``RotaryEmbedding(head_k_dim)`` (MultiScaleRetention, ABC) asserts an even dim; GLA's
-    examples draw ``head_k_dim = 1`` (e.g. hidden 8, ``expand_k`` 0.25, two heads)."""
-    return int(dims["hidden_size"] * dims["expand_k"]) // dims["num_heads"] % 2 == 0
-
-
 # ---- SimpleGLA's examples (silu, dense mask), ABC's K / K / V ---------------------------------------
 def _abc_kwargs(c: Any) -> dict[str, Any]:
     keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "use_short_conv", "conv_size", "conv_bias")
     return {k: getattr(c, k) for k in (*keys, "gate_logit_normalizer", "norm_eps", "layer_idx")}
 
 
+# ---- what each class's constructor refuses, per fla version (read from its source, seen refused) ----
+_GDN2_RULES = (HEAD_V_DIM_INTEGRAL, V_HEADS_AT_LEAST, modes("chunk", "fused_recurrent"))
+_DELTA = {"0.6.0": DELTA_RULES, "0.5.2+pr977": DELTA_RULES}
+_QK_ACTIVATION = FlaRule(
+    "qk_activation in ('silu', 'relu', 'elu', 'identity')",
+    lambda a: a["qk_activation"] in ("silu", "relu", "elu", "identity"),
+    {"qk_activation": "gelu"},
+)
+# DeltaNet's heads (2 in Gated DeltaNet's small config) divide an even dim: an odd one breaks the rule
+_DELTA_NET_PER_HEAD = (
+    dataclasses.replace(KEY_DIM_PER_HEAD, breaking={"expand_k": 0.5625}),
+    dataclasses.replace(VALUE_DIM_PER_HEAD, breaking={"expand_v": 0.5625}),
+)
+_DELTA_NET_MODES = modes("chunk", "fused_recurrent")
+_MSR_MODES = modes("chunk", "fused_chunk", "parallel", "fused_recurrent")
+_RULES: dict[str, FlaRules] = {
+    "gdn2": {"0.6.0": _GDN2_RULES, "0.5.2+pr977": _GDN2_RULES},
+    "comba": _DELTA,
+    "gated_deltaproduct": _DELTA,
+    "delta_net": {
+        "0.6.0": (_QK_ACTIVATION, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, _DELTA_NET_MODES, *_DELTA_NET_PER_HEAD),
+        "0.5.2+pr977": (_QK_ACTIVATION, _DELTA_NET_MODES, *_DELTA_NET_PER_HEAD),
+    },
+    "multiscale_retention": {
+        "0.6.0": (KV_GROUPS, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, _MSR_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD,
+                  HEAD_K_DIM_AT_MOST_256, ROTARY_EVEN),
+        "0.5.2+pr977": (_MSR_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD, HEAD_K_DIM_AT_MOST_256),
+    },
+    # PR #977's GatedSlotAttention and ABCAttention check nothing in their constructors
+    "gsa": {"0.6.0": (KV_GROUPS, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL), "0.5.2+pr977": ()},
+    "abc": {
+        "0.6.0": (KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD, ROTARY_EVEN),
+        "0.5.2+pr977": (),
+    },
+}  # fmt: skip
+
+
 FAMILIES: dict[str, FlaOnlyFamily] = {
     f.name: f
     for f in (
         FlaOnlyFamily("gdn2", "fla.layers.gdn2.GatedDeltaNet2", "gated_deltanet", _gdn2_kwargs, _kkv,
-                      "gated delta rule, v2 gates", _KNOWN),
+                      "gated delta rule, v2 gates", _KNOWN, _RULES["gdn2"]),
         FlaOnlyFamily("comba", "fla.layers.comba.Comba", "gated_deltanet", _comba_kwargs, _kkv,
-                      "delta rule with output correction", _KNOWN),
+                      "delta rule with output correction", _KNOWN, _RULES["comba"]),
         FlaOnlyFamily("gated_deltaproduct", "fla.layers.gated_deltaproduct.GatedDeltaProduct", "gated_deltanet",
                       _gdp_kwargs, _gdp_channels, f"{NUM_HOUSEHOLDER} householder steps per token (k/v convs x2)",
-                      _KNOWN),
+                      _KNOWN, _RULES["gated_deltaproduct"]),
         FlaOnlyFamily("delta_net", "fla.layers.delta_net.DeltaNet", "gated_deltanet", _delta_net_kwargs, _kkv,
-                      "delta rule; q/k conv silu only with qk_activation='silu'", _KNOWN),
+                      "delta rule; q/k conv silu only with qk_activation='silu'", _KNOWN, _RULES["delta_net"]),
         FlaOnlyFamily("multiscale_retention", "fla.layers.multiscale_retention.MultiScaleRetention", "gla",
-                      _msr_kwargs, _grouped_channels, "retention, grouped k/v convs", _KNOWN, _even_rotary),
+                      _msr_kwargs, _grouped_channels, "retention, grouped k/v convs", _KNOWN,
+                      _RULES["multiscale_retention"]),
         FlaOnlyFamily("gsa", "fla.layers.gsa.GatedSlotAttention", "gla", _gsa_kwargs, _grouped_channels,
-                      "gated slot attention, grouped k/v convs", _KNOWN),
+                      "gated slot attention, grouped k/v convs", _KNOWN, _RULES["gsa"]),
         FlaOnlyFamily("abc", "fla.layers.abc.ABCAttention", "simple_gla", _abc_kwargs, _kkv,
-                      "slot attention, dense mask (k/v ungrouped)", _KNOWN, _even_rotary),
+                      "slot attention, dense mask (k/v ungrouped)", _KNOWN, _RULES["abc"]),
     )
 }  # fmt: skip

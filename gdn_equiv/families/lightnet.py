@@ -23,7 +23,7 @@ from torch import nn
 from gdn_equiv.config import ConvSpec, LayerConfig
 from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import GAPS, Family
+from gdn_equiv.families.base import GAPS, Family, FlaRule, modes
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 from gdn_equiv.testing import sampled
@@ -177,6 +177,11 @@ def lightnet_dims(
     }
 
 
+_HIDDEN_PER_HEAD = FlaRule(
+    "value_dim (hidden_size) divisible by num_heads", lambda a: a["hidden_size"] % a["num_heads"] == 0, {"num_heads": 3}
+)
+
+
 def _fla_kwargs(c: LightNetConfig) -> dict[str, Any]:
     keys = ("hidden_size", "num_heads", "expand_ratio", "use_short_conv", "conv_size", "conv_bias")
     return {k: getattr(c, k) for k in (*keys, "gate_low_rank_dim", "norm_eps", "layer_idx")} | {
@@ -194,4 +199,9 @@ FAMILY = Family(
     bench={"hidden_size": 2048, "num_heads": 16, "expand_ratio": 128},
     small={"hidden_size": 16, "num_heads": 2, "expand_ratio": 4, "gate_low_rank_dim": 3},
     known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
+    # the key dim is num_heads * expand_ratio, divisible by construction; the value dim is hidden_size
+    fla_rules={
+        "0.6.0": (modes("chunk", "fused_recurrent"), _HIDDEN_PER_HEAD),
+        "0.5.2+pr977": (modes("chunk", "fused_chunk"), _HIDDEN_PER_HEAD),
+    },
 )

@@ -20,7 +20,17 @@ from torch import nn
 
 from gdn_equiv.config import GATE_ACTIVATIONS
 from gdn_equiv.core import gated_delta_rule
-from gdn_equiv.families.base import GAPS, Family, fla_mode
+from gdn_equiv.families.base import (
+    GAPS,
+    KEY_DIM_INTEGRAL,
+    KEY_DIM_PER_HEAD,
+    KV_GROUPS,
+    VALUE_DIM_INTEGRAL,
+    VALUE_DIM_PER_HEAD,
+    Family,
+    fla_mode,
+    modes,
+)
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.families.gla import GLAConfig, gated_norm, gla_dims, grouped
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
@@ -103,6 +113,9 @@ def simple_gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[
     return {k: dims[k] for k in keep} | {"gate_fn": draw(sampled(GATE_ACTIVATIONS))}
 
 
+_MODES = modes("chunk", "fused_recurrent")
+
+
 def _fla_kwargs(c: SimpleGLAConfig) -> dict[str, Any]:
     keys = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "use_short_conv", "conv_size")
     more = ("conv_bias", "gate_fn", "norm_eps", "gate_logit_normalizer", "layer_idx")
@@ -119,4 +132,8 @@ FAMILY = Family(
     bench={"hidden_size": 2048, "expand_k": 1.0, "expand_v": 1.0, "num_heads": 4},
     small={"hidden_size": 16, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4, "num_kv_heads": 2},
     known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
+    fla_rules={
+        "0.6.0": (KV_GROUPS, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, _MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD),
+        "0.5.2+pr977": (_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD),
+    },
 )

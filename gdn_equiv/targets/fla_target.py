@@ -15,9 +15,16 @@ How the suite drives fla without touching its guard:
   ``backend`` and ``activation`` as attributes (fla's constructor would flip ``cuda`` to ``triton``
   when causal-conv1d is missing; an attribute is what a user can set). fla's backend names are
   ``triton`` and ``cuda``; ours map as ``cuda -> cuda``, anything else ``-> triton``.
-- The path taken is *observed*: forward hooks on the three conv modules count calls. fla's fused
-  branch calls ``causal_conv1d`` directly and never a module's ``forward`` (0 calls); the separate
-  branch calls each (3).
+- The path taken is *observed*, never inferred: forward hooks on the three conv modules count their
+  calls, and the ``causal_conv1d`` name that the version's fused branch calls (:attr:`FlaVersion.fused_conv`)
+  is wrapped for the run to record the channel count of each call. Fused: no module call and one
+  conv call as wide as the three convs together; separate: the three modules called (or three conv
+  calls, one per conv). Anything else is reported as what was seen, so a forced ``"fused"`` that
+  never reaches the fused conv cannot pass for fused.
+- A constructor of fla's that refuses a config (an ``assert`` in ``__init__``, a module it builds) is
+  re-raised as :class:`gdn_equiv.properties.UpstreamRefused` naming the class, its arguments and fla's
+  message: a search records it and goes on. The family records list what each version refuses
+  (``fla_rules``) and :meth:`FlaTarget.example_pins` has the strategies draw only that.
 - ``prologue="auto"`` runs fla's own guard, unmodified. ``"fused"`` / ``"separate"`` replace the
   decision at the one place the version table names, inside the adapter and only for that run:
   0.6.0: a subclass overriding ``GatedDeltaNet._use_fused_qkv_conv`` (a class choice made at build
@@ -45,7 +52,7 @@ import importlib.util
 import inspect
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +66,7 @@ from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer, materialize
 from gdn_equiv.families import fla_only_families, get_family, is_fla_only
+from gdn_equiv.properties import UpstreamRefused
 from gdn_equiv.reference import ShortConvLayer
 
 Tensor = torch.Tensor
@@ -89,6 +97,9 @@ class FlaVersion:
     whose layer can take the fused path. ``fused_bias``: whose word decides that the fused conv gets a
     bias, ``"flag"`` (the layer's ``conv_bias``) or ``"first"`` (``q_conv.bias is not None``); then every
     conv's bias is concatenated (a ``None`` raises ``TypeError``), else none is (a bias is dropped).
+    ``fused_conv``: the module whose global ``causal_conv1d`` the fused branch calls, ``"layer"`` for the
+    family's own ``fla.layers`` module (0.6.0's inline branch); the adapter wraps that name to see the
+    fused conv run.
     """
 
     version: str
@@ -96,16 +107,20 @@ class FlaVersion:
     fusing: tuple[str, ...]
     fused_bias: str
     where: str
+    fused_conv: str
 
 
 VERSIONS: dict[str, FlaVersion] = {
-    "0.6.0": FlaVersion("0.6.0", "method", ("gated_deltanet",), "flag", "GatedDeltaNet._use_fused_qkv_conv (PR #972)"),
+    "0.6.0": FlaVersion(
+        "0.6.0", "method", ("gated_deltanet",), "flag", "GatedDeltaNet._use_fused_qkv_conv (PR #972)", "layer"
+    ),
     "0.5.2+pr977": FlaVersion(
         "0.5.2+pr977",
         "helper",
         ("gated_deltanet", "kda", "gla", "lightnet", "simple_gla", *fla_only_families()),
         "first",
         "fla.modules.convolution.can_fuse_qkv_short_conv, imported into each fla.layers.<family> (PR #977)",
+        "fla.modules.convolution",
     ),
 }
 
@@ -211,10 +226,41 @@ def _inline_condition(layer: torch.nn.Module, call: CallFacts) -> bool:
     return bool(layer.use_short_conv and not (call.has_cached_state or call.use_cache or call.varlen))
 
 
-def _conv_module(channels: int, kernel_size: int, bias: bool, activation: str | None, backend: str) -> torch.nn.Module:
+@contextmanager
+def _refusals(family: str, what: str, kwargs: dict[str, Any]) -> Iterator[None]:
+    """An exception from fla's constructor ``what`` (called with ``kwargs``) as :class:`UpstreamRefused`."""
+    try:
+        yield
+    except Exception as exc:
+        raise UpstreamRefused(family, what, kwargs, exc) from exc
+
+
+@contextmanager
+def _observed_conv(module: Any, widths: list[int]) -> Iterator[None]:
+    """``module.causal_conv1d`` counted for the block: each call's channel count goes into ``widths``
+    (the call itself runs unchanged)."""
+    original = module.causal_conv1d
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        weight = kwargs["weight"] if "weight" in kwargs else args[1]
+        widths.append(int(weight.shape[0]))
+        return original(*args, **kwargs)
+
+    module.causal_conv1d = counted
+    try:
+        yield
+    finally:
+        module.causal_conv1d = original
+
+
+def _conv_module(
+    channels: int, kernel_size: int, bias: bool, activation: str | None, backend: str, family: str
+) -> torch.nn.Module:
     from fla.modules import ShortConvolution
 
-    conv = ShortConvolution(hidden_size=channels, kernel_size=kernel_size, bias=bias, activation="silu")
+    args = {"hidden_size": channels, "kernel_size": kernel_size, "bias": bias, "activation": "silu"}
+    with _refusals(family, "ShortConvolution", args):
+        conv = ShortConvolution(**args)
     conv.activation = activation
     conv.backend = backend
     return conv
@@ -235,7 +281,9 @@ def _construct(cls: Any, family: str, config: LayerConfig) -> tuple[Any, dict[st
     kwargs = get_family(family).fla_kwargs(config)
     params = inspect.signature(cls.__init__).parameters
     taken = {k: v for k, v in kwargs.items() if k in params}
-    return cls(**taken), {k: v for k, v in kwargs.items() if k not in params}
+    with _refusals(family, cls.__name__, taken):
+        layer = cls(**taken)
+    return layer, {k: v for k, v in kwargs.items() if k not in params}
 
 
 def build_fla_layer(
@@ -257,6 +305,7 @@ def build_fla_layer(
                 config.slot_bias(name),
                 spec.activation,
                 fla_backend(config.slot_backend(name)),
+                family,
             )
             if spec.dtype is not None:  # G9: one conv's parameters in another dtype
                 conv = conv.to(getattr(torch, spec.dtype))
@@ -433,6 +482,7 @@ class FlaHandle:
     core: str
     row: FlaVersion
     _calls: list[str] = field(default_factory=list)
+    _conv_widths: list[int] = field(default_factory=list)
     _path: str | None = None
 
     def __post_init__(self) -> None:
@@ -478,24 +528,52 @@ class FlaHandle:
                 f"{self.prologues}, got {prologue!r}"
             )
         self._calls.clear()
+        self._conv_widths.clear()
+        self._path = None  # a run that raises has no path: not the previous run's
         x = inputs.x.clone()  # fla may write into its input (ShortConvolution's x.mul_(mask))
         kwargs: dict[str, Any] = {"attention_mask": inputs.attention_mask, "use_cache": inputs.use_cache}
         if inputs.cu_seqlens is not None:
             kwargs["cu_seqlens"] = inputs.cu_seqlens
         cache = _to_fla_cache(inputs.cache)
         forced = {"fused": True, "separate": False}.get(prologue)
-        with _pinned(self.layer, self.row, forced), _core(self.core, self.family):
+        with (
+            _pinned(self.layer, self.row, forced),
+            _core(self.core, self.family),
+            self._observing_fused_conv(),
+        ):
             out, _, cache = self.layer(x, past_key_values=cache, **kwargs)
-        calls = len(self._calls)
-        self._path = "none" if not self.layer.use_short_conv else ("fused" if calls == 0 else "separate")
+        self._path = self._observed_path()
         return out, _from_fla_cache(cache)
 
+    def _observing_fused_conv(self) -> AbstractContextManager[None]:
+        """Counting the ``causal_conv1d`` this version's fused branch calls (the version table's
+        module); a family the version does not fuse has no fused branch to watch."""
+        if self.family not in self.row.fusing:
+            return nullcontext()
+        name = self.row.fused_conv
+        module = importlib.import_module(_fla_class(self.family).__module__ if name == "layer" else name)
+        return _observed_conv(module, self._conv_widths)
+
+    def _observed_path(self) -> str:
+        """The path of the last run, from what was seen: conv-module calls and fused-conv calls."""
+        if not self.layer.use_short_conv:
+            return "none"
+        slots = [int(getattr(self.layer, f"{n}_conv1d").weight.shape[0]) for n in self.reference.slots]
+        calls, widths = len(self._calls), list(self._conv_widths)
+        if calls == 0 and widths == [sum(slots)]:
+            return "fused"
+        if (calls == len(slots) and widths in ([], slots)) or (calls == 0 and widths == slots):
+            return "separate"
+        return f"unobserved ({calls} conv-module calls, fused-conv calls of widths {widths}, convs {slots})"
+
     def path_taken(self) -> str | None:
+        """``"fused"`` only when the fused conv was seen to run (see :meth:`_observed_path`)."""
         return self._path
 
     def launches(self) -> int:
-        """Conv-module calls of the last run (the fused path calls none; it is one kernel)."""
-        return len(self._calls) if self._path != "fused" else 1
+        """Conv calls seen in the last run: conv-module calls plus direct calls of the fused branch's
+        ``causal_conv1d`` (1 on the fused path, 3 on the separate one)."""
+        return len(self._calls) + len(self._conv_widths)
 
     def call_facts(self, inputs: Inputs) -> CallFacts:
         """The call's facts, read by our reference layer (the same unpadding rules as fla's)."""
@@ -546,6 +624,12 @@ class FlaTarget:
         if core not in CORES:
             raise InvalidArgument(f"fla core must be one of {CORES}, got {core!r}")
         return FlaTarget(core=core)
+
+    def example_pins(self) -> dict[str, Any]:
+        """What example strategies must be given to draw only configs the installed fla's classes accept
+        (``examples(**pins)``: its version, whose ``fla_rules`` the family records list)."""
+        version = fla_version()
+        return {"fla_version": version} if version in VERSIONS else {}
 
     def unavailable(self) -> str | None:
         """Why the installed fla cannot be driven here (not installed, a version the table does not
