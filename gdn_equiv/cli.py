@@ -384,7 +384,7 @@ def ledger_rows(plan: Plan) -> list[Check]:
     for row, record, reason in registry.asked_rows(
         records, families=plan.families, backends=plan.backends, dtypes=plan.dtypes
     ):
-        check = Check(row.property, row.backend, row.dtype, family=row.family, function=record.function)
+        check = Check(row.name, row.backend, row.dtype, family=row.family, function=record.function)
         if reason is not None:
             check.result, check.failure = "n/a", reason
         rows.append(check)

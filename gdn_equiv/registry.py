@@ -73,7 +73,7 @@ class Draw(NamedTuple):
 class Row:
     """One row of the ledger: what a run was asked to check (SPEC §10)."""
 
-    property: str
+    name: str  # the property's
     family: str
     backend: str
     dtype: str = "any"
@@ -81,7 +81,7 @@ class Row:
 
     @property
     def id(self) -> str:
-        return f"{self.property}[{self.family}-{self.backend}-{self.dtype}-{self.target}]"
+        return f"{self.name}[{self.family}-{self.backend}-{self.dtype}-{self.target}]"
 
 
 def _no_reason(backend: str) -> str | None:

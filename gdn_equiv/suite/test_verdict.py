@@ -87,7 +87,7 @@ def test_the_rows_asked_are_the_registry_s_with_their_reasons() -> None:
     records = registry.property_records() + registry.necessity_records()
     rows = registry.asked_rows(records, families=["gated_deltanet", "kda"], backends=["torch"], dtypes=["float32"])
     expected = [(f, r.name) for f in ("gated_deltanet", "kda") for r in records]
-    assert [(row.family, row.property) for row, _, _ in rows] == expected
+    assert [(row.family, row.name) for row, _, _ in rows] == expected
     for row, record, reason in rows:
         assert row.dtype == ("float32" if record.per_dtype else "any")
         same = record.name in ("P7-backend-vs-torch", "P7-conv-conformance")
