@@ -462,7 +462,7 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Pat
     from datetime import datetime, timezone
 
     failures = sum(c.result in FAILING for c in checks)
-    skipped = sum(c.result in ("none found", "n/a") for c in checks)
+    skipped = sum(c.result in ("none found", "n/a", "upstream refused") for c in checks)
     seconds = f"{sum(c.seconds for c in checks):.3f}"
     counts = {"tests": str(len(checks)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
     root = ET.Element("testsuites", {"name": "gdn-equiv", **counts, "time": seconds})
@@ -507,13 +507,14 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Pat
         elif check.result in ("not exercised", UNREACHED):
             kind = "NotExercised" if check.result == "not exercised" else "NotReached"
             ET.SubElement(case, "failure", {"message": check.failure[:500], "type": kind})
-        elif check.result in ("none found", "n/a"):
-            reason = (
-                f"no counterexample found in {check.examples} examples: the condition may be unnecessary on "
-                f"{check.backend}"
-                if check.result == "none found"
-                else f"cannot run here: {check.failure}"
-            )
+        elif check.result in ("none found", "n/a", "upstream refused"):
+            reasons = {
+                "none found": f"no counterexample found in {check.examples} examples: the condition may be "
+                f"unnecessary on {check.backend}",
+                "n/a": f"cannot run here: {check.failure}",
+                "upstream refused": f"the upstream constructor refused a drawn config: {check.failure[:400]}",
+            }
+            reason = reasons[check.result]
             ET.SubElement(case, "skipped", {"message": reason})
         ET.SubElement(case, "system-out").text = out
     ET.indent(root)
