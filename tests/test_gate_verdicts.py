@@ -188,6 +188,20 @@ def test_the_gates_layer_properties_run_on_flas_layers(fla_here, monkeypatch) ->
         _suite_test(monkeypatch, "test_fused_forward_is_bitwise_equal", st.just((bias_on_q, False)), **ours)
 
 
+@needs_fla
+def test_p3_p4_draw_only_families_the_fla_version_fuses_and_are_na_for_the_others() -> None:
+    """fla 0.6.0 fuses Gated DeltaNet only: P3/P4 on fla draw from the asked families it fuses, and are
+    "n/a" with the reason for a list of families it fuses none of (rather than "not exercised")."""
+    from gdn_equiv.targets.fla_target import version_row
+
+    row, fla = version_row(), get_target("fla", core="reference")
+    asked = ("gated_deltanet", "gla")
+    assert suite.families_with_fusion(fla, asked) == (tuple(f for f in asked if f in row.fusing), None)
+    assert suite.families_with_fusion("gdn_equiv", ("gla",)) == (("gla",), None)
+    if "gla" not in row.fusing:
+        assert suite.families_with_fusion(fla, ("gla",)) == ((), f"fla {row.version} has no fused prologue for gla")
+
+
 # ---- "not exercised" ------------------------------------------------------------------------------
 
 

@@ -144,19 +144,26 @@ def either_side(
     )
 
 
-@pytest.fixture(scope="session")
-def fusing_families(layer_target: str | Target, gdn_families: tuple[str, ...]) -> tuple[str, ...]:
-    """The families whose layers on the target have a fused prologue at all (an fla version's table row
-    says which): P3/P4 skip as "n/a" with that reason for the others, rather than run "not exercised"."""
-    if not _upstream(layer_target):
-        return gdn_families
+def families_with_fusion(target: str | Target, families: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """The ``families`` whose layers on ``target`` have a fused prologue at all (an fla version's table row
+    says which), and why none does when none does."""
+    if not _upstream(target):
+        return families, None
     from gdn_equiv.targets.fla_target import version_row
 
     row = version_row()
-    fusing = tuple(f for f in gdn_families if f in row.fusing)
-    if not fusing:
-        asked = ", ".join(gdn_families)
-        pytest.skip(f"n/a: fla {row.version} has no fused prologue for {asked} (it fuses {', '.join(row.fusing)})")
+    fusing = tuple(f for f in families if f in row.fusing)
+    why = None if fusing else f"fla {row.version} has no fused prologue for {', '.join(families)}"
+    return fusing, why
+
+
+@pytest.fixture(scope="session")
+def fusing_families(layer_target: str | Target, gdn_families: tuple[str, ...]) -> tuple[str, ...]:
+    """The families P3/P4 draw from: those with a fused prologue on the target. With none, P3/P4 are
+    "n/a" with that reason (a skip), not "not exercised"."""
+    fusing, why = families_with_fusion(layer_target, gdn_families)
+    if why is not None:
+        pytest.skip(f"n/a: {why}")
     return fusing
 
 
