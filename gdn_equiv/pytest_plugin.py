@@ -13,6 +13,12 @@ interpreter without a GPU, NaN poisoning of fresh CUDA memory, skips for ``gpu``
 ``--gdn-target`` given, a test path inside the ``gdn_equiv`` package (``--pyargs gdn_equiv.suite``),
 or ``gdn_equiv_suite = true`` in the ini file (as this repository's ``pyproject.toml`` does).
 
+Switched on, it keeps SPEC §10's verdict promises before the first test: names (``--gdn-backend``,
+``--gdn-target``, ``--gdn-family``) are checked (an unknown one is pytest's usage error), and a backend
+or target that cannot run on this machine ends the session with status 3 and one line naming it and
+why (a run that skipped it would pass having checked nothing it was asked to). ``--gdn-isolate`` runs
+every check that calls the kernel under test in a worker process (:mod:`gdn_equiv.isolation`).
+
 The helpers live in :mod:`gdn_equiv.testing`; this module only connects them to pytest hooks.
 Importing it must stay cheap (no torch): pytest imports every installed plugin at start-up.
 """

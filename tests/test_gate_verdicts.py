@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from gdn_equiv import properties as P
 from gdn_equiv import pytest_plugin
 from gdn_equiv.backends import as_backend, get_backend, registered
+from gdn_equiv.backends.fla_backend import AUTOTUNE_ENV
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.config import ConvSpec
 from gdn_equiv.errors import InvalidArgument
@@ -74,6 +75,7 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.
         "fla core on cpu": ["--gdn-target", "fla", "--fla-core", "fla", "--gdn-family", "gated_deltanet"],
         "unknown fla version": ["--gdn-target", "fla", "--fla-core", "reference", "--gdn-family", "gated_deltanet"],
         "reference core, other families": ["--gdn-target", "fla", "--fla-core", "reference"],
+        "fla autotuning": ["--gdn-target", "fla", "--fla-core", "reference", "--gdn-family", "gated_deltanet"],
     }
     procs = {}
     for name, argv in runs.items():
@@ -82,6 +84,9 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.
             path.insert(0, str(fake.parent))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_FLA_CORE"))}
         env.update(PYTHONPATH=os.pathsep.join(filter(None, path)), HYPOTHESIS_PROFILE="dev")
+        env.pop(AUTOTUNE_ENV, None)
+        if name == "fla autotuning":
+            env[AUTOTUNE_ENV] = "full"
         procs[name] = subprocess.Popen(
             [*suite_run, *argv], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -126,6 +131,8 @@ def test_target_names_are_checked_and_a_target_that_cannot_run_here_ends_the_ses
         _environment_exit(fla_core, "--gdn-target 'fla'", reason)
     elif not torch.cuda.is_available():  # fla's own cores do not run under Triton's interpreter
         _environment_exit(fla_core, "--gdn-target 'fla'", "fla's own cores do not run under Triton's interpreter")
+        # the interpreter has no benchmarker: each fla kernel runs one config, so autotuning is refused
+        _environment_exit(gate_runs["fla autotuning"], f"{AUTOTUNE_ENV}=full asks fla to autotune")
 
 
 # ---- --gdn-target fla runs the layer properties on fla's layers (CPU: Triton's interpreter) --------
@@ -144,8 +151,6 @@ def _gdn_example(**conv: ConvSpec) -> Example:
 def fla_here(monkeypatch: pytest.MonkeyPatch):
     """fla's target with our core, this process ready for fla's kernels as the plugin makes it for
     ``--gdn-target fla`` (on a CPU: Triton's interpreter, each autotuned kernel pinned to one config)."""
-    from gdn_equiv.backends.fla_backend import AUTOTUNE_ENV
-
     if not torch.cuda.is_available():
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("fla's Triton kernels need a GPU or TRITON_INTERPRET=1")
