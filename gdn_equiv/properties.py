@@ -106,12 +106,20 @@ def _expects_step(example: Example) -> bool | None:
     return None
 
 
-def _raise_error(outcome: Outcome, path: str, example: Example) -> None:
-    if outcome.error is not None:
-        raise Mismatch(
-            f"{path} path raised {type(outcome.error).__name__}: {outcome.error}\nExample: {example.short()}",
-            Report("error", (path, "-"), False, 0, problem=str(outcome.error)),
-        ) from outcome.error
+def _raise_error(outcome: Outcome, path: str, example: Example, *, other: tuple[str, Outcome] | None = None) -> None:
+    """A finding if ``outcome`` is an error; ``other`` (the path it was compared with, and its outcome)
+    is said in the message, so a report shows whether that path ran, or raised something else."""
+    if outcome.error is None:
+        return
+    also = ""
+    if other is not None:
+        name, theirs = other
+        said = "ran" if theirs.error is None else f"raised {type(theirs.error).__name__}: {theirs.error}"
+        also = f"\n{name} path {said}"
+    raise Mismatch(
+        f"{path} path raised {type(outcome.error).__name__}: {outcome.error}{also}\nExample: {example.short()}",
+        Report("error", (path, other[0] if other is not None else "-"), False, 0, problem=str(outcome.error)),
+    ) from outcome.error
 
 
 def _setup(example: Example, device: str, target: TargetLike) -> tuple[Any, Inputs, Decision]:
@@ -320,20 +328,31 @@ def reference_handle(example: Example, state: dict[str, Tensor], device: str) ->
 
 
 def check_fallback_exact(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
-    """P5: where the guard refuses, ``auto`` is the reference layer: output, gradients, cache, bitwise."""
+    """P5: where the guard refuses, ``auto`` is the unfused layer: output, gradients, cache, bitwise.
+
+    The unfused layer is the family's reference layer for the in-house target; for an upstream target
+    (fla) it is the target's own forced separate path, the only one bitwise comparable with its ``auto``
+    (fla's kernels are another implementation than our reference). Refusing the input is agreement only
+    when both raise :class:`InvalidArgument` for the same rule; any other error on either path, or two
+    different errors, is a finding (SPEC §10: no crash counts as agreement)."""
     handle, inputs, decision = _setup(example, device, target)
     if decision.fuse:
         raise NotApplicable("guard fuses")
-    reference = reference_handle(example, handle.state_dict(), device)
+    if hasattr(handle, "decision"):
+        reference, name = reference_handle(example, handle.state_dict(), device), "reference"
+    else:
+        reference, name = handle, "separate"
     auto = run(handle, inputs, example, "auto")
     ref = run(reference, inputs, example, "separate")
-    if (auto.error is None) != (ref.error is None):
-        _raise_error(auto, "auto", example)
-        _raise_error(ref, "reference", example)
-    if auto.error is not None:
-        return decision  # both refuse the input alike
+    if auto.error is not None or ref.error is not None:
+        # the same rule: both InvalidArgument with the same first line (the rule and the value it names)
+        refused = [str(e).partition("\n")[0] for e in (auto.error, ref.error) if isinstance(e, InvalidArgument)]
+        if len(refused) == 2 and refused[0] == refused[1]:
+            return decision  # both refuse the input alike
+        _raise_error(auto, "auto", example, other=(name, ref))
+        _raise_error(ref, name, example, other=("auto", auto))
     context = example.short()
-    paths = ("auto", "reference")
+    paths = ("auto", name)
     assert_equivalent(auto.y, ref.y, name="output", paths=paths, context=context)
     _compare_grads(auto, ref, paths, context, conv_exact=True)
     compare_caches(auto.cache, ref.cache, paths, context)

@@ -13,6 +13,12 @@ interpreter without a GPU, NaN poisoning of fresh CUDA memory, skips for ``gpu``
 ``--gdn-target`` given, a test path inside the ``gdn_equiv`` package (``--pyargs gdn_equiv.suite``),
 or ``gdn_equiv_suite = true`` in the ini file (as this repository's ``pyproject.toml`` does).
 
+Switched on, it keeps SPEC §10's verdict promises before the first test: names (``--gdn-backend``,
+``--gdn-target``, ``--gdn-family``) are checked (an unknown one is pytest's usage error), and a backend
+or target that cannot run on this machine ends the session with status 3 and one line naming it and
+why (a run that skipped it would pass having checked nothing it was asked to). ``--gdn-isolate`` runs
+every check that calls the kernel under test in a worker process (:mod:`gdn_equiv.isolation`).
+
 The helpers live in :mod:`gdn_equiv.testing`; this module only connects them to pytest hooks.
 Importing it must stay cheap (no torch): pytest imports every installed plugin at start-up.
 """
@@ -23,6 +29,7 @@ import importlib.util
 import os
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -72,7 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--gdn-target",
         default=None,
-        help="comma list of targets whose layers the gdn-equiv properties check (default: gdn_equiv)",
+        help="comma list of targets whose layers the layer properties (P2-P5) check: gdn_equiv (ours, the "
+        "default) or fla (the installed flash-linear-attention's layers, its own guard deciding; without a "
+        "GPU only with --fla-core reference --gdn-family gated_deltanet, under Triton's interpreter)",
     )
     group.addoption(
         "--gdn-family",
@@ -91,9 +100,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fla-core",
         default=None,
         choices=("fla", "reference"),
-        help="core inside fla's layer for the fla target's forward properties: fla's own kernels, or our "
-        "reference core (fla's prologue, guard and convs untouched; fla's chunked backward does not run on "
-        "Hopper with Triton 3.6). Default: $GDN_FLA_CORE, else fla",
+        help="core inside fla's layer for the fla target: fla's own kernels, or our reference core (fla's "
+        "prologue, guard and convs untouched; fla's chunked backward does not run on Hopper with Triton 3.6, "
+        "and its cores do not run under Triton's interpreter on a CPU; Gated DeltaNet only). "
+        "Default: $GDN_FLA_CORE, else fla",
     )
     group.addoption(
         "--gdn-failure-log",
@@ -163,10 +173,12 @@ def pytest_configure(config: pytest.Config) -> None:
     except InvalidArgument as exc:  # refused before any test runs, like a bad option
         raise pytest.UsageError(str(exc)) from exc
     _load_backends(config)
-    _isolate(config)
+    targets = _load_targets(config)
+    _runnable_here(config, targets)
+    _isolate(config, targets)
 
 
-def _isolate(config: pytest.Config) -> None:
+def _isolate(config: pytest.Config, targets: list[str]) -> None:
     timeout = config.getoption("gdn_example_timeout")
     if timeout is not None and not config.getoption("gdn_isolate"):
         raise pytest.UsageError("--gdn-example-timeout needs --gdn-isolate")
@@ -174,8 +186,10 @@ def _isolate(config: pytest.Config) -> None:
         from gdn_equiv import isolation
         from gdn_equiv.errors import InvalidArgument
 
+        # a fresh worker process lacks what this one did to run fla under the interpreter
+        setup = (f"{__name__}:{fla_interpreter_ready.__name__}",) if "fla" in targets and _interpreting() else ()
         try:
-            isolation.configure(isolation.DEFAULT_TIMEOUT if timeout is None else timeout)
+            isolation.configure(isolation.DEFAULT_TIMEOUT if timeout is None else timeout, setup=setup)
         except InvalidArgument as exc:
             raise pytest.UsageError(f"--gdn-example-timeout: {exc}") from exc
 
@@ -196,6 +210,95 @@ def _load_backends(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--gdn-family: {exc}") from exc
 
 
+def _load_targets(config: pytest.Config) -> list[str]:
+    """The targets of ``--gdn-target`` (default: gdn_equiv), each a known name (else a usage error).
+
+    ``--fla-core reference`` restates Gated DeltaNet's core only: with the fla target, another family
+    would run with fla's core, not the one asked for; refused, as ``gdn-equiv check`` refuses it."""
+    from gdn_equiv.errors import InvalidArgument
+    from gdn_equiv.targets import get_target
+
+    names = _names(config, "gdn_target", "gdn_equiv")
+    for name in names:
+        try:
+            get_target(name)
+        except InvalidArgument as exc:
+            raise pytest.UsageError(f"--gdn-target: {exc}") from exc
+    if "fla" in names and fla_core(config) == "reference":
+        from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
+
+        other = [f for f in families(config) if f not in REFERENCE_CORE_FAMILIES]
+        if other:
+            raise pytest.UsageError(
+                f"--fla-core reference swaps in the core of {', '.join(REFERENCE_CORE_FAMILIES)} only; --gdn-target "
+                f"fla would run --gdn-family {','.join(other)} with fla's core: drop --fla-core, or pick those families"
+            )
+    return names
+
+
+def _runnable_here(config: pytest.Config, targets: list[str]) -> None:
+    """A backend or target that cannot run on this machine ends the session before the first test, with
+    exit status 3 and one line naming it and why (SPEC §10): a run that skipped them would pass having
+    checked nothing it was asked to check."""
+    from gdn_equiv.backends import get_backend
+
+    problems = []
+    for name in _names(config, "gdn_backend", "torch"):
+        reason = get_backend(name).unavailable()
+        if reason is not None:
+            problems.append(f"--gdn-backend {name!r} cannot run here: {reason}")
+    for name in targets:
+        reason = _target_unavailable(config, name)
+        if reason is not None:
+            problems.append(f"--gdn-target {name!r} cannot run here: {reason}")
+    if problems:
+        pytest.exit("gdn-equiv: " + "; ".join(" ".join(p.split()) for p in problems), returncode=3)
+
+
+def _target_unavailable(config: pytest.Config, name: str) -> str | None:
+    """Why ``name``'s layers cannot run here (``None``: they can), and for fla under Triton's interpreter,
+    this process made ready for them (:func:`fla_interpreter_ready`)."""
+    from gdn_equiv.targets import get_target
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fla's import warns about deprecations and a missing GPU
+        reason = get_target(name).unavailable()
+    if reason is not None or name != "fla" or _cuda_available():
+        return reason
+    if not _interpreting():
+        return "fla's layer runs Triton kernels: it needs a CUDA device, or TRITON_INTERPRET=1 on a CPU"
+    if fla_core(config) != "reference":
+        return (
+            "fla's own cores do not run under Triton's interpreter (no CUDA device here); --fla-core reference "
+            "--gdn-family gated_deltanet runs fla's layer (its guard, prologue, convs and norms) with our core"
+        )
+    from gdn_equiv.backends.fla_backend import AUTOTUNE_ENV
+
+    if os.environ.setdefault(AUTOTUNE_ENV, "first") != "first":
+        return f"{AUTOTUNE_ENV}={os.environ[AUTOTUNE_ENV]} asks fla to autotune, which Triton's interpreter cannot"
+    fla_interpreter_ready()
+    return None
+
+
+def fla_interpreter_ready() -> None:
+    """fla's Triton kernels made runnable under the interpreter in this process: the conv's autotuned
+    kernels pinned to one config and int32 masks accepted (:func:`gdn_equiv.backends.fla_backend.interpreter_ready`);
+    the fla target pins the rest of fla's kernels as it builds layers (``GDN_EQUIV_FLA_AUTOTUNE=first``,
+    set by the plugin). Each ``--gdn-isolate`` worker calls it too."""
+    from gdn_equiv.backends import fla_backend
+
+    fla_backend.interpreter_ready(fla_backend.conv_row())
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def fla_core(config: pytest.Config) -> str:
+    """``--fla-core``, else ``$GDN_FLA_CORE``, else ``fla``."""
+    return config.getoption("fla_core") or os.environ.get("GDN_FLA_CORE", "fla")
+
+
 def families(config: pytest.Config) -> list[str]:
     """The families of ``--gdn-family`` (default: all), checked."""
     from gdn_equiv.families import parse_families
@@ -212,10 +315,13 @@ def _names(config: pytest.Config, option: str, default: str) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    for fixture, default in (("gdn_backend", "torch"), ("gdn_target", "gdn_equiv")):
-        if fixture in metafunc.fixturenames:
-            names = _names(metafunc.config, fixture, default)
-            metafunc.parametrize(fixture, names, ids=names, indirect=True, scope="session")
+    if "gdn_backend" in metafunc.fixturenames:
+        names = _names(metafunc.config, "gdn_backend", "torch")
+        metafunc.parametrize("gdn_backend", names, ids=names, indirect=True, scope="session")
+    # one target (the usual run) is not parametrised: test ids stay those of a run without --gdn-target
+    targets = _names(metafunc.config, "gdn_target", "gdn_equiv")
+    if "gdn_target" in metafunc.fixturenames and len(targets) > 1:
+        metafunc.parametrize("gdn_target", targets, ids=targets, indirect=True, scope="session")
     if "gdn_families" in metafunc.fixturenames and metafunc.config.getoption("gdn_split_families"):
         names = families(metafunc.config)
         metafunc.parametrize("gdn_families", [(n,) for n in names], ids=names, scope="session")
@@ -234,39 +340,21 @@ def gdn_families(request: pytest.FixtureRequest) -> tuple[str, ...]:
 
 @pytest.fixture(scope="session")
 def gdn_backend(request: pytest.FixtureRequest) -> str:
-    """A conv backend name from ``--gdn-backend``; skips with the backend's own reason if it cannot run here.
-
-    A backend that cannot be loaded (unknown name, import error, wrong signature) is a usage error.
-    """
-    from gdn_equiv.backends import get_backend
-    from gdn_equiv.errors import InvalidArgument
-
-    name = request.param
-    try:
-        backend = get_backend(name)
-    except InvalidArgument as exc:
-        raise pytest.UsageError(f"--gdn-backend: {exc}") from exc
-    reason = backend.unavailable()
-    if reason is not None:
-        pytest.skip(f"conv backend {name!r} unavailable: {reason}")
-    return name
+    """A conv backend name from ``--gdn-backend``, checked at configure time: it loads and can run here."""
+    return cast("str", request.param)
 
 
 @pytest.fixture(scope="session")
 def gdn_target(request: pytest.FixtureRequest) -> str:
-    """A target name from ``--gdn-target``; ``fla`` skips when flash-linear-attention is not installed."""
-    name = request.param
-    if name == "fla" and importlib.util.find_spec("fla") is None:
-        pytest.skip("target 'fla' needs flash-linear-attention (pip install gdn-equiv[fla])")
-    return name
+    """A target name from ``--gdn-target`` (default ``gdn_equiv``), checked at configure time: it is known
+    and can run here. Parametrised only when several are named."""
+    return cast("str", getattr(request, "param", None) or _names(request.config, "gdn_target", "gdn_equiv")[0])
 
 
-@pytest.fixture(scope="session")
-def fla_core(request: pytest.FixtureRequest) -> str:
-    """``--fla-core`` (else ``$GDN_FLA_CORE``, else ``fla``): the core the fla target's forward runs with."""
-    import os
-
-    return request.config.getoption("fla_core") or os.environ.get("GDN_FLA_CORE", "fla")
+@pytest.fixture(name="fla_core", scope="session")
+def _fla_core_fixture(request: pytest.FixtureRequest) -> str:
+    """``--fla-core`` (else ``$GDN_FLA_CORE``, else ``fla``): the core inside the fla target's layers."""
+    return fla_core(request.config)
 
 
 def _cuda_available() -> bool:

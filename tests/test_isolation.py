@@ -9,6 +9,7 @@ gdn_equiv`` in a subprocess: if isolation failed, the death would be the runner'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from hypothesis import find, settings
 import gdn_equiv
 from gdn_equiv import cli, isolation
 from gdn_equiv import properties as P
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
 
 KERNELS = textwrap.dedent(
@@ -152,24 +154,105 @@ def test_a_hanging_example_fails_after_the_timeout_and_the_next_runs_in_a_fresh_
         pool.close()
 
 
+#: one test of each suite module that calls the kernel under test (P6, test_necessity, is routed by its own change)
+KERNEL_TESTS = {
+    "test_conformance": "test_backend_forward_matches_torch",
+    "test_ground_truth": "test_backend_update_matches_fp64_ground_truth",
+    "test_bad_input": "test_bad_input_is_refused_naming_the_value",
+    "test_properties": "test_auto_launches_one_conv_iff_guard_fuses",
+}
+
+
 @pytest.mark.slow
 def test_a_suite_run_with_gdn_isolate_survives_a_crashing_kernel(tmp_path) -> None:
-    """Under pytest (one process, no xdist) ``--gdn-isolate`` makes a dying kernel a failed test."""
+    """Under pytest (one process, no xdist) ``--gdn-isolate`` makes a dying kernel a failed test, whichever
+    check calls it: conformance, ground truth, P8 bad input and the layer properties alike (SPEC §10:
+    ``--gdn-isolate`` covers every call of the kernel under test). Without it the first conformance
+    test ended the run with status 139 and nothing recorded."""
     (tmp_path / "deadly_kernels.py").write_text(KERNELS)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
     # a kernel that dies on every call: with the wide-fp32-only one, ci's 60 drawn examples missed every
     # deadly call now and then (a miss is a passing run, and failed this test in CI)
     env["HYPOTHESIS_PROFILE"] = "dev"
-    test = "gdn_equiv.suite.test_properties::test_auto_launches_one_conv_iff_guard_fuses"
+    # one P8 kind (each kind is a test of its own): a cached state's, whose cache is filled through the kernel
+    p8 = "(test_bad_input_is_refused_naming_the_value and cached and shape)"
+    select = " or ".join(KERNEL_TESTS.values()).replace("test_bad_input_is_refused_naming_the_value", p8)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--pyargs", test,
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--pyargs", "gdn_equiv.suite",
          "--gdn-backend", "deadly_kernels:segfaults_on_every_call", "--gdn-family", "gated_deltanet",
-         "--gdn-isolate", "-q"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+         "--gdn-isolate", "-q", "-rf", "-k", select],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     out = done.stdout + done.stderr
     assert done.returncode == 1, out  # tests failed; pytest itself finished (a crash would be -11)
-    assert "WorkerDied" in out and "killed by signal SIGSEGV" in out and "1 failed" in out, out
+    assert "killed by signal SIGSEGV" in out and f"{len(KERNEL_TESTS)} failed" in out, out
+    for module, test in KERNEL_TESTS.items():
+        assert re.search(rf"FAILED \S*{module}.py::{test}\[", out), (module, out)
+    assert out.count("WorkerDied: the worker running the example killed by signal SIGSEGV") >= len(KERNEL_TESTS), out
+
+
+def test_a_worker_runs_any_importable_check_and_refuses_what_a_fresh_process_cannot_find() -> None:
+    """Conformance and ground-truth checks run in a worker like the properties (by module and name, their
+    arguments pickled); a function defined inside another is refused before any worker starts."""
+    from gdn_equiv import conformance, ground_truth
+    from gdn_equiv.strategies import conv_calls
+
+    call = find(conv_calls(), lambda _: True, settings=settings(database=None))
+    pool = isolation.WorkerPool(timeout=60)
+
+    def local(*_: object) -> None:
+        raise AssertionError("never called")
+
+    try:
+        assert pool.call(conformance.check_forward, call, "torch", "cpu") is None
+        assert (
+            pool.call(ground_truth.check_update, dataclasses.replace(call, initial_state=True, T=1), "torch", "cpu")
+            is None
+        )
+        assert pool.started == 1
+        with pytest.raises(InvalidArgument, match="cannot run in a worker process"):
+            pool.call(local, call)
+        assert (pool.started, pool.deaths) == (1, 0)
+    finally:
+        pool.close()
+
+
+SETUP = textwrap.dedent(
+    """
+    READY = []
+
+    def prepare():
+        READY.append("prepared")
+
+    def ready():
+        return list(READY)
+
+    def fails():
+        raise RuntimeError("planted setup failure")
+    """
+)
+
+
+def test_each_worker_runs_its_setup_before_the_first_example(tmp_path, monkeypatch) -> None:
+    """``setup`` (the plugin's: fla made ready for Triton's interpreter) runs once in every fresh worker,
+    a dead one's replacement included; a setup that raises is said with its traceback."""
+    (tmp_path / "gate_setup.py").write_text(SETUP)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers get this process's sys.path
+    pool = isolation.WorkerPool(timeout=60, setup=("gate_setup:prepare",))
+    try:
+        assert pool.call("gate_setup:ready") == ["prepared"]
+        assert pool.call("gate_setup:ready") == ["prepared"]  # once per worker, not per call
+        with pytest.raises(isolation.WorkerDied):
+            pool.call(os._exit, 3)
+        assert pool.call("gate_setup:ready") == ["prepared"] and pool.started == 2
+    finally:
+        pool.close()
+    broken = isolation.WorkerPool(timeout=60, setup=("gate_setup:fails",))
+    try:
+        with pytest.raises(RuntimeError, match=r"(?s)did not start.*planted setup failure"):
+            broken.call("gate_setup:ready")
+    finally:
+        broken.close()
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
+from gdn_equiv import isolation
 from gdn_equiv import properties as P
 from gdn_equiv.bad_input import KINDS
 from gdn_equiv.strategies import bad_calls
@@ -34,4 +35,4 @@ def test_bad_input_is_refused_naming_the_value(data, kind, gdn_backend, gdn_fami
     bad = data.draw(bad_calls(backends=(gdn_backend,), family=gdn_families, kinds=[kind]))
     count_example()
     note(bad.short())
-    P.check_refuses_bad_input(bad, device=device)
+    isolation.call(P.check_refuses_bad_input, bad, device=device)  # in a worker under --gdn-isolate

@@ -17,7 +17,9 @@ final state fed back as the next call's initial state, or to the step kernel, mu
 sequence as one call would, so a slot the conv needs cannot be declared away.
 
 With ``--gdn-backend torch`` (the default) these compare torch with itself and only check the
-harness; they are meant for a backend under review: ``--gdn-backend mypkg.kernels:conv``.
+harness; they are meant for a backend under review: ``--gdn-backend mypkg.kernels:conv``. Each check
+(:mod:`gdn_equiv.conformance`) runs in a worker process under ``--gdn-isolate``, so a kernel that
+crashes fails its example instead of ending the run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from gdn_equiv import isolation
 from gdn_equiv.backends import get_backend, supported_widths
 from gdn_equiv.conformance import (  # noqa: F401  (re-exported: tests/ plants defects with these)
     BLOCK_EDGES,
@@ -83,7 +86,7 @@ def test_backend_forward_matches_torch(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    check_forward(call, gdn_backend, device)
+    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -94,7 +97,7 @@ def test_backend_varlen_matches_torch(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    check_forward(call, gdn_backend, device)
+    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -105,7 +108,7 @@ def test_backend_gradients_match_torch(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=True, final_state=True)
-    check_gradients(call, gdn_backend, device)
+    isolation.call(check_gradients, call, gdn_backend, device)
 
 
 @settings(deadline=None)
@@ -116,7 +119,7 @@ def test_backend_update_matches_torch_and_keeps_state(data, gdn_backend, device)
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    check_update(call, gdn_backend, device)
+    isolation.call(check_update, call, gdn_backend, device)
 
 
 @settings(deadline=None)
@@ -128,7 +131,7 @@ def test_backend_final_state_continues_the_sequence(data, gdn_backend, device):
     count_example()
     note(f"{call!r}, split at {split}")
     label_conv_call(call, grad=True, final_state=True)
-    check_continuation(call, split, gdn_backend, device)
+    isolation.call(check_continuation, call, split, gdn_backend, device)
 
 
 @settings(deadline=None)
@@ -139,7 +142,7 @@ def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
     count_example()
     note(f"{call!r}, prefill of {split}")
     label_conv_call(call, grad=False, final_state=True)
-    check_decode_continuation(call, split, gdn_backend, device)
+    isolation.call(check_decode_continuation, call, split, gdn_backend, device)
 
 
 @settings(deadline=None)
@@ -157,7 +160,7 @@ def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, 
     twin = dataclasses.replace(call, dtype="float32", bias=True, T=max(call.T, 2 * call.W))
     for swept in dict.fromkeys([call, twin]):
         for edge in block_edges(gdn_backend):
-            check_fused_slices(swept, [edge, 1], gdn_backend, device)
+            isolation.call(check_fused_slices, swept, [edge, 1], gdn_backend, device)
 
 
 @settings(deadline=None)
@@ -168,4 +171,4 @@ def test_backend_fused_channel_slices_are_bitwise_the_split_calls(data, dims, gd
     call = _draw_call(data, gdn_backend, varlen=False, initial_state=False, max_channels=1)
     count_example()
     note(f"{call!r}, slices {dims}")
-    check_fused_slices(call, dims, gdn_backend, device)
+    isolation.call(check_fused_slices, call, dims, gdn_backend, device)

@@ -14,11 +14,16 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend, supported_widths
+from gdn_equiv import isolation
+from gdn_equiv.backends import get_backend, supported_widths
 from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.conformance import _reach
 from gdn_equiv.coverage import label_conv_call
-from gdn_equiv.ground_truth import conv1d_truth, update_truth
+from gdn_equiv.ground_truth import (  # tests/ plant defects and run these by this module too
+    check_forward,
+    check_gradients,
+    check_update,
+)
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.testing import count_example
 
@@ -35,67 +40,6 @@ def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     return data.draw(conv_calls(widths=(lo, min(hi, 4)), **_reach(backend), **options), label="call")
 
 
-def _close(actual: torch.Tensor | None, truth: torch.Tensor, name: str, backend: str, call: ConvCall) -> None:
-    """``actual`` against the fp64 truth rounded to ``actual``'s dtype, within the §6 table for it."""
-    expected = truth.detach().to(actual.dtype) if actual is not None else truth
-    assert_equivalent(actual, expected, name=name, paths=(backend, "fp64 conv1d"), exact=False, context=call)
-
-
-def check_forward(call: ConvCall, backend: str, device: str) -> None:
-    """y and the final state of one call == the fp64 truth's, within §6."""
-    t = call.tensors(device)
-    y, final = causal_conv1d(
-        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=backend
-    )
-    y_true, final_true = conv1d_truth(
-        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], t["cu_seqlens"]
-    )
-    _close(y, y_true, "y", backend, call)
-    s = get_backend(backend).state_slots(call.W)  # the slots the backend declares meaningful
-    _close(None if final is None else final[..., s], final_true[..., s], "final_state", backend, call)
-
-
-def check_gradients(call: ConvCall, backend: str, device: str) -> None:
-    """Gradients of x, weight, bias and initial_state through y and the final state == the truth's."""
-    tensors = call.tensors(device)
-    names = [n for n in ("x", "weight", "bias", "initial_state") if tensors[n] is not None]
-    t = {k: (v.detach().clone().requires_grad_() if k in names else v) for k, v in tensors.items()}
-    y, final = causal_conv1d(
-        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=backend
-    )
-    if not y.requires_grad:
-        raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
-    assert final is not None  # asked for (output_final_state=True); the backend's outputs are checked
-    gen = torch.Generator().manual_seed(call.seed + 11)
-    dy = torch.randn(y.shape, generator=gen).to(y.dtype).to(device)
-    dfinal = torch.randn(final.shape, generator=gen).to(final.dtype).to(device)
-    dfinal[..., : get_backend(backend).unused_state_slots] = 0  # no gradient into slots declared unused
-    grads = torch.autograd.grad((y, final), [t[n] for n in names], (dy, dfinal), allow_unused=True)
-    # the truth from the same (low-precision) values, leaves of its own, same cotangents in fp64
-    d = {k: (v.detach().to(torch.float64).requires_grad_() if k in names else v) for k, v in tensors.items()}
-    y_t, final_t = conv1d_truth(d["x"], d["weight"], d["bias"], call.activation, d["initial_state"], d["cu_seqlens"])
-    truths = torch.autograd.grad(
-        (y_t, final_t), [d[n] for n in names], (dy.double(), dfinal.double()), allow_unused=True
-    )
-    for name, g, g_true in zip(names, grads, truths, strict=True):
-        if g_true is None:  # the truth has no path to it (cannot happen with y and final both used)
-            g_true = torch.zeros_like(d[name])
-        if g is None:
-            raise AssertionError(f"backend {backend!r} gave no gradient for {name}\nExample: {call}")
-        _close(g, g_true, f"grad.{name}", backend, call)
-
-
-def check_update(call: ConvCall, backend: str, device: str) -> None:
-    """The single-step update: y and the new state == the truth's one-token forward, within §6."""
-    t = call.tensors(device)
-    x, state = t["x"][:, 0], t["initial_state"]
-    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=backend)
-    y_true, new_true = update_truth(x, state, t["weight"], t["bias"], call.activation)
-    _close(y, y_true, "update.y", backend, call)
-    s = get_backend(backend).state_slots(call.W)
-    _close(new_state[..., s], new_true[..., s], "update.new_state", backend, call)
-
-
 @settings(deadline=None)
 @given(data=st.data())
 def test_backend_forward_matches_fp64_ground_truth(data, gdn_backend, device):
@@ -104,7 +48,7 @@ def test_backend_forward_matches_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    check_forward(call, gdn_backend, device)
+    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -115,7 +59,7 @@ def test_backend_varlen_matches_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    check_forward(call, gdn_backend, device)
+    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -126,7 +70,7 @@ def test_backend_gradients_match_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=True, final_state=True)
-    check_gradients(call, gdn_backend, device)
+    isolation.call(check_gradients, call, gdn_backend, device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -137,7 +81,7 @@ def test_backend_update_matches_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    check_update(call, gdn_backend, device)
+    isolation.call(check_update, call, gdn_backend, device)  # in a worker under --gdn-isolate
 
 
 # ---- the reference layer itself, against SPEC §2 written out independently ---------------------------

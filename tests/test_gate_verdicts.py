@@ -1,0 +1,275 @@
+"""The pytest gate's verdicts (SPEC §10): a run never passes by mistake.
+
+- A backend or target that cannot run here ends the session before the first test, status 3, one line
+  naming it and why (it used to skip every test that used it and exit 0); unknown names stay usage errors.
+- ``--gdn-target`` is checked at configure time and really runs the layer properties on fla's layers.
+- A property test none of whose examples met its premise fails "not exercised".
+- P5: only the same ``InvalidArgument`` on both paths is agreement; a crash on both is a finding.
+
+The configure-time runs are ``python -m pytest --pyargs gdn_equiv.suite`` subprocesses started together,
+outside the repository (the installed plugin, as a kernel project's CI sees it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import strategies as st
+
+from gdn_equiv import properties as P
+from gdn_equiv import pytest_plugin
+from gdn_equiv.backends import as_backend, get_backend, registered
+from gdn_equiv.backends.fla_backend import AUTOTUNE_ENV
+from gdn_equiv.compare import Mismatch
+from gdn_equiv.config import ConvSpec
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.example import Example
+from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.strategies import examples
+from gdn_equiv.suite import test_properties as suite
+from gdn_equiv.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH = get_backend("torch")
+
+PLANTED = textwrap.dedent(
+    """
+    from gdn_equiv.backends import get_backend
+
+
+    class _Absent:
+        '''A kernel for a device this machine lacks: it loads, and says it cannot run.'''
+
+        forward = staticmethod(get_backend("torch").forward)
+
+        @staticmethod
+        def unavailable():
+            return "needs the planted accelerator, which this machine lacks"
+
+
+    absent = _Absent()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """The configure-time verdicts, each a ``pytest --pyargs gdn_equiv.suite`` run (seconds: imports only)."""
+    work = tmp_path_factory.mktemp("gate")
+    (work / "gate_planted.py").write_text(PLANTED)
+    fake = work / "fake_fla" / "fla"  # an fla whose version the adapter's table does not know
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "9.9.9"\n')
+    suite_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "gdn_equiv.suite"]
+    runs = {
+        "absent backend": ["--gdn-backend", "gate_planted:absent"],
+        "absent backend, xdist": ["--gdn-backend", "gate_planted:absent", "-n", "2"],
+        "unknown target": ["--gdn-target", "no-such-target"],
+        "fla core on cpu": ["--gdn-target", "fla", "--fla-core", "fla", "--gdn-family", "gated_deltanet"],
+        "unknown fla version": ["--gdn-target", "fla", "--fla-core", "reference", "--gdn-family", "gated_deltanet"],
+        "reference core, other families": ["--gdn-target", "fla", "--fla-core", "reference"],
+        "fla autotuning": ["--gdn-target", "fla", "--fla-core", "reference", "--gdn-family", "gated_deltanet"],
+    }
+    procs = {}
+    for name, argv in runs.items():
+        path = [str(work), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        if name == "unknown fla version":
+            path.insert(0, str(fake.parent))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_FLA_CORE"))}
+        env.update(PYTHONPATH=os.pathsep.join(filter(None, path)), HYPOTHESIS_PROFILE="dev")
+        env.pop(AUTOTUNE_ENV, None)
+        if name == "fla autotuning":
+            env[AUTOTUNE_ENV] = "full"
+        procs[name] = subprocess.Popen(
+            [*suite_run, *argv], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    done = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        done[name] = subprocess.CompletedProcess(runs[name], proc.returncode, out, err)
+    return done
+
+
+def _environment_exit(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Status 3 before any test, and one line on stderr that names the option, the value and why."""
+    text = result.stdout + result.stderr
+    assert result.returncode == 3, text[-3000:]
+    lines = [line for line in result.stderr.splitlines() if "cannot run here" in line]
+    assert len(lines) == 1 and all(n in lines[0] for n in needles), text[-3000:]
+    assert "passed" not in result.stdout and "skipped" not in result.stdout, text[-3000:]
+
+
+@pytest.mark.slow
+def test_a_backend_that_cannot_run_here_ends_the_session_with_status_3(gate_runs) -> None:
+    """Skipping it instead passed every other test: a gate that checked nothing it was asked to (exit 0)."""
+    why = ("--gdn-backend 'gate_planted:absent'", "needs the planted accelerator, which this machine lacks")
+    _environment_exit(gate_runs["absent backend"], *why)
+    _environment_exit(gate_runs["absent backend, xdist"], *why)  # the controller ends it, before any worker
+
+
+@pytest.mark.slow
+def test_target_names_are_checked_and_a_target_that_cannot_run_here_ends_the_session(gate_runs) -> None:
+    """``--gdn-target`` used to be parsed and read by no test (exit 0 whatever it named)."""
+    unknown = gate_runs["unknown target"]
+    assert unknown.returncode == pytest.ExitCode.USAGE_ERROR, unknown.stderr[-3000:]
+    assert "--gdn-target: unknown target 'no-such-target'; known targets: fla, gdn_equiv" in unknown.stderr
+    version = gate_runs["unknown fla version"]
+    _environment_exit(version, "--gdn-target 'fla'", "fla 9.9.9 is not a version the fla adapter knows", "0.6.0")
+    other = gate_runs["reference core, other families"]
+    assert other.returncode == pytest.ExitCode.USAGE_ERROR, other.stderr[-3000:]
+    assert "--fla-core reference swaps in the core of gated_deltanet only" in other.stderr, other.stderr[-3000:]
+    fla_core = gate_runs["fla core on cpu"]
+    reason = get_target("fla").unavailable()
+    if reason is not None:  # no fla (or one the table does not know) here: that is the reason given
+        _environment_exit(fla_core, "--gdn-target 'fla'", reason)
+    elif not torch.cuda.is_available():  # fla's own cores do not run under Triton's interpreter
+        _environment_exit(fla_core, "--gdn-target 'fla'", "fla's own cores do not run under Triton's interpreter")
+        # the interpreter has no benchmarker: each fla kernel runs one config, so autotuning is refused
+        _environment_exit(gate_runs["fla autotuning"], f"{AUTOTUNE_ENV}=full asks fla to autotune")
+
+
+# ---- --gdn-target fla runs the layer properties on fla's layers (CPU: Triton's interpreter) --------
+
+FLA_REASON = get_target("fla").unavailable()
+needs_fla = pytest.mark.skipif(FLA_REASON is not None, reason=f"fla target unavailable: {FLA_REASON}")
+
+
+def _gdn_example(**conv: ConvSpec) -> Example:
+    """The smallest Gated DeltaNet call (fp32, B=1, T=2), the layer's convs as given (no bias by default)."""
+    config = GDNConfig(hidden_size=8, head_dim=2, num_heads=1, conv_size=2, conv_bias=False, **conv)  # type: ignore[arg-type]
+    return Example(config=config, family="gated_deltanet", dtype="float32", batch=1, seq_len=2, seed=3, grad=True)
+
+
+@pytest.fixture
+def fla_here(monkeypatch: pytest.MonkeyPatch):
+    """fla's target with our core, this process ready for fla's kernels as the plugin makes it for
+    ``--gdn-target fla`` (on a CPU: Triton's interpreter, each autotuned kernel pinned to one config)."""
+    if not torch.cuda.is_available():
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("fla's Triton kernels need a GPU or TRITON_INTERPRET=1")
+        monkeypatch.setenv(AUTOTUNE_ENV, "first")
+        pytest_plugin.fla_interpreter_ready()
+    return get_target("fla", core="reference")
+
+
+def _suite_test(monkeypatch: pytest.MonkeyPatch, name: str, drawn: st.SearchStrategy, **fixtures):
+    """The suite's test ``name`` run here on the examples of ``drawn`` (its strategy replaced: the plant)."""
+    if name in ("test_fused_forward_is_bitwise_equal", "test_fused_gradients_match"):
+        monkeypatch.setattr(suite, "either_side", lambda *a, **k: drawn)
+        fixtures.setdefault("fusing_families", ("gated_deltanet",))
+    else:
+        monkeypatch.setattr(suite, "gate_examples", lambda *a, **k: drawn)
+        fixtures.setdefault("gdn_families", ("gated_deltanet",))
+    return getattr(suite, name)(gdn_backend="torch", device="cpu", **fixtures)
+
+
+@needs_fla
+@pytest.mark.slow
+def test_the_gates_layer_properties_run_on_flas_layers(fla_here, monkeypatch) -> None:
+    """P2-P5 of the gate with ``--gdn-target fla``: on a call fla fuses correctly (P2, P3, P4) and one it
+    refuses (P5), each passes on fla's layer; and P3 fails where fla's own guard fuses what its fused path
+    gets wrong: one conv with a bias while the layer's ``conv_bias`` is off (fla 0.6.0 drops that bias,
+    PR #977 concatenates the missing ones and raises), which our target's guard refuses (P3 not applicable
+    there: the same test then is "not exercised")."""
+    clean = _gdn_example()
+    varlen = dataclasses.replace(clean, varlen="cu_seqlens", seq_lens=(1, 1))
+    on_fla, ours = {"layer_target": fla_here}, {"layer_target": "gdn_equiv"}
+    _suite_test(monkeypatch, "test_auto_launches_one_conv_iff_guard_fuses", st.just(clean), **on_fla)
+    _suite_test(monkeypatch, "test_fused_forward_is_bitwise_equal", st.just((clean, True)), **on_fla)
+    _suite_test(monkeypatch, "test_fused_gradients_match", st.just((clean, True)), **on_fla)
+    _suite_test(monkeypatch, "test_fallback_is_the_reference", st.just(varlen), **on_fla)
+
+    bias_on_q = _gdn_example(q_conv=ConvSpec(bias=True))
+    with pytest.raises(Mismatch, match="fused"):
+        _suite_test(monkeypatch, "test_fused_forward_is_bitwise_equal", st.just((bias_on_q, False)), **on_fla)
+    with pytest.raises(AssertionError, match=r"not exercised: none of the \d+ examples met the premise"):
+        _suite_test(monkeypatch, "test_fused_forward_is_bitwise_equal", st.just((bias_on_q, False)), **ours)
+
+
+@needs_fla
+def test_p3_p4_draw_only_families_the_fla_version_fuses_and_are_na_for_the_others() -> None:
+    """fla 0.6.0 fuses Gated DeltaNet only: P3/P4 on fla draw from the asked families it fuses, and are
+    "n/a" with the reason for a list of families it fuses none of (rather than "not exercised")."""
+    from gdn_equiv.targets.fla_target import version_row
+
+    row, fla = version_row(), get_target("fla", core="reference")
+    asked = ("gated_deltanet", "gla")
+    assert suite.families_with_fusion(fla, asked) == (tuple(f for f in asked if f in row.fusing), None)
+    assert suite.families_with_fusion("gdn_equiv", ("gla",)) == (("gla",), None)
+    if "gla" not in row.fusing:
+        assert suite.families_with_fusion(fla, ("gla",)) == ((), f"fla {row.version} has no fused prologue for gla")
+
+
+# ---- "not exercised" ------------------------------------------------------------------------------
+
+
+def test_a_property_test_whose_every_example_is_inapplicable_fails_not_exercised(monkeypatch) -> None:
+    """P3 drawn only from states the guard refuses (the plant: the suite's strategy replaced) compares
+    nothing: it used to pass; it fails, saying how many examples it drew and why the last did not apply."""
+    refused = examples(fusable=False, reasons=("G3",), max_seq_len=2).map(lambda e: (e, False))
+    ours = {
+        "gdn_backend": "torch",
+        "fusing_families": ("gated_deltanet",),
+        "device": "cpu",
+        "layer_target": "gdn_equiv",
+    }
+    monkeypatch.setattr(suite, "either_side", lambda *a, **k: refused)
+    not_exercised = r"not exercised: none of the \d+ examples met the premise; the last reason: guard does not fuse: G3"
+    with pytest.raises(AssertionError, match=not_exercised):
+        suite.test_fused_forward_is_bitwise_equal(**ours)
+    monkeypatch.undo()  # the suite's own strategy: exercised, and it passes
+    suite.test_fused_forward_is_bitwise_equal(**ours)
+
+
+# ---- P5: no crash counts as agreement --------------------------------------------------------------
+
+
+def _refusing(error: type[Exception], numbered: bool = False):
+    """A kernel that raises ``error`` on every packed-sequence (``cu_seqlens``) call, the message numbered
+    per call when ``numbered`` (two paths then refuse differently)."""
+    calls = []
+
+    def forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+        if cu_seqlens is not None:
+            calls.append(1)
+            raise error(f"packed sequences are not supported (call {len(calls)})" if numbered else "no packing")
+        return TORCH.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+    return forward
+
+
+def _packed(backend: str) -> Example:
+    """A packed call (``cu_seqlens``: the guard refuses it) on ``backend``."""
+    config = GDNConfig(hidden_size=8, head_dim=2, num_heads=1, conv_size=2, conv_bias=False, conv_backend=backend)
+    return Example(config=config, family="gated_deltanet", dtype="float32", batch=1, seq_len=3, seed=1,
+                   varlen="cu_seqlens", seq_lens=(1, 2), grad=True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("error", "numbered", "verdict"),
+    [
+        (RuntimeError, False, "auto path raised RuntimeError: no packing\nreference path raised RuntimeError"),
+        (InvalidArgument, True, "auto path raised InvalidArgument: packed sequences are not supported \\(call 1\\)"),
+        (InvalidArgument, False, None),
+    ],
+    ids=["crash-on-both", "different-refusals", "same-refusal"],
+)
+def test_fallback_agrees_on_a_refusal_only_when_both_paths_raise_the_same_invalid_argument(error, numbered, verdict):
+    """A kernel that crashes on every packed call made P5 pass ("both paths refuse alike", 3 x pass under
+    ``gdn-equiv check``): a crash on both paths is a finding, and so are two different refusals; the same
+    ``InvalidArgument`` on both is the input refused alike."""
+    kernel = as_backend(_refusing(error, numbered), "gate-refuses-packed")
+    with registered(kernel):
+        example = _packed("gate-refuses-packed")
+        if verdict is None:
+            assert not P.check_fallback_exact(example).fuse
+            return
+        with pytest.raises(Mismatch, match=verdict):
+            P.check_fallback_exact(example)
