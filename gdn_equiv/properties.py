@@ -517,9 +517,9 @@ def check_conv_ground_truth(example: Example, *, device: str = "cpu", target: Ta
     ``F.conv1d`` (:mod:`gdn_equiv.ground_truth`), within the §6 table: forward and final state,
     gradients (``grad``) and the step kernel. The row that checks torch itself."""
     from gdn_equiv.conformance import NotAConvCall, conv_call_of
-    from gdn_equiv.suite.test_ground_truth import check_forward as truth_forward
-    from gdn_equiv.suite.test_ground_truth import check_gradients as truth_gradients
-    from gdn_equiv.suite.test_ground_truth import check_update as truth_update
+    from gdn_equiv.ground_truth import check_forward as truth_forward
+    from gdn_equiv.ground_truth import check_gradients as truth_gradients
+    from gdn_equiv.ground_truth import check_update as truth_update
 
     _, _, decision = _setup(example, device, target)
     try:

@@ -116,6 +116,13 @@ class PropertyRecord:
     condition: Condition | None = None
     not_applicable: Callable[[str], str | None] = _no_reason
     teeth: tuple[str, ...] = field(default=())
+    #: the pytest gate's test of this record, generated in ``gdn_equiv.suite.<gate_module>`` (None: the
+    #: gate checks it elsewhere, e.g. P7 in its conformance and ground-truth modules on conv calls drawn
+    #: directly, wider than a layer's, and P6 in ``test_necessity``, parametrized over the records)
+    gate_test: str | None = None
+    gate_module: str = "test_properties"
+    #: drawn from the families the target fuses at all (P3/P4 on an fla version that fuses few)
+    needs_fusion: bool = False
 
     @property
     def function(self) -> str:
@@ -209,12 +216,14 @@ def _example_records() -> list[PropertyRecord]:
             any_examples,
             P.check_path_taken,
             teeth=("auto-ignores-decision",),
+            gate_test="test_auto_launches_one_conv_iff_guard_fuses",
         ),
         PropertyRecord(
             "P2-no-short-conv",
             "a layer without short convs describes none, holds none and launches none",
             _no_short_conv,
             P.check_path_taken,
+            gate_test="test_a_layer_without_short_convs_runs_and_describes_none",
         ),
         PropertyRecord(
             "P3-forward-exact",
@@ -222,6 +231,8 @@ def _example_records() -> list[PropertyRecord]:
             _either_side(grad=False),
             P.check_forward_exact,
             teeth=("guard-ignores-cu-seqlens", "fused-drops-v-bias", "backend:planted-wide-rounding"),
+            gate_test="test_fused_forward_is_bitwise_equal",
+            needs_fusion=True,
         ),
         PropertyRecord(
             "P4-gradients",
@@ -229,6 +240,8 @@ def _example_records() -> list[PropertyRecord]:
             _either_side(grad=True),
             P.check_gradients,
             teeth=("fused-detaches-weights",),
+            gate_test="test_fused_gradients_match",
+            needs_fusion=True,
         ),
         PropertyRecord(
             "P5-fallback-exact",
@@ -236,6 +249,7 @@ def _example_records() -> list[PropertyRecord]:
             _refused,
             P.check_fallback_exact,
             teeth=("fallback-forgets-conv-cache",),
+            gate_test="test_fallback_is_the_reference",
         ),
         PropertyRecord(
             "P7-backend-vs-torch",

@@ -12,17 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gdn_equiv import testing
+from gdn_equiv import registry, testing
 from gdn_equiv.families import parse_families
 
 ROOT = Path(__file__).resolve().parent.parent
-PROPERTIES = (
-    "test_auto_launches_one_conv_iff_guard_fuses",
-    "test_a_layer_without_short_convs_runs_and_describes_none",
-    "test_fused_forward_is_bitwise_equal",
-    "test_fused_gradients_match",
-    "test_fallback_is_the_reference",
-)
+# the gate's layer-property tests, one per registry record (gdn_equiv/suite/test_properties.py makes them)
+PROPERTIES = tuple(r.gate_test for r in registry.property_records() if r.gate_test is not None)
 
 # two trivial Hypothesis tests of 60 examples each: what the run counts is known without a layer
 COUNTED = """

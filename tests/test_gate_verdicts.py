@@ -32,6 +32,7 @@ from gdn_equiv.config import ConvSpec
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example
 from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.registry import Draw
 from gdn_equiv.strategies import examples
 from gdn_equiv.suite import test_properties as suite
 from gdn_equiv.targets import get_target
@@ -161,11 +162,12 @@ def fla_here(monkeypatch: pytest.MonkeyPatch):
 
 def _suite_test(monkeypatch: pytest.MonkeyPatch, name: str, drawn: st.SearchStrategy, **fixtures):
     """The suite's test ``name`` run here on the examples of ``drawn`` (its strategy replaced: the plant)."""
+    monkeypatch.setattr(
+        suite, "premise", lambda *a, **k: drawn.map(lambda d: Draw(*d) if isinstance(d, tuple) else Draw(d, True))
+    )
     if name in ("test_fused_forward_is_bitwise_equal", "test_fused_gradients_match"):
-        monkeypatch.setattr(suite, "either_side", lambda *a, **k: drawn)
         fixtures.setdefault("fusing_families", ("gated_deltanet",))
     else:
-        monkeypatch.setattr(suite, "gate_examples", lambda *a, **k: drawn)
         fixtures.setdefault("gdn_families", ("gated_deltanet",))
     return getattr(suite, name)(gdn_backend="torch", device="cpu", **fixtures)
 
@@ -213,14 +215,14 @@ def test_p3_p4_draw_only_families_the_fla_version_fuses_and_are_na_for_the_other
 def test_a_property_test_whose_every_example_is_inapplicable_fails_not_exercised(monkeypatch) -> None:
     """P3 drawn only from states the guard refuses (the plant: the suite's strategy replaced) compares
     nothing: it used to pass; it fails, saying how many examples it drew and why the last did not apply."""
-    refused = examples(fusable=False, reasons=("G3",), max_seq_len=2).map(lambda e: (e, False))
+    refused = examples(fusable=False, reasons=("G3",), max_seq_len=2).map(lambda e: Draw(e, False))
     ours = {
         "gdn_backend": "torch",
         "fusing_families": ("gated_deltanet",),
         "device": "cpu",
         "layer_target": "gdn_equiv",
     }
-    monkeypatch.setattr(suite, "either_side", lambda *a, **k: refused)
+    monkeypatch.setattr(suite, "premise", lambda *a, **k: refused)
     not_exercised = r"not exercised: none of the \d+ examples met the premise; the last reason: guard does not fuse: G3"
     with pytest.raises(AssertionError, match=not_exercised):
         suite.test_fused_forward_is_bitwise_equal(**ours)

@@ -20,12 +20,11 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import isolation
+from gdn_equiv import isolation, registry
 from gdn_equiv import properties as P
 from gdn_equiv.coverage import label_example
 from gdn_equiv.example import Example
-from gdn_equiv.guard import Condition
-from gdn_equiv.strategies import examples
+from gdn_equiv.registry import Draw
 from gdn_equiv.targets import Target, get_target
 from gdn_equiv.testing import count_example
 
@@ -80,20 +79,6 @@ def _upstream(target: str | Target) -> bool:
     return _name(target) != "gdn_equiv"
 
 
-# The strategies are drawn with data.draw (their arguments are fixtures), so each example would build
-# them afresh: built once per arguments instead, Hypothesis validates them and examples() builds its
-# config strategies once (plug-ins register their activations and facts before the tests start).
-@functools.cache
-def gate_examples(target: str = "gdn_equiv", **kwargs: Any) -> st.SearchStrategy[Example]:
-    """:func:`~gdn_equiv.strategies.examples` for the layers of the target called ``target``. fla refuses
-    to train a layer whose core mode is ``recurrent`` (``fused_recurrent``: "Only chunk mode is supported
-    in training."), a config refusal of fla's, not a finding: left out of fla's draws."""
-    drawn = examples(**kwargs)
-    if _upstream(target):
-        drawn = drawn.filter(lambda e: not (e.train and getattr(e.config, "mode", None) == "recurrent"))
-    return drawn
-
-
 def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv", *, may_not_apply: bool = False):
     count_example()
     note(example.short())
@@ -121,27 +106,19 @@ def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv"
     return value
 
 
+# The strategies are drawn with data.draw (their arguments are fixtures): built once per arguments (the
+# registry caches each premise), so Hypothesis validates them once and examples() builds its config
+# strategies once (plug-ins register their activations and facts before the tests start).
 @functools.cache
-def either_side(
-    backend: str, families: tuple[str, ...], target: str = "gdn_equiv", **kwargs: Any
-) -> st.SearchStrategy[tuple[Example, bool]]:
-    """``(example, fusable)``: mostly states the spec fuses, some it refuses (a guard that fuses too often
-    must meet them); ``fusable`` says which, as the strategy built it from the spec's conditions. A state
-    built fusable must be fused (P3/P4 run it with ``may_not_apply=False``): else a guard that fuses less
-    than the spec allows, or never, would leave P3/P4 nothing to compare and pass (found by mutation
-    testing of this suite: ``_all_equal`` answering None or inverted in ``guard.py``)."""
-    # one strategy per condition, built once (a flatmap built a fresh examples() in every draw)
-    one_reason = st.one_of(
-        [
-            gate_examples(target, backends=(backend,), fusable=False, reasons=(c.id,), family=families, **kwargs)
-            for c in Condition
-            if c is not Condition.G5
-        ]
-    )
-    fusable = gate_examples(target, backends=(backend,), fusable=True, family=families, **kwargs)
-    return st.one_of(
-        fusable.map(lambda e: (e, True)), fusable.map(lambda e: (e, True)), one_reason.map(lambda e: (e, False))
-    )
+def premise(name: str, backend: str, families: tuple[str, ...], target: str = "gdn_equiv") -> st.SearchStrategy[Draw]:
+    """The draws of the property ``name``: its record's premise (:mod:`gdn_equiv.registry`, what
+    ``gdn-equiv check`` draws too), over the gate's families, any dtype. fla refuses to train a layer whose
+    core mode is ``recurrent`` (``fused_recurrent``: "Only chunk mode is supported in training."), a config
+    refusal of fla's, not a finding: left out of fla's draws."""
+    drawn = registry.get_record(name).strategy(backend, families)
+    if _upstream(target):
+        drawn = drawn.filter(lambda d: not (d.example.train and getattr(d.example.config, "mode", None) == "recurrent"))
+    return drawn
 
 
 def families_with_fusion(target: str | Target, families: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
@@ -167,48 +144,34 @@ def fusing_families(layer_target: str | Target, gdn_families: tuple[str, ...]) -
     return fusing
 
 
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_auto_launches_one_conv_iff_guard_fuses(data, gdn_backend, gdn_families, device, layer_target):
-    """P2: counted through the backend registry (fla: conv-module calls), never by patching the guard."""
-    example = data.draw(gate_examples(_name(layer_target), backends=(gdn_backend,), fusable=None, family=gdn_families))
-    _run(P.check_path_taken, example, device, layer_target)
+def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
+    """The gate's test of one property record: examples from its premise, its check on the layers of
+    ``--gdn-target`` with the backend of ``--gdn-backend``; P3/P4 (``needs_fusion``) draw from the families
+    the target fuses. Named by the record (``gate_test``), its database key the record's name."""
+
+    def run(data: st.DataObject, backend: str, families: tuple[str, ...], device: str, target: str | Target) -> None:
+        example, must_apply = data.draw(premise(record.name, backend, families, _name(target)))
+        _run(record.check, example, device, target, may_not_apply=not must_apply)
+
+    # the fixtures pytest passes, by name in the signature
+    if record.needs_fusion:
+
+        def test(data, gdn_backend, fusing_families, device, layer_target):
+            run(data, gdn_backend, fusing_families, device, layer_target)
+    else:
+
+        def test(data, gdn_backend, gdn_families, device, layer_target):
+            run(data, gdn_backend, gdn_families, device, layer_target)
+
+    assert record.gate_test is not None
+    test.__name__ = test.__qualname__ = record.gate_test
+    test.__doc__ = f"{record.name}: {record.summary}."
+    wrapped = given(data=st.data())(settings(deadline=None)(test))
+    wrapped.hypothesis.inner_test._hypothesis_internal_add_digest = record.name.encode()  # type: ignore[attr-defined]
+    return exercised(wrapped)
 
 
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_a_layer_without_short_convs_runs_and_describes_none(data, gdn_backend, gdn_families, device, layer_target):
-    """P1/P2 without short convs (SPEC G1), which the draws above rarely reach: the facts name no conv,
-    the layer holds none, and no path launches one."""
-    drawn = gate_examples(_name(layer_target), backends=(gdn_backend,), use_short_conv=False, family=gdn_families)
-    _run(P.check_path_taken, data.draw(drawn), device, layer_target)
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_fused_forward_is_bitwise_equal(data, gdn_backend, fusing_families, device, layer_target):
-    """P3: guard true => fused output == separate output, bitwise, NaNs by position."""
-    example, fusable = data.draw(either_side(gdn_backend, fusing_families, _name(layer_target)))
-    _run(P.check_forward_exact, example, device, layer_target, may_not_apply=not fusable)
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_fused_gradients_match(data, gdn_backend, fusing_families, device, layer_target):
-    """P4: dx and non-conv gradients bitwise; conv weight/bias gradients within the §6 table."""
-    example, fusable = data.draw(either_side(gdn_backend, fusing_families, _name(layer_target), grad=True))
-    _run(P.check_gradients, example, device, layer_target, may_not_apply=not fusable)
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_fallback_is_the_reference(data, gdn_backend, gdn_families, device, layer_target):
-    """P5: guard false => output, gradients and written cache are bitwise the unfused layer's (ours: the
-    reference layer; fla: its own separate path)."""
-    example = data.draw(gate_examples(_name(layer_target), backends=(gdn_backend,), fusable=False, family=gdn_families))
-    _run(P.check_fallback_exact, example, device, layer_target)
+# one test per record the gate runs here, named for its property (test_fused_forward_is_bitwise_equal, ...)
+for _record in registry.property_records():
+    if _record.gate_test is not None and _record.gate_module == __name__.rsplit(".", 1)[-1]:
+        globals()[_record.gate_test] = _gate_test(_record)
