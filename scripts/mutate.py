@@ -71,6 +71,9 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
             "gdn_equiv/suite/test_callers.py",
         ],
     ),
+    # the verdict: the property records every driver reads, and the ledger that turns rows into a status
+    "registry": ("gdn_equiv/registry.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_registry.py"]),
+    "ledger": ("gdn_equiv/report.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
     # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
     "dispatch": (
         "gdn_equiv/backends/__init__.py",
