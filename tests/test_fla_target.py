@@ -459,7 +459,8 @@ def test_forced_fusion_reaches_only_what_the_version_lets_the_adapter_pin() -> N
     raises=AssertionError,
     reason="fla 0.5's ShortConvolution (fla.modules.conv: 0.5.2's and the PR #977 build's) takes its step "
     "kernel whenever every sequence has one token (B*T == N), autograd on or off, and the step kernel has no "
-    "backward: y comes back without a graph and the conv's gradient is lost. Found on the H200 by test_fla_fused_equals_separate_where_spec_fuses (P4), shrunk to "
+    "backward: y comes back without a graph and the conv's gradient is lost. Found on the H200 by "
+    "test_fla_fused_equals_separate_where_spec_fuses (P4), shrunk to "
     "gated_deltanet fp32 B=2 T=1 hidden 32 conv_size 2 silu, no bias: grad.x fused vs separate 64 of 64 "
     "elements apart, up to 3.7; 0.5.2 strict-xfails here on CPU too; 0.6.0 takes the step only when not "
     "torch.is_grad_enabled()",
