@@ -335,9 +335,13 @@ def reference_core(
     return o.to(q.dtype), (state if output_final_state else None)
 
 
-# the families whose core ``core="reference"`` can swap in (their record names a ``reference_core``;
-# the others run fla's own core)
-REFERENCE_CORE_FAMILIES = tuple(f for f in known_families() if get_family(f).reference_core)
+def __getattr__(name: str) -> Any:
+    """``REFERENCE_CORE_FAMILIES``: the families whose core ``core="reference"`` can swap in (their record
+    names a ``reference_core``; the others run fla's own core). Read on use, not at import: it loads
+    every family record, entry points included."""
+    if name == "REFERENCE_CORE_FAMILIES":
+        return tuple(f for f in known_families() if get_family(f).reference_core)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextmanager
