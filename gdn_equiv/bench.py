@@ -47,6 +47,8 @@ from typing import Any
 
 import torch
 
+from gdn_equiv.targets.fla_versions import fla_version  # the fla rows' label (and the command line's)
+
 Tensor = torch.Tensor
 FORMAT = "gdn-equiv-bench/1"
 PATHS = ("separate", "fused")
@@ -257,12 +259,6 @@ def family_config(family_name: str, quick: bool, backend: str = "torch") -> Any:
     return get_family(family_name).config_cls(**family_fields(family_name, quick), conv_backend=backend)
 
 
-def fla_version() -> str | None:
-    from gdn_equiv.targets.fla_target import fla_version as version
-
-    return version()
-
-
 def fla_autotune() -> str:
     from gdn_equiv.backends.fla_backend import autotune_mode
 
@@ -272,9 +268,9 @@ def fla_autotune() -> str:
 def fla_fuses(family_name: str) -> bool:
     """Whether the installed fla has a fused prologue for this family (the fla adapter's version
     table), which the adapter can then force."""
-    from gdn_equiv.targets.fla_target import version_row
+    from gdn_equiv.targets.fla_versions import version_row
 
-    return family_name in version_row().fusing
+    return version_row().fuses(family_name)
 
 
 def _layer_subject(
@@ -319,10 +315,10 @@ def _layer_subject(
         except RuntimeError as exc:  # fla's chunked backward refuses Hopper with Triton < 3.7.1
             if target_name != "fla":
                 raise
-            from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
+            from gdn_equiv.families import get_family
 
             why = f"fla's own backward did not run here ({_one_line(exc)[:120]})"
-            if family_name not in REFERENCE_CORE_FAMILIES:  # no core of ours to run inside fla's layer
+            if get_family(family_name).reference_core is None:  # no core of ours to run inside fla's layer
                 for path in PATHS:
                     del calls[path, "fwd_bwd"]
                 meta["note"] = f"{why}; no fwd+bwd timing (the reference core restates Gated DeltaNet's only)"
@@ -362,10 +358,9 @@ def _registry_conv(name: str) -> ConvFn:
 
 
 def _fla_conv() -> ConvFn:
-    try:
-        from fla.modules.causal_conv1d import causal_conv1d as fla_causal_conv1d
-    except ImportError:  # fla before 0.6.0's reorganisation (the PR #977 build) re-exports it here
-        from fla.modules.convolution import causal_conv1d as fla_causal_conv1d
+    from gdn_equiv.backends.fla_backend import _module, conv_row
+
+    fla_causal_conv1d = _module(conv_row().conv).causal_conv1d  # where the installed version keeps it
     extra = {"backend": "triton"} if "backend" in inspect.signature(fla_causal_conv1d).parameters else {}
 
     def conv(x: Tensor, weight: Tensor) -> Tensor:

@@ -181,9 +181,11 @@ def layer_configs(
     min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)
     if min_conv_size > max_conv_size:
         raise InvalidArgument(f"no conv size in range is supported by all of {backends} (widths {lo}..{hi})")
-    if fla_version is not None and fam.fla_rules and fla_version not in fam.fla_rules:
+    from gdn_equiv.targets.fla_versions import VERSIONS  # the rows whose constructors the records key
+
+    if fla_version is not None and fla_version not in VERSIONS:
         raise InvalidArgument(
-            f"fla_version must be one of {sorted(fam.fla_rules)} for family {family!r}, got {fla_version!r}"
+            f"fla_version must be one of {sorted(VERSIONS)} for family {family!r}, got {fla_version!r}"
         )
     breakable = _breakable(backends, conv_dtypes, dtype)
     if break_conditions is not None:

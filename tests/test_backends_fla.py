@@ -28,7 +28,7 @@ from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.strategies import ConvCall
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
-from gdn_equiv.targets import fla_target
+from gdn_equiv.targets import fla_versions
 from gdn_equiv.testing import first_hit
 
 SEARCH = first_hit()
@@ -47,11 +47,13 @@ def test_fla_backends_are_registered_by_name_and_declare_fla_state_convention():
     assert get_backend("fla-cuda").widths == (2, 4) and not get_backend("fla-cuda").varlen_initial_state
 
 
-def test_conv_version_table_follows_the_fla_target_table():
-    """One row per fla version the adapter knows, the same versions the fla target knows."""
-    assert set(fb.CONV_VERSIONS) == set(fla_target.VERSIONS)
-    assert fb.CONV_VERSIONS["0.6.0"].conv == "fla.modules.causal_conv1d"
-    assert fb.CONV_VERSIONS["0.5.2+pr977"].conv == "fla.modules.conv"
+def test_each_fla_version_row_names_its_conv_and_the_state_convention_the_backends_declare():
+    """The backends read their modules from the fla version table's rows; every row keeps the state
+    convention the backends declare when they register (before any fla is imported)."""
+    assert fb.conv_row("0.6.0").conv == "fla.modules.causal_conv1d"
+    assert fb.conv_row("0.5.2").conv == fb.conv_row("0.5.2+pr977").conv == "fla.modules.conv"
+    for row in fla_versions.VERSIONS.values():
+        assert row.conv.unused_state_slots == fb.TRITON.unused_state_slots, row.version
 
 
 def test_an_unknown_fla_version_is_refused_naming_it_and_the_known_ones(monkeypatch):
@@ -59,7 +61,7 @@ def test_an_unknown_fla_version_is_refused_naming_it_and_the_known_ones(monkeypa
         InvalidArgument, match=r"fla 0\.7\.1 is not a version .* known versions: 0\.6\.0, 0\.5\.2\+pr977"
     ):
         fb.conv_row("0.7.1")
-    monkeypatch.setattr(fb, "installed_version", lambda: "0.7.1")
+    monkeypatch.setattr(fla_versions, "fla_version", lambda: "0.7.1")
     monkeypatch.setattr(fb.importlib.util, "find_spec", lambda name: object())
     for backend in (fb.TRITON, fb.CUDA, fb.GLUON):
         reason = backend.unavailable()

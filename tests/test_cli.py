@@ -215,22 +215,22 @@ def test_absent_device_is_an_environment_problem(gdn) -> None:
 
 
 def test_fla_target_without_fla_is_an_environment_problem(gdn, monkeypatch) -> None:
-    from gdn_equiv.targets import fla_target
+    from gdn_equiv.targets import fla_versions
 
-    monkeypatch.setattr(fla_target, "fla_version", lambda: None)
+    monkeypatch.setattr(fla_versions, "fla_version", lambda: None)
     status, _, err = gdn("check", "--target", "fla", "--examples", "1")
     assert status == cli.EXIT_ENVIRONMENT
     assert "--target fla: flash-linear-attention is not installed" in _one_line(err)
 
 
 def test_fla_version_the_adapter_does_not_know_is_an_environment_problem(gdn, monkeypatch) -> None:
-    from gdn_equiv.targets import fla_target
+    from gdn_equiv.targets import fla_versions
 
-    monkeypatch.setattr(fla_target, "fla_version", lambda: "0.5.2")
+    monkeypatch.setattr(fla_versions, "fla_version", lambda: "0.5.1")
     status, _, err = gdn("check", "--target", "fla", "--examples", "1")
     assert status == cli.EXIT_ENVIRONMENT
     line = _one_line(err)
-    assert "fla 0.5.2 is not a version the fla adapter knows; known versions: 0.6.0, 0.5.2+pr977" in line
+    assert "fla 0.5.1 is not a version the fla adapter knows; known versions: 0.6.0, 0.5.2+pr977, 0.5.2" in line
 
 
 # ---- exit status 4: an internal error, its traceback kept -----------------------------------------------

@@ -20,10 +20,12 @@ from torch import nn
 
 from gdn_equiv.example import Example, Inputs
 from gdn_equiv.families import fla_only
+from gdn_equiv.families.base import GDN_METHOD
 from gdn_equiv.families.fla_only import FlaOnlyFamily, _gdn2_kwargs, _kkv
 from gdn_equiv.families.gated_deltanet import GDNConfig
 from gdn_equiv.targets import get_target
-from gdn_equiv.targets.fla_target import FlaHandle, version_row
+from gdn_equiv.targets.fla_target import FlaHandle
+from gdn_equiv.targets.fla_versions import version_row
 
 _REASON = get_target("fla").unavailable()
 pytestmark = [pytest.mark.fla, pytest.mark.skipif(_REASON is not None, reason=f"fla target unavailable: {_REASON}")]
@@ -65,10 +67,18 @@ class PlantedLayer(nn.Module):
 @pytest.fixture
 def handle(monkeypatch: pytest.MonkeyPatch):
     """A handle on the planted layer, under a 0.6.0-style row (decision pinned on the layer, fused conv
-    called through the layer's module) that lists the planted family as fusing."""
-    family = FlaOnlyFamily("planted_paths", f"{__name__}.PlantedLayer", "gated_deltanet", _gdn2_kwargs, _kkv, "plant")
+    called through the layer's module) whose decider the planted family names, so it fuses there)."""
+    family = FlaOnlyFamily(
+        "planted_paths",
+        f"{__name__}.PlantedLayer",
+        "gated_deltanet",
+        _gdn2_kwargs,
+        _kkv,
+        "plant",
+        fuses_from=(GDN_METHOD,),
+    )
     monkeypatch.setitem(fla_only.FAMILIES, family.name, family)
-    row = dataclasses.replace(version_row(), decision="method", fusing=(family.name,), fused_conv="layer")
+    row = dataclasses.replace(version_row(), decider=GDN_METHOD, fused_conv="layer")
     example = Example(config=GDNConfig(hidden_size=HIDDEN, head_dim=4, num_heads=1), family=family.name, seq_len=3)
     layer = PlantedLayer()
     reference = types.SimpleNamespace(slots=tuple(CHANNELS))

@@ -48,7 +48,13 @@ def refusing_family(monkeypatch: pytest.MonkeyPatch) -> str:
     """The planted family, registered for the test: Gated DeltaNet's examples (half of them two-headed),
     no rules listed, and no fused prologue in any version (so its clean examples are a known gap)."""
     family = FlaOnlyFamily(
-        "refusing", f"{__name__}.RefusingGatedDeltaNet", "gated_deltanet", _gdn2_kwargs, _kkv, "planted refusals"
+        "refusing",
+        f"{__name__}.RefusingGatedDeltaNet",
+        "gated_deltanet",
+        _gdn2_kwargs,
+        _kkv,
+        "planted refusals",
+        fuses_from=(),
     )
     monkeypatch.setitem(fla_only.FAMILIES, family.name, family)
     return family.name

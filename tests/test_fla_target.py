@@ -47,9 +47,8 @@ from gdn_equiv.targets.fla_target import (
     fla_conv_channels,
     fla_guard,
     fla_layer_facts,
-    fla_version,
-    version_row,
 )
+from gdn_equiv.targets.fla_versions import CONV_0_5, fla_version, version_row
 from gdn_equiv.testing import MISS_BOUND
 
 Tensor = torch.Tensor
@@ -57,7 +56,7 @@ FLA = get_target("fla")
 _REASON = FLA.unavailable()
 FLA_VERSION = fla_version()
 ROW = None if _REASON is not None else version_row()
-FUSING = () if ROW is None else ROW.fusing
+FUSING = () if ROW is None else tuple(f for f in (*known_families(), *fla_only_families()) if ROW.fuses(f))
 pytestmark = [
     pytest.mark.fla,
     pytest.mark.skipif(_REASON is not None, reason=f"fla target unavailable: {_REASON}"),
@@ -189,8 +188,8 @@ _GAP_REASON = {
 
 def _known_gap(family: str, reason: str, *kinds: str) -> list:
     """A strict xfail where the installed version has one of these gap kinds for this family (the
-    family record's ``known_gaps``, keyed by version)."""
-    known = get_family(family).known_gaps.get(FLA_VERSION or "", ())
+    version row's ``known_gaps`` for the family)."""
+    known = () if ROW is None else ROW.known_gaps(family)
     rule = _BIAS_RULE[ROW.fused_bias] if ROW is not None else ""
     expected = any(kind in known for kind in kinds)
     return [
@@ -358,10 +357,10 @@ def _assert_refuses_mixed_dtypes(family: str, config: LayerConfig, call: CallFac
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fla_target_reports_no_fused_prologue_exactly_where_the_version_has_none(family: str) -> None:
     """A clean fusable state (the family's small config, no cache/varlen): a version without a fused
-    prologue for the family reports ``GapNoFusedPrologue`` (the family record's ``known_gaps``), one
+    prologue for the family reports ``GapNoFusedPrologue`` (the version row's ``known_gaps``), one
     with it fuses like the spec (no gap)."""
     example = Example(config=_small(family), family=family)
-    if "NoFusedPrologue" in get_family(family).known_gaps.get(FLA_VERSION or "", ()):
+    if ROW is not None and "NoFusedPrologue" in ROW.known_gaps(family):
         with pytest.raises(P.GapNoFusedPrologue):
             P.check_target_guard(example, target="fla", demonstrate=False)
     else:
@@ -455,14 +454,16 @@ def test_forced_fusion_reaches_only_what_the_version_lets_the_adapter_pin() -> N
 
 
 @pytest.mark.xfail(
-    FLA_VERSION == "0.5.2+pr977",
+    ROW is not None and ROW.conv == CONV_0_5,
     strict=True,
     raises=AssertionError,
-    reason="PR #977's ShortConvolution takes its step kernel whenever every sequence has one token (B*T == N), "
-    "autograd on or off, and the step kernel has no backward: y comes back without a graph and the conv's "
-    "gradient is lost. Found on the H200 by test_fla_fused_equals_separate_where_spec_fuses (P4), shrunk to "
+    reason="fla 0.5's ShortConvolution (fla.modules.conv: 0.5.2's and the PR #977 build's) takes its step "
+    "kernel whenever every sequence has one token (B*T == N), autograd on or off, and the step kernel has no "
+    "backward: y comes back without a graph and the conv's gradient is lost. Found on the H200 by "
+    "test_fla_fused_equals_separate_where_spec_fuses (P4), shrunk to "
     "gated_deltanet fp32 B=2 T=1 hidden 32 conv_size 2 silu, no bias: grad.x fused vs separate 64 of 64 "
-    "elements apart, up to 3.7; 0.6.0 takes the step only when not torch.is_grad_enabled()",
+    "elements apart, up to 3.7; 0.5.2 strict-xfails here on CPU too; 0.6.0 takes the step only when not "
+    "torch.is_grad_enabled()",
 )
 def test_fla_short_conv_keeps_autograd_at_one_token() -> None:
     """A separate conv of one token per sequence (T = 1, how P4 forces the separate path at decode shapes)

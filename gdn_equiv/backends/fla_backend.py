@@ -2,11 +2,11 @@
 
 flash-linear-attention is an optional extra (``gdn-equiv[fla]``), imported on first use: importing
 this module, or asking a backend's ``unavailable()``, never imports fla. Where the conv code lives
-moves between fla versions, so the adapter follows a version table (:data:`CONV_VERSIONS`, keyed
-like :data:`gdn_equiv.targets.fla_target.VERSIONS` and matched exactly); another version is refused,
-naming it and the known ones.
+moves between fla versions, so the adapter follows the fla version table (each row's ``conv``,
+:class:`gdn_equiv.targets.fla_versions.FlaConv`, matched exactly); another version is refused, naming
+it and the known ones.
 
-What fla's conv is, read from its source (the same in both versions):
+What fla's conv is, read from its source (the same in every version of the table):
 
 - ``causal_conv1d(x, weight, bias, residual, initial_state, output_final_state, activation, backend,
   cu_seqlens)``: ``x [B, T, D]`` (fla's layout is ours), ``weight [D, W]``, states ``[N, D, W]`` (the
@@ -46,53 +46,19 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gdn_equiv.backends.base import Backend
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 
+if TYPE_CHECKING:
+    from gdn_equiv.targets.fla_versions import FlaConv
+
 Tensor = torch.Tensor
 
-
-@dataclass(frozen=True)
-class FlaConv:
-    """Where one fla version keeps its conv code (module paths; ``None``: that version has none)."""
-
-    version: str
-    #: ``causal_conv1d(...)``, the entry point every fla conv backend goes through
-    conv: str
-    #: ``causal_conv1d_update(x, cache, residual, weight, bias, activation)``, the Triton step kernel
-    update: str
-    #: the module holding the autotuned Triton kernels (pinned under the interpreter)
-    kernels: str
-    #: the module that imports causal-conv1d's step as ``causal_conv1d_update_cuda`` (fla's cuda step)
-    cuda_update: str
-    #: the module whose import registers the gluon conv with fla's dispatch
-    gluon: str | None
-
-
-CONV_VERSIONS: dict[str, FlaConv] = {
-    "0.6.0": FlaConv(
-        "0.6.0",
-        conv="fla.modules.causal_conv1d",
-        update="fla.modules.causal_conv1d",
-        kernels="fla.modules.causal_conv1d.ops",
-        cuda_update="fla.modules.causal_conv1d.ops",
-        gluon="fla.modules.causal_conv1d.backends.gluon",
-    ),
-    "0.5.2+pr977": FlaConv(
-        "0.5.2+pr977",
-        conv="fla.modules.conv",
-        update="fla.modules.conv.triton",
-        kernels="fla.modules.conv.triton.kernels",
-        cuda_update="fla.modules.conv.short_conv",
-        gluon=None,
-    ),
-}
 
 #: fla's ``backend=`` value for each of our backends (gluon is chosen by dispatch, over ``triton``)
 _FLA_NAME = {"fla-triton": "triton", "fla-cuda": "cuda", "fla-gluon": "triton"}
@@ -103,25 +69,18 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def installed_version() -> str | None:
-    """The installed fla's ``__version__`` (``None`` without fla); imports fla only when it is there."""
-    from gdn_equiv.targets.fla_target import fla_version
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # fla warns on import without a GPU ("roll back to CPU")
-        return fla_version()
-
-
 def conv_row(version: str | None = None) -> FlaConv:
-    """The table's row for ``version`` (default: the installed fla); :class:`InvalidArgument` naming the
+    """The conv of ``version``'s row (default: the installed fla); :class:`InvalidArgument` naming the
     version and the known ones otherwise."""
-    version = installed_version() if version is None else version
-    if version not in CONV_VERSIONS:
-        raise InvalidArgument(
-            f"fla {version} is not a version the fla conv adapter knows; known versions: "
-            f"{', '.join(CONV_VERSIONS)} (matched exactly: the PR #977 build says 0.5.2 and predates 0.6.0)"
-        )
-    return CONV_VERSIONS[version]
+    from gdn_equiv.targets.fla_versions import version_row
+
+    return version_row(version).conv
+
+
+def _version() -> str | None:
+    from gdn_equiv.targets.fla_versions import fla_version
+
+    return fla_version()
 
 
 def _module(path: str) -> ModuleType:
@@ -267,7 +226,7 @@ def _fla_reason() -> tuple[FlaConv | None, str | None]:
     try:
         _module(row.conv)
     except Exception as exc:
-        return None, f"fla {row.version}'s conv ({row.conv}) does not import: {type(exc).__name__}: {exc}"
+        return None, f"fla {_version()}'s conv ({row.conv}) does not import: {type(exc).__name__}: {exc}"
     return row, None
 
 
@@ -290,7 +249,7 @@ def _cuda_unavailable() -> str | None:
         return "fla's cuda conv backend (causal-conv1d) needs a CUDA device and none is available"
     assert row is not None
     if getattr(_module(row.cuda_update), "causal_conv1d_update_cuda", None) is None:
-        return f"causal-conv1d is installed but fla {row.version} did not load it ({row.cuda_update})"
+        return f"causal-conv1d is installed but fla {_version()} did not load it ({row.cuda_update})"
     return None
 
 
@@ -300,7 +259,7 @@ def _gluon_unavailable() -> str | None:
         return reason
     assert row is not None
     if row.gluon is None:
-        return f"fla {row.version} has no gluon conv (0.6.0 has one)"
+        return f"fla {_version()} has no gluon conv (0.6.0 has one)"
     if not torch.cuda.is_available():
         return "fla's gluon conv needs an NVIDIA GPU (no interpreter for gluon) and none is available"
     from fla.backends import GluonBackend
@@ -489,7 +448,7 @@ def _backend(name: str, description: str, **scope: Any) -> Backend:
         update=_update_fn(name),
         unavailable=_UNAVAILABLE[name],
         description=description,
-        unused_state_slots=1,
+        unused_state_slots=1,  # every row's FlaConv.unused_state_slots (tests/test_backends_fla.py checks)
         **scope,
     )
 

@@ -17,6 +17,11 @@ from gdn_equiv.reference import ShortConvLayer
 #: families): SPEC §1's two bias gaps, G9 ignored, silu/swish told apart
 GAPS = ("BiasDropped", "MissingBiasCrash", "OtherRefusal", "NeedlessFallback")
 
+#: where an fla version decides fusion (a row's ``decider``; a family record's ``fuses_from`` names those
+#: its fla class goes through): 0.5.2's and 0.6.0's method on Gated DeltaNet, PR #977's shared helper
+GDN_METHOD = "GatedDeltaNet._use_fused_qkv_conv"
+QKV_HELPER = "can_fuse_qkv_short_conv"
+
 
 def fla_mode(config: Any) -> str:
     """fla's core ``mode`` for our ``mode``: ``recurrent`` is fla's ``fused_recurrent``."""
@@ -39,15 +44,19 @@ class FlaRule:
     breaking: Mapping[str, Any]
 
 
-#: fla version -> the rules its class for a family checks (keyed like ``fla_target.VERSIONS``)
+#: constructor generation (an fla version row's ``constructors``, :mod:`gdn_equiv.targets.fla_versions`)
+#: -> the rules its class for a family checks
 FlaRules = Mapping[str, tuple[FlaRule, ...]]
 
 
 def fla_refusal(rules: FlaRules, kwargs: Mapping[str, Any], version: str | None) -> str | None:
-    """The first rule of ``version`` (``None``: of every version) that ``kwargs`` break, in words; ``None``
-    when the class accepts them. A version the table lacks has no known rules (the fla target refuses
-    such a version before it draws anything)."""
-    chosen = rules.values() if version is None else [rules.get(version, ())]
+    """The first rule of fla ``version``'s constructors (``None``: of every generation) that ``kwargs``
+    break, in words; ``None`` when the class accepts them. A version the table lacks is refused
+    (:class:`InvalidArgument`)."""
+    from gdn_equiv.targets.fla_versions import constructors_of
+
+    key = constructors_of(version)
+    chosen = rules.values() if key is None else [rules.get(key, ())]
     for rule in (r for version_rules in chosen for r in version_rules):
         if not rule.holds(kwargs):
             return rule.rule
@@ -142,11 +151,14 @@ class Family:
     dims, gates) small and valid by construction; the generic config strategy adds the conv fields.
     ``fla_class`` / ``fla_kwargs`` say how fla builds the same layer (same state_dict).
     ``bench`` holds the config fields of the PR's benchmark shape, ``small`` those of a small valid
-    layer (for hand-written cases: a known gap's minimal state). ``known_gaps`` maps an fla version
-    to the guard gap kinds (``properties.Gap<Kind>``) that version has for this family: the tests
-    mark them strict xfails, so a fix upstream (an XPASS) is noticed. ``fla_rules`` maps an fla version
-    to what its class's constructor refuses (:class:`FlaRule`); strategies given that version draw only
-    configs it accepts (``layer_configs(fla_version=...)``).
+    layer (for hand-written cases: a known gap's minimal state). ``fuses_from``: the fla deciders its
+    fla class goes through (:data:`GDN_METHOD`, :data:`QKV_HELPER`): it fuses on every fla version whose
+    row decides there, and has that row's gap kinds (``FlaVersion.known_gaps``; the tests mark them
+    strict xfails, so a fix upstream, an XPASS, is noticed). ``reference_core``: the ``fla.layers``
+    module whose core ``--fla-core reference`` can replace with ours (``None``: fla's core only).
+    ``fla_rules`` maps a constructor generation (a row's ``constructors``) to what its class's
+    constructor refuses (:class:`FlaRule`); strategies given an fla version draw only configs it
+    accepts (``layer_configs(fla_version=...)``).
     """
 
     name: str
@@ -157,7 +169,8 @@ class Family:
     fla_kwargs: Callable[[Any], dict[str, Any]] | None = None
     bench: Mapping[str, Any] = field(default_factory=dict)
     small: Mapping[str, Any] = field(default_factory=dict)
-    known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fuses_from: tuple[str, ...] = ()
+    reference_core: str | None = None
     fla_rules: FlaRules = field(default_factory=dict)
 
     def fla_refusal(self, config: LayerConfig, version: str | None = None) -> str | None:

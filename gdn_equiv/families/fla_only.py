@@ -41,12 +41,12 @@ from typing import Any
 from gdn_equiv.config import LayerConfig
 from gdn_equiv.families.base import (
     DELTA_RULES,
-    GAPS,
     HEAD_K_DIM_AT_MOST_256,
     HEAD_V_DIM_INTEGRAL,
     KEY_DIM_INTEGRAL,
     KEY_DIM_PER_HEAD,
     KV_GROUPS,
+    QKV_HELPER,
     ROTARY_EVEN,
     V_HEADS_AT_LEAST,
     VALUE_DIM_INTEGRAL,
@@ -68,10 +68,11 @@ class FlaOnlyFamily:
 
     ``like``: the in-house family whose example strategy (``dims``, ``config_cls``, ``small``) and
     mask handling it borrows. ``fla_kwargs``: the borrowed config -> the fla class's constructor
-    arguments (each one the class declares in every version of :data:`fla_target.VERSIONS`).
+    arguments (each one the class declares in every version of :data:`fla_versions.VERSIONS`).
     ``channels``: the borrowed config -> q/k/v conv channel counts of the fla layer built from those
-    arguments (``tests/test_fla_target.py`` checks them against the layer fla builds). ``known_gaps``
-    and ``fla_rules`` as :attr:`gdn_equiv.families.base.Family.known_gaps` and ``fla_rules``: the config
+    arguments (``tests/test_fla_target.py`` checks them against the layer fla builds). ``fuses_from``
+    and ``fla_rules`` as :class:`gdn_equiv.families.base.Family`'s (all seven go through PR #977's
+    helper, nothing else): the config
     strategies keep only the borrowed configs this class accepts (every version's rules when no version
     is named: the family exists only as fla).
     """
@@ -82,8 +83,9 @@ class FlaOnlyFamily:
     fla_kwargs: Callable[[Any], dict[str, Any]]
     channels: Callable[[Any], tuple[int, int, int]]
     description: str
-    known_gaps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     fla_rules: FlaRules = field(default_factory=dict)
+    fuses_from: tuple[str, ...] = (QKV_HELPER,)
+    reference_core: str | None = None
 
     fla_only = True
 
@@ -134,9 +136,6 @@ def _expand(channels: int, hidden: int) -> float:
     while int(hidden * expand) < channels:
         expand = math.nextafter(expand, math.inf)
     return expand
-
-
-_KNOWN = {"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS}
 
 
 # ---- Gated DeltaNet's layout (K / K / V, silu, unpad) ----------------------------------------------
@@ -214,7 +213,7 @@ def _abc_kwargs(c: Any) -> dict[str, Any]:
 
 # ---- what each class's constructor refuses, per fla version (read from its source, seen refused) ----
 _GDN2_RULES = (HEAD_V_DIM_INTEGRAL, V_HEADS_AT_LEAST, modes("chunk", "fused_recurrent"))
-_DELTA = {"0.6.0": DELTA_RULES, "0.5.2+pr977": DELTA_RULES}
+_DELTA = {"0.6.0": DELTA_RULES, "0.5.2": DELTA_RULES}
 _QK_ACTIVATION = FlaRule(
     "qk_activation in ('silu', 'relu', 'elu', 'identity')",
     lambda a: a["qk_activation"] in ("silu", "relu", "elu", "identity"),
@@ -228,23 +227,23 @@ _DELTA_NET_PER_HEAD = (
 _DELTA_NET_MODES = modes("chunk", "fused_recurrent")
 _MSR_MODES = modes("chunk", "fused_chunk", "parallel", "fused_recurrent")
 _RULES: dict[str, FlaRules] = {
-    "gdn2": {"0.6.0": _GDN2_RULES, "0.5.2+pr977": _GDN2_RULES},
+    "gdn2": {"0.6.0": _GDN2_RULES, "0.5.2": _GDN2_RULES},
     "comba": _DELTA,
     "gated_deltaproduct": _DELTA,
     "delta_net": {
         "0.6.0": (_QK_ACTIVATION, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, _DELTA_NET_MODES, *_DELTA_NET_PER_HEAD),
-        "0.5.2+pr977": (_QK_ACTIVATION, _DELTA_NET_MODES, *_DELTA_NET_PER_HEAD),
+        "0.5.2": (_QK_ACTIVATION, _DELTA_NET_MODES, *_DELTA_NET_PER_HEAD),
     },
     "multiscale_retention": {
         "0.6.0": (KV_GROUPS, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, _MSR_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD,
                   HEAD_K_DIM_AT_MOST_256, ROTARY_EVEN),
-        "0.5.2+pr977": (_MSR_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD, HEAD_K_DIM_AT_MOST_256),
+        "0.5.2": (_MSR_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD, HEAD_K_DIM_AT_MOST_256),
     },
     # PR #977's GatedSlotAttention and ABCAttention check nothing in their constructors
-    "gsa": {"0.6.0": (KV_GROUPS, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL), "0.5.2+pr977": ()},
+    "gsa": {"0.6.0": (KV_GROUPS, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL), "0.5.2": ()},
     "abc": {
         "0.6.0": (KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD, ROTARY_EVEN),
-        "0.5.2+pr977": (),
+        "0.5.2": (),
     },
 }  # fmt: skip
 
@@ -253,20 +252,20 @@ FAMILIES: dict[str, FlaOnlyFamily] = {
     f.name: f
     for f in (
         FlaOnlyFamily("gdn2", "fla.layers.gdn2.GatedDeltaNet2", "gated_deltanet", _gdn2_kwargs, _kkv,
-                      "gated delta rule, v2 gates", _KNOWN, _RULES["gdn2"]),
+                      "gated delta rule, v2 gates", _RULES["gdn2"]),
         FlaOnlyFamily("comba", "fla.layers.comba.Comba", "gated_deltanet", _comba_kwargs, _kkv,
-                      "delta rule with output correction", _KNOWN, _RULES["comba"]),
+                      "delta rule with output correction", _RULES["comba"]),
         FlaOnlyFamily("gated_deltaproduct", "fla.layers.gated_deltaproduct.GatedDeltaProduct", "gated_deltanet",
                       _gdp_kwargs, _gdp_channels, f"{NUM_HOUSEHOLDER} householder steps per token (k/v convs x2)",
-                      _KNOWN, _RULES["gated_deltaproduct"]),
+                      _RULES["gated_deltaproduct"]),
         FlaOnlyFamily("delta_net", "fla.layers.delta_net.DeltaNet", "gated_deltanet", _delta_net_kwargs, _kkv,
-                      "delta rule; q/k conv silu only with qk_activation='silu'", _KNOWN, _RULES["delta_net"]),
+                      "delta rule; q/k conv silu only with qk_activation='silu'", _RULES["delta_net"]),
         FlaOnlyFamily("multiscale_retention", "fla.layers.multiscale_retention.MultiScaleRetention", "gla",
-                      _msr_kwargs, _grouped_channels, "retention, grouped k/v convs", _KNOWN,
+                      _msr_kwargs, _grouped_channels, "retention, grouped k/v convs",
                       _RULES["multiscale_retention"]),
         FlaOnlyFamily("gsa", "fla.layers.gsa.GatedSlotAttention", "gla", _gsa_kwargs, _grouped_channels,
-                      "gated slot attention, grouped k/v convs", _KNOWN, _RULES["gsa"]),
+                      "gated slot attention, grouped k/v convs", _RULES["gsa"]),
         FlaOnlyFamily("abc", "fla.layers.abc.ABCAttention", "simple_gla", _abc_kwargs, _kkv,
-                      "slot attention, dense mask (k/v ungrouped)", _KNOWN, _RULES["abc"]),
+                      "slot attention, dense mask (k/v ungrouped)", _RULES["abc"]),
     )
 }  # fmt: skip

@@ -19,7 +19,7 @@ from torch import nn
 from gdn_equiv.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import DELTA_RULES, GAPS, Family, FlaRule, fla_mode
+from gdn_equiv.families.base import DELTA_RULES, GDN_METHOD, QKV_HELPER, Family, FlaRule, fla_mode
 from gdn_equiv.fused import fused_variant
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 from gdn_equiv.testing import sampled
@@ -257,7 +257,8 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "head_dim": 256, "num_heads": 6, "expand_v": 2},
     small={"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 2},
-    known_gaps={"0.6.0": GAPS, "0.5.2+pr977": GAPS},
+    fuses_from=(GDN_METHOD, QKV_HELPER),
+    reference_core="fla.layers.gated_deltanet",
     # PR #977's class has no output_gate_activation (the target drops the argument)
-    fla_rules={"0.6.0": (*DELTA_RULES, OUTPUT_GATE_ACTIVATION), "0.5.2+pr977": DELTA_RULES},
+    fla_rules={"0.6.0": (*DELTA_RULES, OUTPUT_GATE_ACTIVATION), "0.5.2": DELTA_RULES},
 )

@@ -23,10 +23,10 @@ from gdn_equiv.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_fini
 from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.families.base import (
-    GAPS,
     KEY_DIM_INTEGRAL,
     KEY_DIM_PER_HEAD,
     KV_GROUPS,
+    QKV_HELPER,
     VALUE_DIM_INTEGRAL,
     VALUE_DIM_PER_HEAD,
     Family,
@@ -252,9 +252,9 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4},
     small={"hidden_size": 16, "expand_k": 0.5, "expand_v": 1.0, "num_heads": 4, "num_kv_heads": 2},
-    known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
+    fuses_from=(QKV_HELPER,),
     fla_rules={
         "0.6.0": (KV_GROUPS, KEY_DIM_INTEGRAL, VALUE_DIM_INTEGRAL, GLA_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD),
-        "0.5.2+pr977": (GLA_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD),
+        "0.5.2": (GLA_MODES, KEY_DIM_PER_HEAD, VALUE_DIM_PER_HEAD),
     },
 )

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 from torch import nn
 
-from gdn_equiv.families.base import DELTA_RULES, GAPS, Family, fla_mode
+from gdn_equiv.families.base import DELTA_RULES, QKV_HELPER, Family, fla_mode
 from gdn_equiv.families.gated_deltanet import (
     ValueHeadsConfig,
     compute_dtype,
@@ -119,6 +119,6 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "head_dim": 128, "num_heads": 16, "expand_v": 1},
     small={"hidden_size": 16, "head_dim": 4, "num_heads": 2, "num_v_heads": 4, "expand_v": 0.5},
-    known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
-    fla_rules={"0.6.0": DELTA_RULES, "0.5.2+pr977": DELTA_RULES},
+    fuses_from=(QKV_HELPER,),
+    fla_rules={"0.6.0": DELTA_RULES, "0.5.2": DELTA_RULES},
 )

@@ -23,7 +23,7 @@ from torch import nn
 from gdn_equiv.config import ConvSpec, LayerConfig
 from gdn_equiv.core import gated_delta_rule
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import GAPS, Family, FlaRule, modes
+from gdn_equiv.families.base import QKV_HELPER, Family, FlaRule, modes
 from gdn_equiv.families.gated_deltanet import compute_dtype
 from gdn_equiv.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 from gdn_equiv.testing import sampled
@@ -198,10 +198,10 @@ FAMILY = Family(
     fla_kwargs=_fla_kwargs,
     bench={"hidden_size": 2048, "num_heads": 16, "expand_ratio": 128},
     small={"hidden_size": 16, "num_heads": 2, "expand_ratio": 4, "gate_low_rank_dim": 3},
-    known_gaps={"0.6.0": ("NoFusedPrologue",), "0.5.2+pr977": GAPS},
+    fuses_from=(QKV_HELPER,),
     # the key dim is num_heads * expand_ratio, divisible by construction; the value dim is hidden_size
     fla_rules={
         "0.6.0": (modes("chunk", "fused_recurrent"), _HIDDEN_PER_HEAD),
-        "0.5.2+pr977": (modes("chunk", "fused_chunk"), _HIDDEN_PER_HEAD),
+        "0.5.2": (modes("chunk", "fused_chunk"), _HIDDEN_PER_HEAD),
     },
 )

@@ -1,8 +1,8 @@
 """The ``fla`` target: flash-linear-attention's layer of each family, in each fla version it knows.
 
-Where fusion is decided moves between fla versions, so the adapter follows a version table
-(:data:`VERSIONS`; versions are matched exactly, never by ordering: the PR #977 build says 0.5.2 and
-predates 0.6.0's reorganisation). A version it does not know is refused, naming it and the known ones.
+Where fusion is decided moves between fla versions, so the adapter follows the version table
+(:mod:`gdn_equiv.targets.fla_versions`: one row per version, matched exactly). A version it does not
+know is refused, naming it and the known ones.
 
 How the suite drives fla without touching its guard:
 
@@ -27,12 +27,13 @@ How the suite drives fla without touching its guard:
   (``fla_rules``) and :meth:`FlaTarget.example_pins` has the strategies draw only that.
 - ``prologue="auto"`` runs fla's own guard, unmodified. ``"fused"`` / ``"separate"`` replace the
   decision at the one place the version table names, inside the adapter and only for that run:
-  0.6.0: a subclass overriding ``GatedDeltaNet._use_fused_qkv_conv`` (a class choice made at build
-  time); PR #977: the name ``can_fuse_qkv_short_conv`` in the family's ``fla.layers`` module, bound
+  0.5.2 and 0.6.0: a subclass overriding ``GatedDeltaNet._use_fused_qkv_conv`` (a class choice made at
+  build time); PR #977: the name ``can_fuse_qkv_short_conv`` in the family's ``fla.layers`` module, bound
   for the run to a constant (the layer's outer condition, inline code, still applies: a forced
   ``"fused"`` cannot pass a cache or ``cu_seqlens``, and the observed path says so). The prologue
   code that runs is fla's. A family that does not fuse in a version runs ``auto``/``separate`` only.
-- ``core="reference"`` (``--fla-core=reference``, Gated DeltaNet only) substitutes our torch core for fla's
+- ``core="reference"`` (``--fla-core=reference``, families whose record names a ``reference_core``:
+  Gated DeltaNet) substitutes our torch core for fla's
   ``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` (their names in fla's layer
   module) for the duration of a run, with fla's in-kernel maths (q/k L2 norm, the gate
   ``-exp(A_log) softplus(a + dt_bias)``, ``sigmoid(beta)`` (x2 with negative eigenvalues)) done here
@@ -65,76 +66,20 @@ from gdn_equiv.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.families import fla_only_families, get_family, is_fla_only
+from gdn_equiv.families import get_family, is_fla_only, known_families
 from gdn_equiv.properties import UpstreamRefused
 from gdn_equiv.reference import ShortConvLayer
+from gdn_equiv.targets import fla_versions
+from gdn_equiv.targets.fla_versions import FlaVersion, version_row
 
 Tensor = torch.Tensor
 CORES = ("fla", "reference")
 _FORCED = {"fused": True, "separate": False}
 
 
-def fla_version() -> str | None:
-    if importlib.util.find_spec("fla") is None:
-        return None
-    import fla
-
-    return getattr(fla, "__version__", None)
-
-
 def fla_backend(ours: str | None) -> str:
     """Our backend name -> fla's (fla has ``triton`` and ``cuda``)."""
     return "cuda" if ours == "cuda" else "triton"
-
-
-@dataclass(frozen=True)
-class FlaVersion:
-    """One row of the version table: where this fla version decides fusion and how the fused path
-    treats biases.
-
-    ``decision``: ``"method"`` (0.6.0: ``GatedDeltaNet._use_fused_qkv_conv``) or ``"helper"`` (PR #977:
-    ``can_fuse_qkv_short_conv`` imported by name into each family's module). ``fusing``: the families
-    whose layer can take the fused path. ``fused_bias``: whose word decides that the fused conv gets a
-    bias, ``"flag"`` (the layer's ``conv_bias``) or ``"first"`` (``q_conv.bias is not None``); then every
-    conv's bias is concatenated (a ``None`` raises ``TypeError``), else none is (a bias is dropped).
-    ``fused_conv``: the module whose global ``causal_conv1d`` the fused branch calls, ``"layer"`` for the
-    family's own ``fla.layers`` module (0.6.0's inline branch); the adapter wraps that name to see the
-    fused conv run.
-    """
-
-    version: str
-    decision: str
-    fusing: tuple[str, ...]
-    fused_bias: str
-    where: str
-    fused_conv: str
-
-
-VERSIONS: dict[str, FlaVersion] = {
-    "0.6.0": FlaVersion(
-        "0.6.0", "method", ("gated_deltanet",), "flag", "GatedDeltaNet._use_fused_qkv_conv (PR #972)", "layer"
-    ),
-    "0.5.2+pr977": FlaVersion(
-        "0.5.2+pr977",
-        "helper",
-        ("gated_deltanet", "kda", "gla", "lightnet", "simple_gla", *fla_only_families()),
-        "first",
-        "fla.modules.convolution.can_fuse_qkv_short_conv, imported into each fla.layers.<family> (PR #977)",
-        "fla.modules.convolution",
-    ),
-}
-
-
-def version_row(version: str | None = None) -> FlaVersion:
-    """The table's row for ``version`` (default: the installed one); :class:`InvalidArgument` naming
-    the version and the known ones otherwise."""
-    version = fla_version() if version is None else version
-    if version not in VERSIONS:
-        raise InvalidArgument(
-            f"fla {version} is not a version the fla adapter knows; known versions: {', '.join(VERSIONS)} "
-            "(matched exactly: the PR #977 build says 0.5.2 and predates 0.6.0)"
-        )
-    return VERSIONS[version]
 
 
 def _fla_class(family: str) -> type:
@@ -148,7 +93,7 @@ def _fla_class(family: str) -> type:
 def _pinnable(family: str, row: FlaVersion) -> type:
     """fla's class for ``family``; for a 0.6.0 Gated DeltaNet a subclass whose guard can be pinned."""
     cls = _fla_class(family)
-    if row.decision != "method" or family not in row.fusing:
+    if row.decision != "method" or not row.fuses(family):
         return cls
     return _pinnable_gdn(cls)
 
@@ -207,7 +152,7 @@ def fla_guard(
     cached state, no ``use_cache``, no ``cu_seqlens``) and its ``can_fuse_qkv_short_conv`` as the family's
     module binds it. A family that does not fuse in that version: ``False``."""
     row = row or version_row()
-    if family not in row.fusing:
+    if not row.fuses(family):
         return False
     if row.decision == "method":
         base: Any = _fla_class(family)
@@ -390,20 +335,26 @@ def reference_core(
     return o.to(q.dtype), (state if output_final_state else None)
 
 
-# the families whose core ``core="reference"`` can swap in (the others run fla's own core)
-REFERENCE_CORE_FAMILIES = ("gated_deltanet",)
+def __getattr__(name: str) -> Any:
+    """``REFERENCE_CORE_FAMILIES``: the families whose core ``core="reference"`` can swap in (their record
+    names a ``reference_core``; the others run fla's own core). Read on use, not at import: it loads
+    every family record, entry points included."""
+    if name == "REFERENCE_CORE_FAMILIES":
+        return tuple(f for f in known_families() if get_family(f).reference_core)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextmanager
 def _core(core: str, family: str = "gated_deltanet"):
-    """Run fla's layer with ``core``; ``reference`` swaps the two core names in fla's Gated DeltaNet
-    module (the only family whose core the adapter restates)."""
+    """Run fla's layer with ``core``; ``reference`` swaps the two core names (fla's Gated DeltaNet
+    core's) in the module the family record names (the only core the adapter restates)."""
     if core == "fla":
         yield
         return
-    if family not in REFERENCE_CORE_FAMILIES:
+    where = get_family(family).reference_core
+    if where is None:
         raise InvalidArgument(f"--fla-core reference restates Gated DeltaNet's core only, not {family!r}'s")
-    import fla.layers.gated_deltanet as mod
+    mod: Any = importlib.import_module(where)
 
     saved = (mod.chunk_gated_delta_rule, mod.fused_recurrent_gated_delta_rule)
     mod.chunk_gated_delta_rule = mod.fused_recurrent_gated_delta_rule = reference_core
@@ -503,7 +454,7 @@ class FlaHandle:
     @property
     def prologues(self) -> tuple[str, ...]:
         """What this version lets the adapter force for this family."""
-        return ("auto", "fused", "separate") if self.family in self.row.fusing else ("auto", "separate")
+        return ("auto", "fused", "separate") if self.row.fuses(self.family) else ("auto", "separate")
 
     def inputs(self) -> Inputs:
         """The example's inputs; a populated cache is filled by our reference layer (same weights).
@@ -548,7 +499,7 @@ class FlaHandle:
     def _observing_fused_conv(self) -> AbstractContextManager[None]:
         """Counting the ``causal_conv1d`` this version's fused branch calls (the version table's
         module); a family the version does not fuse has no fused branch to watch."""
-        if self.family not in self.row.fusing:
+        if not self.row.fuses(self.family):
             return nullcontext()
         name = self.row.fused_conv
         module = importlib.import_module(_fla_class(self.family).__module__ if name == "layer" else name)
@@ -588,11 +539,11 @@ class FlaHandle:
         return fla_guard(self.layer, call_facts, self.row, self.family), None  # fla's guard gives no reason
 
     def forceable(self, call_facts: CallFacts) -> bool:
-        """Whether ``prologue="fused"`` can reach the fused path for this call. 0.6.0 decides in one
-        method, which the adapter pins; PR #977's layers test their outer condition (no cached state, no
+        """Whether ``prologue="fused"`` can reach the fused path for this call. 0.5.2 and 0.6.0 decide in
+        one method, which the adapter pins; PR #977's layers test their outer condition (no cached state, no
         ``use_cache``, no ``cu_seqlens``) in inline code before the helper the adapter pins, so a forced
         ``"fused"`` takes the separate path there (seen on the H200: a ``cu_seqlens`` example)."""
-        if self.family not in self.row.fusing or not self.layer.use_short_conv:
+        if not self.row.fuses(self.family) or not self.layer.use_short_conv:
             return False
         return self.row.decision == "method" or _inline_condition(self.layer, call_facts)
 
@@ -628,13 +579,13 @@ class FlaTarget:
     def example_pins(self) -> dict[str, Any]:
         """What example strategies must be given to draw only configs the installed fla's classes accept
         (``examples(**pins)``: its version, whose ``fla_rules`` the family records list)."""
-        version = fla_version()
-        return {"fla_version": version} if version in VERSIONS else {}
+        version = fla_versions.fla_version()
+        return {"fla_version": version} if version in fla_versions.VERSIONS else {}
 
     def unavailable(self) -> str | None:
         """Why the installed fla cannot be driven here (not installed, a version the table does not
         know, a class that does not import), or ``None``."""
-        version = fla_version()
+        version = fla_versions.fla_version()
         if version is None:
             return "flash-linear-attention is not installed (pip install flash-linear-attention einops transformers)"
         try:
