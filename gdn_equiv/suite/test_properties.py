@@ -129,7 +129,7 @@ def families_with_fusion(target: str | Target, families: tuple[str, ...]) -> tup
     from gdn_equiv.targets.fla_target import version_row
 
     row = version_row()
-    fusing = tuple(f for f in families if f in row.fusing)
+    fusing = tuple(f for f in families if row.fuses(f))
     why = None if fusing else f"fla {row.version} has no fused prologue for {', '.join(families)}"
     return fusing, why
 
