@@ -79,10 +79,6 @@ class Row:
     dtype: str = "any"
     target: str = "gdn_equiv"
 
-    @property
-    def id(self) -> str:
-        return f"{self.name}[{self.family}-{self.backend}-{self.dtype}-{self.target}]"
-
 
 def _no_reason(backend: str) -> str | None:
     return None

@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from gdn_equiv import registry, runner
 from gdn_equiv.backends import BUILTIN_BACKENDS, available_backends
@@ -145,3 +146,70 @@ def test_a_necessity_row_on_a_built_in_backend_that_finds_nothing_fails(monkeypa
     monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
     check = runner.find_counterexample(Condition.G8, "torch", max_examples=3, shrink=False)
     assert check.result == "FAIL" and "known to be necessary" in check.failure
+
+
+def test_records_and_rows_are_frozen() -> None:
+    """A record is shared by every driver (and cached premises): none may change it under another."""
+    record = registry.get_record("P3-forward-exact")
+    row = registry.Row(record.name, "gated_deltanet", "torch")
+    for frozen, field in ((record, "name"), (row, "backend")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(frozen, field, "x")
+    assert hash(row) == hash(registry.Row(record.name, "gated_deltanet", "torch"))
+
+
+def test_every_example_property_splits_by_dtype_and_names_a_replayable_function() -> None:
+    from gdn_equiv import properties as P
+
+    for record in registry.property_records():
+        assert record.per_dtype, record.name
+        assert getattr(P, record.function) is record.check
+    for record in registry.necessity_records():
+        assert getattr(P, record.function) is P.forced_fusion_error
+    # only the properties whose premise is "the guard fuses" draw from the families a target fuses
+    assert {r.name for r in registry.records().values() if r.needs_fusion} == {"P3-forward-exact", "P4-gradients"}
+
+
+def test_g5_is_n_a_without_a_second_built_in_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only built-in kernels count as the second backend (a plug-in twin of torch could never differ)."""
+    record = registry.get_record(registry.necessity_name(Condition.G5))
+    monkeypatch.setattr(registry, "available_backends", lambda: ["torch", "mypkg.kernels:conv"])
+    reason = record.not_applicable("torch")
+    assert reason is not None and "second available built-in conv backend besides 'torch'" in reason
+    assert record.not_applicable("mypkg.kernels:conv") is None  # torch is its second
+    monkeypatch.setattr(registry, "available_backends", lambda: ["torch", "triton"])
+    assert record.not_applicable("torch") is None
+
+
+@pytest.mark.parametrize("name", [r.name for r in registry.property_records()])
+def test_each_premise_draws_what_its_record_says(name: str) -> None:
+    """The premises, checked against the spec's own decision on what they drew: P3/P4's draws built to
+    apply are states the spec fuses (P4's with gradients), P5's are states it refuses, the no-short-conv
+    row's layers have none, and every draw is of the row's backend, family and dtype."""
+    from hypothesis import find
+
+    from gdn_equiv.example import build_layer
+    from gdn_equiv.guard import decide
+
+    record = registry.get_record(name)
+    strategy = record.strategy("torch", "kda", "float16", max_seq_len=8)
+    seen: list[registry.Draw] = []
+
+    def collect(draw: registry.Draw) -> bool:
+        seen.append(draw)
+        return len(seen) >= 25
+
+    find(strategy, collect, settings=settings(database=None, max_examples=200, phases=[Phase.generate]))
+    for example, must_apply in seen:
+        assert (example.family, example.dtype, example.config.conv_backend) == ("kda", "float16", "torch")
+        spec = decide(build_layer(example).layer_facts(), example.call_facts())
+        if name in ("P3-forward-exact", "P4-gradients") and must_apply:
+            assert spec.fuse, (name, spec)
+        if name == "P4-gradients":
+            assert example.grad
+        if name == "P5-fallback-exact":
+            assert not spec.fuse and must_apply
+        if name == "P2-no-short-conv":
+            assert not example.config.use_short_conv
+    if name in ("P3-forward-exact", "P4-gradients"):  # both sides of the guard
+        assert {d.must_apply for d in seen} == {True, False}
