@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.serving.adapters import EngineAdapter, ReferenceAdapter, uniform_decode
+from gdn_equiv.serving.adapters import EngineAdapter, ReferenceAdapter
 
 Tensor = torch.Tensor
 
@@ -62,7 +62,7 @@ VLLM_VERSIONS: dict[str, EngineVersion] = {
             ),
             "gpu": (f"{VLLM_OPS}.causal_conv1d:causal_conv1d_fn", f"{VLLM_OPS}.causal_conv1d:causal_conv1d_update"),
         },
-        pad_slot=-1,
+        pad_slot=0,  # NULL_BLOCK_ID: both kernels skip it (PAD_SLOT_ID=-1 is skipped by the prefill kernel only)
         first_slot=1,
         min_accepted=1,
         notes=("wheel pins torch==2.14.0",),
@@ -99,19 +99,37 @@ def _resolve(spec: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+@dataclass
+class EnginePool:
+    """An engine's pool: ``buffer [S, D, W-1 + max_step-1]`` (the engine's own tensor) and, per slot, the
+    accepted count the engine's next call will be given (vLLM's ``num_accepted_tokens``; 1 = offset 0)."""
+
+    buffer: Tensor
+    width: int
+    pending: Tensor
+    speculative: bool
+
+
 class EngineOps(ReferenceAdapter):
-    """An engine's ops on one path. Until an engine's mapping is written for a path, ``unavailable()`` says so;
-    the reference's bookkeeping methods are inherited only as the protocol's shape, never run for an engine
-    (``unavailable()`` is checked first by every driver)."""
+    """An engine's conv ops on one path, behind the protocol. The engine's functions are resolved from its
+    version row only when a call runs (the import is lazy); ``unavailable()`` is checked first by every driver.
+    The reference's ``fast_admits`` (uniform decode, every sequence continued) stands in for the engine's
+    routing of decode requests to its update kernel; ``packed_prefill`` is the reference's: one call of the
+    engine's prefill over the concatenated channels, as vLLM's and sglang's GDN layers call it."""
 
     def __init__(self, engine: str, path: str) -> None:
         self.engine = engine
         self.path = path
         self.name = f"{engine}-{path}"
         self.version = installed_version(engine) or "not installed"
+        row = ENGINES[engine].get(self.version) or next(iter(ENGINES[engine].values()))
+        self.pad_slot = row.pad_slot
+        self.first_slot = row.first_slot
+        self.min_accepted = row.min_accepted
+        self.handoff_exact = False
 
-    def row(self) -> EngineVersion | None:
-        return ENGINES[self.engine].get(self.version)
+    def row(self) -> EngineVersion:
+        return ENGINES[self.engine][self.version]
 
     def unavailable(self) -> str | None:
         table = ENGINES[self.engine]
@@ -131,11 +149,131 @@ class EngineOps(ReferenceAdapter):
         if self.path == "interpret" and os.environ.get("TRITON_INTERPRET") != "1":
             return "TRITON_INTERPRET is not 1"
         try:
-            _resolve(row.ops[self.path][0])
-            _resolve(row.ops[self.path][1])
+            self._ops()
         except Exception as exc:  # an engine's import chain fails in many ways; the reason is the report
             return f"{self.engine} {version} {self.path} ops do not import here: {type(exc).__name__}: {exc}"
         return None
+
+    def _ops(self) -> tuple[Any, Any]:
+        fwd, upd = self.row().ops[self.path]
+        return _resolve(fwd), _resolve(upd)
+
+    def _device(self) -> str:
+        return "cuda" if self.path == "gpu" else "cpu"
+
+    # ---- the pool -----------------------------------------------------------------------------
+    def new_pool(self, states: Tensor, *, max_step: int) -> EnginePool:  # type: ignore[override]
+        S, D, w1 = states.shape
+        buffer = torch.zeros(S, D, w1 + max_step - 1, dtype=states.dtype, device=self._device())
+        buffer[:, :, :w1] = states
+        pending = torch.ones(S, dtype=torch.int32, device=self._device())
+        return EnginePool(buffer, w1 + 1, pending, speculative=max_step > 1)
+
+    def states(self, pool: EnginePool) -> Tensor:  # type: ignore[override]
+        w1 = pool.width - 1
+        rows = [pool.buffer[s, :, int(o) - 1 : int(o) - 1 + w1] for s, o in enumerate(pool.pending.tolist())]
+        return torch.stack(rows).cpu()
+
+    def storage(self, pool: EnginePool) -> list[Tensor]:  # type: ignore[override]
+        return [pool.buffer, pool.pending]
+
+    # ---- the calls ----------------------------------------------------------------------------
+    def prefill(  # type: ignore[override]
+        self,
+        pool: EnginePool,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        activation: str | None,
+        starts: Tensor,
+        slots: Tensor,
+        has_state: Tensor,
+        *,
+        path: str = "general",
+    ) -> Tensor:
+        dev = self._device()
+        if path == "fast":
+            n, k = slots.numel(), int(starts[1] - starts[0])
+            y = self.step(pool, x.reshape(n, k, -1), weight, bias, activation, slots)
+            return y.reshape(n * k, -1)
+        named = [s for s in slots.tolist() if s != self.pad_slot]
+        if any(int(pool.pending[s]) != 1 for s in named):
+            raise NotImplementedError("a prefill into a slot whose window sits at another offset (never scheduled)")
+        fwd, _ = self._ops()
+        xt = x.to(dev).T  # [T, D] -> [D, T], channels last in memory, as the engine's layers pass it
+        args = (xt, weight.to(dev), None if bias is None else bias.to(dev), pool.buffer, starts.to(dev, torch.int32))
+        kwargs: dict[str, Any] = {
+            "cache_indices": slots.to(dev, torch.int32),
+            "has_initial_state": has_state.to(dev),
+            "activation": activation,
+            "pad_slot_id": self.pad_slot,
+        }
+        if self.engine == "sglang":
+            kwargs["seq_lens_cpu"] = starts.diff().tolist()
+        y = fwd(*args, **kwargs)
+        return y.T.cpu()  # [D, T] -> [T, D]
+
+    def step(  # type: ignore[override]
+        self,
+        pool: EnginePool,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        activation: str | None,
+        slots: Tensor,
+        accepted: Tensor | None = None,
+    ) -> Tensor:
+        dev = self._device()
+        _, upd = self._ops()
+        k = x.shape[1]
+        idx = slots.to(dev, torch.int32)
+        # the update kernel overwrites its input with the output (documented): the caller's x is not handed over
+        xin = x.to(dev).clone().transpose(1, 2)  # [N, k, D] -> [N, D, k]
+        kwargs: dict[str, Any] = {"conv_state_indices": idx}
+        named = [i for i, s in enumerate(slots.tolist()) if s != self.pad_slot]
+        if pool.speculative:
+            counts = torch.ones_like(idx)
+            counts[named] = pool.pending[idx[named].long()]
+            kwargs["num_accept_tokens" if self.engine == "sglang" else "num_accepted_tokens"] = counts
+        if self.engine == "sglang":
+            kwargs["pad_slot_id"] = self.pad_slot
+        else:
+            kwargs["null_block_id"] = self.pad_slot
+        b = None if bias is None else bias.to(dev)
+        y = upd(xin, pool.buffer, weight.to(dev), b, activation, **kwargs)
+        after = (
+            torch.full((len(named),), k, dtype=torch.int32, device=dev) if accepted is None else accepted.to(dev)[named]
+        )
+        if pool.speculative:
+            pool.pending[idx[named].long()] = after.to(torch.int32)
+        return y.transpose(1, 2).cpu()
+
+    def snapshots(
+        self, x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None, state: Tensor, block_size: int
+    ) -> Tensor:
+        """Prefix caching as vLLM's 'align' mode runs it: chunks end at block boundaries, and before each chunk
+        the state is copied into that block's slot, which the chunk continues and leaves holding its snapshot."""
+        blocks = x.shape[0] // block_size
+        first = self.first_slot
+        states = torch.zeros(first + max(blocks, 1), *state.shape, dtype=state.dtype)
+        states[first] = state
+        pool = self.new_pool(states, max_step=1)
+        for b in range(blocks):
+            if b:
+                pool.buffer[first + b] = pool.buffer[first + b - 1]
+            chunk = x[b * block_size : (b + 1) * block_size]
+            starts = torch.tensor([0, block_size], dtype=torch.int32)
+            self.prefill(
+                pool,
+                chunk,
+                weight,
+                bias,
+                activation,
+                starts,
+                torch.tensor([first + b], dtype=torch.int32),
+                torch.tensor([True]),
+            )
+        return self.states(pool)[first : first + blocks]
 
 
 #: what the probe of this machine found (Dec 2026, 2 CPU cores, torch 2.13 in the project's venv), kept so a
@@ -150,6 +288,3 @@ def engine_adapters() -> list[EngineAdapter]:
         paths = sorted({p for row in table.values() for p in row.ops}, key=PATHS.index)
         out += [EngineOps(engine, p) for p in paths]
     return out
-
-
-_ = uniform_decode
