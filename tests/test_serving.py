@@ -17,7 +17,10 @@ from gdn_equiv.serving import pool as ref
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.engines import EngineOps, engine_adapters
+from gdn_equiv.registry import PropertyRecord
+from gdn_equiv.runner import run_property
 from gdn_equiv.serving.planted import PLANTED
+from gdn_equiv.serving.records import SERVING, not_applicable
 from gdn_equiv.suite.test_serving import *  # noqa: F403
 from gdn_equiv.testing import first_hit
 
@@ -121,3 +124,19 @@ def test_every_engine_path_is_listed_and_one_that_cannot_run_says_why() -> None:
         assert reason is None or adapter.name in {a.name for a in engine_adapters() if isinstance(a, EngineOps)}
         if isinstance(adapter, EngineOps) and reason is not None:
             assert adapter.engine in reason or "CUDA" in reason or "TRITON_INTERPRET" in reason
+
+
+@pytest.mark.slow
+@pytest.mark.teeth
+@pytest.mark.parametrize("entry", SERVING, ids=[e[0] for e in SERVING])
+def test_the_records_for_the_registry_run_through_the_runner(entry: Any) -> None:
+    """What the lead pastes into the registry (:data:`gdn_equiv.serving.records.SERVING`) gives a green row on
+    the reference and a FAIL row on each planted engine the record names, through ``run_property`` itself."""
+    name, summary, premise, check, teeth = entry
+    record = PropertyRecord(name, summary, premise, check, per_dtype=False, not_applicable=not_applicable, teeth=teeth)
+    assert teeth
+    row = run_property(name, "reference", max_examples=10, record=record, family="gdn")
+    assert row.result in ("pass", "not exercised"), row.failure
+    for defect in teeth:
+        row = run_property(name, defect, max_examples=200, record=record, family="gdn")
+        assert row.result == "FAIL", (defect, row.result)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from gdn_equiv.compare import assert_equivalent
+from gdn_equiv.properties import NotApplicable
 from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.cases import Batch, HandoffCase, PackedCase, PrefixCase, SpecCase, draft_tokens, materialize
 
@@ -30,8 +31,9 @@ __all__ = [
 ]
 
 
-class NotExercised(Exception):
-    """The case holds nothing this property can compare (ledger: ``not exercised``)."""
+class NotExercised(NotApplicable):
+    """The case holds nothing this property can compare (ledger: ``not exercised``; the runner counts it as
+    not applicable)."""
 
 
 def _prefill(adapter: EngineAdapter, t: dict[str, Any], states: Tensor, **kw: Any) -> tuple[Tensor, Any]:
