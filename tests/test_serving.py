@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from gdn_equiv.compare import Mismatch
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.registry import PropertyRecord
+from gdn_equiv.runner import run_property
 from gdn_equiv.serving import pool as ref
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.engines import EngineOps, engine_adapters
-from gdn_equiv.registry import PropertyRecord
-from gdn_equiv.runner import run_property
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.serving.records import SERVING, not_applicable
 from gdn_equiv.suite.test_serving import *  # noqa: F403
