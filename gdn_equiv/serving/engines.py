@@ -17,15 +17,21 @@ the verify step's first token as always accepted (``min_accepted = 1``).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import os
+import sys
+import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from gdn_equiv.serving.adapters import EngineAdapter, ReferenceAdapter
+from gdn_equiv.serving.properties import NotExercised
 
 Tensor = torch.Tensor
 
@@ -38,38 +44,55 @@ class EngineVersion:
 
     engine: str
     version: str
-    #: path -> (prefill "module:function", step "module:function")
+    #: path -> (prefill "file:function", step "file:function"), files as paths inside the installed distribution
     ops: dict[str, tuple[str, str]]
     pad_slot: int = -1
     first_slot: int = 0
     min_accepted: int = 0
+    #: paths whose step takes a verify step's accepted count (S4); others say why not
+    speculative: dict[str, str | None] = field(default_factory=dict)
+    #: the modules an ops file imports at its top that are not the conv (platform probes, constants), given
+    #: as the values this version defines: the ops file is loaded alone, so the engine's whole import chain
+    #: (vLLM 0.34.0: its torch 2.14 C++ extensions and ~100 packages) is not needed to run its convs
+    shims: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: tuple[str, ...] = field(default=())
 
 
-VLLM_OPS = "vllm.model_executor.layers.mamba.ops"
+VLLM_OPS = "vllm/model_executor/layers/mamba/ops"
+_VLLM_CONSTANTS = {"NULL_BLOCK_ID": 0, "PAD_SLOT_ID": -1}  # vllm/v1/attention/backends/utils.py of 0.34.0
 VLLM_VERSIONS: dict[str, EngineVersion] = {
     "0.34.0": EngineVersion(
         "vllm",
         "0.34.0",
         {
             "cpu-torch": (
-                f"{VLLM_OPS}.cpu.causal_conv1d:causal_conv1d_fn_cpu",
-                f"{VLLM_OPS}.cpu.causal_conv1d:causal_conv1d_update_torch",
+                f"{VLLM_OPS}/cpu/causal_conv1d.py:causal_conv1d_fn_cpu",
+                f"{VLLM_OPS}/cpu/causal_conv1d.py:causal_conv1d_update_torch",
             ),
             "interpret": (
-                f"{VLLM_OPS}.causal_conv1d:causal_conv1d_fn",
-                f"{VLLM_OPS}.causal_conv1d:causal_conv1d_update",
+                f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_fn",
+                f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_update",
             ),
-            "gpu": (f"{VLLM_OPS}.causal_conv1d:causal_conv1d_fn", f"{VLLM_OPS}.causal_conv1d:causal_conv1d_update"),
+            "gpu": (f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_fn", f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_update"),
         },
         pad_slot=0,  # NULL_BLOCK_ID: both kernels skip it (PAD_SLOT_ID=-1 is skipped by the prefill kernel only)
         first_slot=1,
         min_accepted=1,
+        speculative={
+            "cpu-torch": "vLLM 0.34.0's CPU speculative conv update is a C++ op (vllm._C, built for torch 2.14); "
+            "its torch update (causal_conv1d_update_torch) takes no accepted count",
+        },
+        shims={
+            "vllm.v1.attention.backends.utils": _VLLM_CONSTANTS,
+            "vllm._cpu_ops": {"causal_conv1d_update_cpu_vec": None},  # the C++ decode op; the torch one is run
+            "vllm.platforms": {"current_platform": "platform"},
+            "vllm.triton_utils": {"tl": "triton.language", "triton": "triton"},
+        },
         notes=("wheel pins torch==2.14.0",),
     ),
 }
 
-SGLANG_OPS = "sglang.kernels.ops.mamba.causal_conv1d_triton"
+SGLANG_OPS = "sglang/kernels/ops/mamba/causal_conv1d_triton.py"
 SGLANG_VERSIONS: dict[str, EngineVersion] = {
     "0.5.23": EngineVersion(
         "sglang",
@@ -80,6 +103,11 @@ SGLANG_VERSIONS: dict[str, EngineVersion] = {
         },
         pad_slot=-1,
         min_accepted=1,
+        speculative={
+            "interpret": "sglang keeps draft windows in intermediate_conv_window buffers: not mapped yet",
+            "gpu": "sglang keeps draft windows in intermediate_conv_window buffers: not mapped yet",
+        },
+        shims={"sglang.kernels.jit.utils": {"is_arch_support_pdl": "false"}},
     ),
 }
 
@@ -94,9 +122,63 @@ def installed_version(engine: str) -> str | None:
         return None
 
 
-def _resolve(spec: str) -> Any:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+class _Platform:
+    """The platform an ops file asks about at import and call time: not a CPU build (the Triton functions stay
+    bound), no programmatic dependent launch (a Hopper-only launch option the interpreter lacks)."""
+
+    @staticmethod
+    def is_cpu() -> bool:
+        return False
+
+    @staticmethod
+    def is_arch_support_pdl() -> bool:
+        return False
+
+
+def _shim_value(value: Any) -> Any:
+    if value == "platform":
+        return _Platform()
+    if value == "false":
+        return lambda: False
+    if isinstance(value, str):
+        return importlib.import_module(value)
+    return value
+
+
+@functools.cache
+def _load(engine: str, version: str, relpath: str) -> Any:
+    """An ops file of the installed engine, loaded alone under a private name with its version's shims in
+    ``sys.modules`` for the duration (restored after). The engine's code is read from its installed
+    distribution, never copied."""
+    row = ENGINES[engine][version]
+    path = Path(str(importlib.metadata.distribution(engine).locate_file(relpath)))
+    if not path.is_file():
+        raise FileNotFoundError(f"{relpath} is not in the installed {engine} {version}")
+    shims = {}
+    for name, attrs in row.shims.items():
+        module = types.ModuleType(name)
+        for attr, value in attrs.items():
+            setattr(module, attr, _shim_value(value))
+        shims[name] = module
+    saved = {name: sys.modules.get(name) for name in shims}
+    sys.modules.update(shims)
+    try:
+        spec = importlib.util.spec_from_file_location(f"_gdn_equiv_{engine}_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
+    return module
+
+
+def _resolve(engine: str, version: str, spec: str) -> Any:
+    relpath, _, attr = spec.partition(":")
+    return getattr(_load(engine, version, relpath), attr)
 
 
 @dataclass
@@ -127,6 +209,10 @@ class EngineOps(ReferenceAdapter):
         self.first_slot = row.first_slot
         self.min_accepted = row.min_accepted
         self.handoff_exact = False
+        #: why this path's step takes no accepted count (S4 cannot run), or None
+        self.not_speculative: str | None = row.speculative.get(path)
+        self.speculative = self.not_speculative is None
+        self._smoke: tuple[str | None] | None = None  # (reason,) once tried
 
     def row(self) -> EngineVersion:
         return ENGINES[self.engine][self.version]
@@ -152,11 +238,31 @@ class EngineOps(ReferenceAdapter):
             self._ops()
         except Exception as exc:  # an engine's import chain fails in many ways; the reason is the report
             return f"{self.engine} {version} {self.path} ops do not import here: {type(exc).__name__}: {exc}"
+        if self._smoke is None:
+            self._smoke = (self._try_smallest_call(),)
+        return self._smoke[0]
+
+    def _try_smallest_call(self) -> str | None:
+        """One token through prefill and step (D1, W2): a path that imports may still not run here (the
+        Triton interpreter lacks what a kernel uses); the reason is what the engine raised."""
+        try:
+            pool = self.new_pool(torch.zeros(self.first_slot + 1, 1, 1), max_step=1)
+            one, weight = torch.ones(1, 1), torch.ones(1, 2)
+            slot = torch.tensor([self.first_slot], dtype=torch.int32)
+            self.prefill(
+                pool, one, weight, None, None, torch.tensor([0, 1], dtype=torch.int32), slot, torch.tensor([True])
+            )
+            self.step(pool, one[None], weight, None, None, slot)
+        except Exception as exc:  # whatever the kernel raises is the reason this path cannot run here
+            return (
+                f"{self.engine} {self.version} {self.path} ops import but do not run here "
+                f"(smallest call, D1 W2 one token): {type(exc).__name__}: {str(exc)[:200]}"
+            )
         return None
 
     def _ops(self) -> tuple[Any, Any]:
         fwd, upd = self.row().ops[self.path]
-        return _resolve(fwd), _resolve(upd)
+        return _resolve(self.engine, self.version, fwd), _resolve(self.engine, self.version, upd)
 
     def _device(self) -> str:
         return "cuda" if self.path == "gpu" else "cpu"
@@ -164,10 +270,12 @@ class EngineOps(ReferenceAdapter):
     # ---- the pool -----------------------------------------------------------------------------
     def new_pool(self, states: Tensor, *, max_step: int) -> EnginePool:  # type: ignore[override]
         S, D, w1 = states.shape
-        buffer = torch.zeros(S, D, w1 + max_step - 1, dtype=states.dtype, device=self._device())
+        # a speculative pool is wider by the drafts a verify step may leave behind (vLLM: W-1 + k-1)
+        extra = max_step - 1 if self.speculative else 0
+        buffer = torch.zeros(S, D, w1 + extra, dtype=states.dtype, device=self._device())
         buffer[:, :, :w1] = states
         pending = torch.ones(S, dtype=torch.int32, device=self._device())
-        return EnginePool(buffer, w1 + 1, pending, speculative=max_step > 1)
+        return EnginePool(buffer, w1 + 1, pending, speculative=self.speculative and max_step > 1)
 
     def states(self, pool: EnginePool) -> Tensor:  # type: ignore[override]
         w1 = pool.width - 1
@@ -225,6 +333,10 @@ class EngineOps(ReferenceAdapter):
     ) -> Tensor:
         dev = self._device()
         _, upd = self._ops()
+        if accepted is not None and not self.speculative:
+            raise NotExercised(f"{self.name}: {self.not_speculative}")
+        if self.path == "cpu-torch":
+            return self._torch_step(pool, x, weight, bias, activation, slots, upd)
         k = x.shape[1]
         idx = slots.to(dev, torch.int32)
         # the update kernel overwrites its input with the output (documented): the caller's x is not handed over
@@ -247,6 +359,29 @@ class EngineOps(ReferenceAdapter):
         if pool.speculative:
             pool.pending[idx[named].long()] = after.to(torch.int32)
         return y.transpose(1, 2).cpu()
+
+    def _torch_step(
+        self,
+        pool: EnginePool,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        activation: str | None,
+        slots: Tensor,
+        upd: Any,
+    ) -> Tensor:
+        """vLLM's torch decode op takes the states of the batch, not the pool: gathered from the named slots and
+        written back, as its caller stages them; pad rows are not run (outputs zero)."""
+        y = torch.zeros_like(x)
+        named = [i for i, s in enumerate(slots.tolist()) if s != self.pad_slot]
+        if not named:
+            return y
+        rows = slots[named].long()
+        states = pool.buffer[rows].clone()
+        out = upd(x[named].transpose(1, 2).contiguous(), states, weight, bias, activation)
+        pool.buffer[rows] = states
+        y[named] = out.transpose(1, 2).to(x.dtype)
+        return y
 
     def snapshots(
         self, x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None, state: Tensor, block_size: int

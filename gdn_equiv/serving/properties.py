@@ -116,8 +116,11 @@ def check_s2_untouched(adapter: EngineAdapter, case: SpecCase) -> None:
     _assert_inputs_unchanged(before, t, ctx + " (prefill)")
     checked = _assert_rows_untouched(adapter, before_storage, pool, named, ctx + " (prefill)")
     drafts = draft_tokens(batch, case.k)
-    accepted = torch.tensor(case.accepted, dtype=torch.int32)
-    step_inputs = {"x": drafts, "slots": t["slots"], "accepted": accepted, "weight": t["weight"]}
+    # a path without speculative steps keeps every token (its S4 row says why)
+    accepted = torch.tensor(case.accepted, dtype=torch.int32) if getattr(adapter, "speculative", True) else None
+    step_inputs = {"x": drafts, "slots": t["slots"], "weight": t["weight"]}
+    if accepted is not None:
+        step_inputs["accepted"] = accepted
     before = _inputs_snapshot(step_inputs)
     before_storage = [s.clone() for s in adapter.storage(pool)]
     adapter.step(pool, drafts, t["weight"], t["bias"], t["activation"], t["slots"], accepted)
