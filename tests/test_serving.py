@@ -15,6 +15,7 @@ from gdn_equiv.compare import Mismatch
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.registry import PropertyRecord
 from gdn_equiv.runner import run_property
+from gdn_equiv.serving import engines
 from gdn_equiv.serving import pool as ref
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import ReferenceAdapter
@@ -140,3 +141,38 @@ def test_the_records_for_the_registry_run_through_the_runner(entry: Any) -> None
     for defect in teeth:
         row = run_property(name, defect, max_examples=200, record=record, family="gdn")
         assert row.result == "FAIL", (defect, row.result)
+
+
+def test_an_engine_version_the_table_lacks_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engines, "installed_version", lambda engine: "9.9.9")
+    reason = EngineOps("vllm", "cpu-torch").unavailable()
+    assert reason == "vllm 9.9.9 is not a version the adapter knows; known versions: 0.34.0"
+
+
+class _KernelRaises(EngineOps):
+    """An engine whose ops import but whose kernel raises on the smallest call (as the Triton interpreter does
+    on vLLM's and sglang's kernels)."""
+
+    def unavailable(self) -> str | None:
+        self.version = "0.34.0"
+        self._smoke = (self._try_smallest_call(),)
+        return self._smoke[0]
+
+    def _ops(self) -> tuple[Any, Any]:
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            raise ValueError("mask has unsupported dtype")
+
+        return kernel, kernel
+
+
+def test_a_path_that_imports_but_cannot_run_says_what_the_engine_raised() -> None:
+    reason = _KernelRaises("vllm", "cpu-torch").unavailable()
+    assert reason is not None and reason.endswith("ValueError: mask has unsupported dtype")
+    assert "smallest call, D1 W2 one token" in reason
+
+
+def test_a_path_without_speculative_steps_refuses_an_accepted_count() -> None:
+    adapter = EngineOps("vllm", "cpu-torch")
+    assert not adapter.speculative and "C++ op" in str(adapter.not_speculative)
+    with pytest.raises(S.NotExercised, match="takes no accepted count"):
+        adapter.step(None, torch.zeros(1, 2, 1), torch.ones(1, 2), None, None, torch.tensor([1]), torch.tensor([1]))

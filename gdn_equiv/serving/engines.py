@@ -73,7 +73,10 @@ VLLM_VERSIONS: dict[str, EngineVersion] = {
                 f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_fn",
                 f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_update",
             ),
-            "gpu": (f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_fn", f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_update"),
+            "gpu": (
+                f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_fn",
+                f"{VLLM_OPS}/causal_conv1d.py:causal_conv1d_update",
+            ),
         },
         pad_slot=0,  # NULL_BLOCK_ID: both kernels skip it (PAD_SLOT_ID=-1 is skipped by the prefill kernel only)
         first_slot=1,
@@ -332,9 +335,9 @@ class EngineOps(ReferenceAdapter):
         accepted: Tensor | None = None,
     ) -> Tensor:
         dev = self._device()
-        _, upd = self._ops()
         if accepted is not None and not self.speculative:
             raise NotExercised(f"{self.name}: {self.not_speculative}")
+        _, upd = self._ops()
         if self.path == "cpu-torch":
             return self._torch_step(pool, x, weight, bias, activation, slots, upd)
         k = x.shape[1]
