@@ -1,0 +1,124 @@
+"""Planted serving engines: each is the reference adapter with one defect an engine could ship, and each is
+caught by the property named in :data:`PLANTED` (``tests/test_serving.py`` requires the catch).
+
+Nothing is patched: the defect is the adapter's own code, as an engine's kernel would hold it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gdn_equiv.serving import pool as ref
+from gdn_equiv.serving.adapters import ReferenceAdapter
+
+Tensor = torch.Tensor
+
+__all__ = ["PLANTED", "planted"]
+
+
+class KeepsRejectedDrafts(ReferenceAdapter):
+    """vLLM #50272's class: the verify step's window keeps every draft's input, accepted or not."""
+
+    name = "planted-keeps-rejected-drafts"
+
+    def step(self, pool, x, weight, bias, activation, slots, accepted=None):
+        return super().step(pool, x, weight, bias, activation, slots, None)
+
+
+class WritesPadSlot(ReferenceAdapter):
+    """The pad id used as an index: a pad sequence's state is written to ``pool[-1]``, the last slot."""
+
+    name = "planted-writes-pad-slot"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        y = super().prefill(pool, x, weight, bias, activation, starts, slots, has_state, path=path)
+        for i, slot in enumerate(slots.tolist()):
+            lo, hi = int(starts[i]), int(starts[i + 1])
+            if slot == self.pad_slot and hi > lo:
+                width = pool.states.shape[-1]
+                window = torch.cat([torch.zeros_like(pool.states[slot]), x[lo:hi].T.to(pool.states.dtype)], dim=-1)
+                pool.states[slot] = window[:, -width:]
+        return y
+
+
+class ReadsSequenceIndexSlot(ReferenceAdapter):
+    """Reads sequence ``i``'s initial state from ``pool[i]`` (its place in the batch), writes ``pool[slots[i]]``."""
+
+    name = "planted-reads-sequence-index-slot"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        if path == "fast":
+            return super().prefill(pool, x, weight, bias, activation, starts, slots, has_state, path=path)
+        staged = pool.states.clone()
+        for i, slot in enumerate(slots.tolist()):
+            if slot != self.pad_slot and i < staged.shape[0]:
+                staged[slot] = pool.states[i]
+        y = ref.prefill(x, weight, bias, activation, staged, starts, slots, has_state, pad_slot=self.pad_slot)
+        named = [s for s in slots.tolist() if s != self.pad_slot]
+        pool.states[named] = staged[named]
+        return y
+
+
+class PackedDropsKBias(ReferenceAdapter):
+    """The packed q|k|v call builds its bias from q's and v's and leaves k's channels at zero."""
+
+    name = "planted-packed-drops-k-bias"
+
+    def packed_prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, sizes):
+        if bias is not None:
+            bias = bias.clone()
+            bias[sizes[0] : sizes[0] + sizes[1]] = 0
+        return self.prefill(pool, x, weight, bias, activation, starts, slots, has_state)
+
+
+class SnapshotOffByOneBlock(ReferenceAdapter):
+    """Prefix caching stores the state at each block's start instead of its end (snapshot b after b blocks)."""
+
+    name = "planted-snapshot-off-by-one-block"
+
+    def snapshots(self, x, weight, bias, activation, state, block_size):
+        ends = ref.snapshots(x, weight, bias, activation, state, block_size)
+        return torch.cat([state[None], ends[:-1]]) if ends.shape[0] else ends
+
+
+class ShortPrefillDropsHistory(ReferenceAdapter):
+    """A continued prompt shorter than ``W-1`` tokens stores its zero-padded inputs: the old state's tail is lost
+    at the prefill -> decode handoff (outputs of the prefill itself are right)."""
+
+    name = "planted-short-prefill-drops-history"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        y = super().prefill(pool, x, weight, bias, activation, starts, slots, has_state, path=path)
+        width = pool.states.shape[-1]
+        for i, slot in enumerate(slots.tolist()):
+            lo, hi = int(starts[i]), int(starts[i + 1])
+            if slot != self.pad_slot and 0 < hi - lo < width:
+                window = torch.cat([torch.zeros_like(pool.states[slot]), x[lo:hi].T.to(pool.states.dtype)], dim=-1)
+                pool.states[slot] = window[:, -width:]
+        return y
+
+
+class FastGuardAdmitsFresh(ReferenceAdapter):
+    """The decode fast path's guard checks lengths only: a fresh sequence is sent to the decode kernel,
+    which always reads its slot's (stale) state."""
+
+    name = "planted-fast-guard-admits-fresh"
+
+    def fast_admits(self, starts: Tensor, has_state: Tensor) -> tuple[bool, str]:
+        return super().fast_admits(starts, torch.ones_like(has_state))
+
+
+#: planted adapter -> the property (function name in :mod:`gdn_equiv.serving.properties`) that must catch it
+PLANTED: dict[str, tuple[type[ReferenceAdapter], str]] = {
+    KeepsRejectedDrafts.name: (KeepsRejectedDrafts, "check_s4_speculation"),
+    WritesPadSlot.name: (WritesPadSlot, "check_s2_untouched"),
+    ReadsSequenceIndexSlot.name: (ReadsSequenceIndexSlot, "check_s1_pool_equals_alone"),
+    PackedDropsKBias.name: (PackedDropsKBias, "check_s7_packed_qkv"),
+    SnapshotOffByOneBlock.name: (SnapshotOffByOneBlock, "check_s5_prefix_cache"),
+    ShortPrefillDropsHistory.name: (ShortPrefillDropsHistory, "check_s3_handoff"),
+    FastGuardAdmitsFresh.name: (FastGuardAdmitsFresh, "check_s6_dispatch"),
+}
+
+
+def planted(name: str) -> ReferenceAdapter:
+    return PLANTED[name][0]()

@@ -1,0 +1,93 @@
+"""S1-S7 (SPEC §11): the short convs under a state pool, on the in-house reference and on every serving
+engine path (:mod:`gdn_equiv.serving.engines`); an engine path that cannot run here skips with its reason.
+
+One property per test function; each draws its cases from :mod:`gdn_equiv.strategies.pools`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from gdn_equiv._source import alias_strategies
+from gdn_equiv.serving import properties as S
+from gdn_equiv.serving.engines import engine_adapters
+from gdn_equiv.testing import count_example
+
+alias_strategies()
+from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases  # noqa: E402
+
+ENGINES = engine_adapters()
+
+
+@pytest.fixture(scope="module", params=ENGINES, ids=[e.name for e in ENGINES])
+def engine(request: pytest.FixtureRequest) -> Any:
+    adapter = request.param
+    if (reason := adapter.unavailable()) is not None:
+        pytest.skip(reason)
+    return adapter
+
+
+def _run(prop: Any, engine: Any, case: Any) -> None:
+    count_example()
+    note(case.short())
+    with contextlib.suppress(S.NotExercised):  # the ledger's "not exercised": nothing to compare in this case
+        prop(engine, case)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_s1_batch_over_a_pool_equals_each_sequence_alone(data: st.DataObject, engine: Any) -> None:
+    """S1: bitwise, outputs and final states, on the engine's prefill kernel."""
+    _run(S.check_s1_pool_equals_alone, engine, data.draw(batches()))
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_s2_unnamed_and_pad_slots_and_inputs_are_untouched(data: st.DataObject, engine: Any) -> None:
+    """S2: after prefill and after a verify step."""
+    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0)))
+    _run(S.check_s2_untouched, engine, case)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_s3_prefill_then_decode_equals_one_prefill(data: st.DataObject, engine: Any) -> None:
+    """S3: the handoff between the engine's prefill and step kernels."""
+    _run(S.check_s3_handoff, engine, data.draw(handoff_cases()))
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_s4_a_verify_step_keeps_exactly_the_accepted_tokens(data: st.DataObject, engine: Any) -> None:
+    """S4: accepted counts from the engine's minimum (vLLM: 1) to k."""
+    if not getattr(engine, "speculative", True):
+        pytest.skip(f"cannot run here: {engine.not_speculative}")
+    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0)))
+    _run(S.check_s4_speculation, engine, case)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_s5_prefix_snapshots_are_the_states_at_block_ends(data: st.DataObject, engine: Any) -> None:
+    """S5: each block-boundary snapshot = that prefix's state."""
+    _run(S.check_s5_prefix_cache, engine, data.draw(prefix_cases()))
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_s6_fast_path_equals_general_path_where_the_guard_admits(data: st.DataObject, engine: Any) -> None:
+    """S6: drawn mostly as uniform decode batches (which the decode guards admit), some free."""
+    uniform = st.integers(1, 3).flatmap(lambda n: batches(min_len=n, max_len=n, fresh=False))
+    _run(S.check_s6_dispatch, engine, data.draw(st.one_of(uniform, batches())))
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_s7_packed_qkv_equals_the_three_convs(data: st.DataObject, engine: Any) -> None:
+    """S7: one call over q|k|v channels = three, biases included."""
+    _run(S.check_s7_packed_qkv, engine, data.draw(packed_cases()))

@@ -1,0 +1,178 @@
+"""The serving gate (S1-S7) by import, and its teeth: every planted engine of :mod:`gdn_equiv.serving.planted`
+is caught by its property, found by Hypothesis from the same strategies the gate draws from; the reference's
+§11 bookkeeping pinned on hand-made cases; bad calls refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import find
+from hypothesis import strategies as st
+
+from gdn_equiv.compare import Mismatch
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.registry import PropertyRecord
+from gdn_equiv.runner import run_property
+from gdn_equiv.serving import engines
+from gdn_equiv.serving import pool as ref
+from gdn_equiv.serving import properties as S
+from gdn_equiv.serving.adapters import ReferenceAdapter
+from gdn_equiv.serving.engines import EngineOps, engine_adapters
+from gdn_equiv.serving.planted import PLANTED
+from gdn_equiv.serving.records import SERVING, not_applicable
+from gdn_equiv.suite.test_serving import *  # noqa: F403
+from gdn_equiv.testing import first_hit
+
+alias_strategies()  # noqa: F405
+from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases  # noqa: E402
+
+#: the case strategy each property's teeth search draws from (the gate's own)
+CASES: dict[str, Any] = {
+    "check_s1_pool_equals_alone": batches(),
+    "check_s2_untouched": spec_cases(),
+    "check_s3_handoff": handoff_cases(),
+    "check_s4_speculation": spec_cases(),
+    "check_s5_prefix_cache": prefix_cases(),
+    "check_s6_dispatch": st.integers(1, 3).flatmap(lambda n: batches(min_len=n, max_len=n)),
+    "check_s7_packed_qkv": packed_cases(bias=None),
+}
+
+
+def _fails(prop: Any, adapter: Any) -> Any:
+    def predicate(case: Any) -> bool:
+        try:
+            prop(adapter, case)
+        except S.NotExercised:
+            return False
+        except Mismatch:
+            return True
+        return False
+
+    return predicate
+
+
+@pytest.mark.teeth
+@pytest.mark.parametrize("defect", sorted(PLANTED))
+def test_each_planted_engine_is_caught_by_its_property(defect: str) -> None:
+    cls, prop_name = PLANTED[defect]
+    prop = getattr(S, prop_name)
+    case = find(CASES[prop_name], _fails(prop, cls()), settings=first_hit(300))
+    print(f"{defect} caught by {prop_name}: {case.short()}")
+
+
+@pytest.mark.parametrize("prop_name", sorted(CASES))
+def test_the_reference_passes_a_few_cases_of_each_property(prop_name: str) -> None:
+    """The catch above means something only if the reference itself passes the same search."""
+    with pytest.raises(Exception) as caught:
+        find(CASES[prop_name], _fails(getattr(S, prop_name), ReferenceAdapter()), settings=first_hit(25))
+    assert type(caught.value).__name__ == "NoSuchExample"
+
+
+def test_the_pool_keeps_the_last_w_minus_1_inputs_and_skips_pads() -> None:
+    """§11 by hand: W=3, one channel; slot 2 continues [10, 20] with 1, 2, 3; slot 0 starts fresh with 4;
+    a pad sequence of two tokens touches nothing; slot 1 is not named."""
+    pool = torch.tensor([[[7.0, 8.0]], [[5.0, 6.0]], [[10.0, 20.0]]])
+    x = torch.tensor([[1.0], [2.0], [3.0], [4.0], [9.0], [9.0]])
+    weight = torch.tensor([[1.0, 10.0, 100.0]])
+    starts = torch.tensor([0, 3, 4, 6])
+    y = ref.prefill(x, weight, None, None, pool, starts, torch.tensor([2, 0, -1]), torch.tensor([True, False, True]))
+    assert pool.tolist() == [[[0.0, 4.0]], [[5.0, 6.0]], [[2.0, 3.0]]]
+    assert y[:, 0].tolist() == [10 + 200 + 100, 20 + 10 + 200, 1 + 20 + 300, 400, 0, 0]
+
+
+def test_the_reference_step_keeps_the_accepted_drafts_only() -> None:
+    pool = torch.tensor([[[1.0, 2.0]], [[3.0, 4.0]]])
+    x = torch.tensor([[[5.0], [6.0], [7.0]], [[8.0], [9.0], [10.0]]])
+    ref.step(x, torch.ones(1, 3), None, None, pool, torch.tensor([1, 0]), torch.tensor([0, 2]))
+    assert pool.tolist() == [[[8.0, 9.0]], [[3.0, 4.0]]]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ({"slots": torch.tensor([0, 0])}, "a slot may be named once per call"),
+        ({"slots": torch.tensor([0, 5])}, "slots must be in [0, 3)"),
+        ({"starts": torch.tensor([0, 3, 2])}, "starts must rise from 0 to 4"),
+        ({"has_state": torch.tensor([True])}, "has_state must have len(slots) = 2"),
+    ],
+)
+def test_a_call_outside_section_11_is_refused_and_nothing_mutated(call: dict[str, Any], message: str) -> None:
+    args = {
+        "x": torch.randn(4, 2),
+        "weight": torch.randn(2, 3),
+        "bias": None,
+        "activation": None,
+        "pool": torch.randn(3, 2, 2),
+        "starts": torch.tensor([0, 1, 4]),
+        "slots": torch.tensor([0, 1]),
+        "has_state": torch.tensor([True, False]),
+        **call,
+    }
+    before = args["pool"].clone()
+    with pytest.raises(InvalidArgument, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        ref.prefill(**args)
+    assert torch.equal(args["pool"], before)
+
+
+def test_every_engine_path_is_listed_and_one_that_cannot_run_says_why() -> None:
+    names = [a.name for a in engine_adapters()]
+    assert names[0] == "reference"
+    assert {"vllm-cpu-torch", "vllm-interpret", "vllm-gpu", "sglang-interpret", "sglang-gpu"} <= set(names)
+    for adapter in engine_adapters():
+        reason = adapter.unavailable()
+        assert reason is None or adapter.name in {a.name for a in engine_adapters() if isinstance(a, EngineOps)}
+        if isinstance(adapter, EngineOps) and reason is not None:
+            assert adapter.engine in reason or "CUDA" in reason or "TRITON_INTERPRET" in reason
+
+
+@pytest.mark.slow
+@pytest.mark.teeth
+@pytest.mark.parametrize("entry", SERVING, ids=[e[0] for e in SERVING])
+def test_the_records_for_the_registry_run_through_the_runner(entry: Any) -> None:
+    """What the lead pastes into the registry (:data:`gdn_equiv.serving.records.SERVING`) gives a green row on
+    the reference and a FAIL row on each planted engine the record names, through ``run_property`` itself."""
+    name, summary, premise, check, teeth = entry
+    record = PropertyRecord(name, summary, premise, check, per_dtype=False, not_applicable=not_applicable, teeth=teeth)
+    assert teeth
+    row = run_property(name, "reference", max_examples=10, record=record, family="gdn")
+    assert row.result in ("pass", "not exercised"), row.failure
+    for defect in teeth:
+        row = run_property(name, defect, max_examples=200, record=record, family="gdn")
+        assert row.result == "FAIL", (defect, row.result)
+
+
+def test_an_engine_version_the_table_lacks_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engines, "installed_version", lambda engine: "9.9.9")
+    reason = EngineOps("vllm", "cpu-torch").unavailable()
+    assert reason == "vllm 9.9.9 is not a version the adapter knows; known versions: 0.34.0"
+
+
+class _KernelRaises(EngineOps):
+    """An engine whose ops import but whose kernel raises on the smallest call (as the Triton interpreter does
+    on vLLM's and sglang's kernels)."""
+
+    def unavailable(self) -> str | None:
+        self.version = "0.34.0"
+        self._smoke = (self._try_smallest_call(),)
+        return self._smoke[0]
+
+    def _ops(self) -> tuple[Any, Any]:
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            raise ValueError("mask has unsupported dtype")
+
+        return kernel, kernel
+
+
+def test_a_path_that_imports_but_cannot_run_says_what_the_engine_raised() -> None:
+    reason = _KernelRaises("vllm", "cpu-torch").unavailable()
+    assert reason is not None and reason.endswith("ValueError: mask has unsupported dtype")
+    assert "smallest call, D1 W2 one token" in reason
+
+
+def test_a_path_without_speculative_steps_refuses_an_accepted_count() -> None:
+    adapter = EngineOps("vllm", "cpu-torch")
+    assert not adapter.speculative and "C++ op" in str(adapter.not_speculative)
+    with pytest.raises(S.NotExercised, match="takes no accepted count"):
+        adapter.step(None, torch.zeros(1, 2, 1), torch.ones(1, 2), None, None, torch.tensor([1]), torch.tensor([1]))
