@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -202,7 +203,8 @@ def test_each_premise_draws_what_its_record_says(name: str) -> None:
     find(strategy, collect, settings=settings(database=None, max_examples=200, phases=[Phase.generate]))
     for example, must_apply in seen:
         assert (example.family, example.dtype, example.config.conv_backend) == ("kda", "float16", "torch")
-        spec = decide(build_layer(example).layer_facts(), example.call_facts())
+        layer: Any = build_layer(example)
+        spec = decide(layer.layer_facts(), example.call_facts())
         if name in ("P3-forward-exact", "P4-gradients") and must_apply:
             assert spec.fuse, (name, spec)
         if name == "P4-gradients":
