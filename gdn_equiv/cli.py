@@ -858,7 +858,7 @@ def cmd_families(args: argparse.Namespace) -> int:
         c = family.config_cls()
         if name in fla_only:  # fla's class with another family's examples (its channels are fla's)
             channels = [family.conv_channels(c, n) for n in c.SLOTS]
-            targets = f"fla ({family.like}'s examples)"
+            targets = f"[fla-only] fla, {family.like}'s examples"
         else:
             channels = [c.conv_channels(n) for n in c.SLOTS]
             targets = "gdn_equiv, fla" if family.fla_class else "gdn_equiv"

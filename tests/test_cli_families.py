@@ -31,7 +31,7 @@ def test_families_prints_a_header_and_aligned_rows(capsys: pytest.CaptureFixture
     assert names == [*families.known_families(), *families.fla_only_families()]
     gdn = next(row for row in lines if row.startswith("gated_deltanet "))
     assert "fla.layers.GatedDeltaNet " in gdn and "1536 / 1536 / 3072" in gdn and " silu " in gdn, gdn
-    assert "fla (gated_deltanet's examples)" in next(row for row in lines if row.startswith("gdn2 "))
+    assert "[fla-only] fla, gated_deltanet's examples" in next(row for row in lines if row.startswith("gdn2 "))
 
 
 def test_a_family_that_cannot_load_keeps_its_row(
