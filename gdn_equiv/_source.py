@@ -32,7 +32,7 @@ def alias_strategies() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules["gdn_equiv.strategies"] = module
     spec.loader.exec_module(module)
-    gdn_equiv.strategies = module
+    gdn_equiv.strategies = module  # type: ignore[attr-defined,unused-ignore]  # mypy errs only where installed non-editable
 
 
 @functools.cache

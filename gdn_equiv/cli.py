@@ -876,16 +876,35 @@ def _bench_outcome(report: dict[str, Any], plot: Path | None, json_path: Path | 
 
 
 def cmd_families(args: argparse.Namespace) -> int:
+    """One aligned row per family: its fla layer, mask handling, conv channels and activations (for its
+    default config), the targets that run it, and what it computes."""
     from gdn_equiv.families import fla_only_families, get_family, known_families
 
-    for name in [*known_families(), *fla_only_families()]:  # the fla-only ones say so in their line
+    fla_only = fla_only_families()
+    rows = [["family", "fla layer", "mask", "q / k / v channels", "activation", "targets", "what it is"]]
+    for name in [*known_families(), *fla_only]:
         try:
-            family = get_family(name)
+            family: Any = get_family(name)
         except ImportError as exc:  # a family whose module (or its extra) is not installed
-            print(f"{name}  (cannot be loaded here: {_one_line(str(exc))})")
+            rows.append([name, "-", "-", "-", "-", "-", f"cannot be loaded here: {_one_line(str(exc))}"])
             continue
-        describe = getattr(family, "describe", None)
-        print(describe() if callable(describe) else name)
+        c = family.config_cls()
+        if name in fla_only:  # fla's class with another family's examples (its channels are fla's)
+            channels = [family.conv_channels(c, n) for n in c.SLOTS]
+            targets = f"[fla-only] fla, {family.like}'s examples"
+        else:
+            channels = [c.conv_channels(n) for n in c.SLOTS]
+            targets = "gdn_equiv, fla" if family.fla_class else "gdn_equiv"
+        activations = [str(c.conv_spec(n).activation or "none") for n in c.SLOTS]
+        activation = activations[0] if len(set(activations)) == 1 else " / ".join(activations)
+        fla_layer = family.fla_class or "-"
+        rows.append(
+            [name, fla_layer, family.mask, " / ".join(map(str, channels)), activation, targets, family.description]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    rows.insert(1, ["-" * w for w in widths])
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     return EXIT_OK
 
 
@@ -1128,6 +1147,7 @@ def _prepare_process(args: argparse.Namespace) -> None:
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")
         torch.set_num_threads(1)  # examples are tiny; threads cost more than they give
+    __import__("gdn_equiv.interpreter").interpreter.make_faithful()  # before any kernel runs (SPEC §10)
 
 
 @contextmanager

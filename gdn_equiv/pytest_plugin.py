@@ -158,6 +158,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         # no GPU: triton kernels run under the interpreter (set before triton is imported)
         os.environ["TRITON_INTERPRET"] = "1"
+    __import__("gdn_equiv.interpreter").interpreter.make_faithful()  # before any kernel runs (SPEC §10)
     threads = testing.worker_threads(os.environ)
     if threads is not None:
         import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -86,7 +87,7 @@ class ConvCall:
         """The layout of tensor ``name`` in this call (``contiguous`` unless :attr:`layouts` says otherwise)."""
         return dict(self.layouts).get(name, "contiguous")
 
-    def tensors(self, device: str = "cpu", *, grad: bool = False) -> dict[str, torch.Tensor | None]:
+    def tensors(self, device: str = "cpu", *, grad: bool = False) -> dict[str, Any]:  # Any: x never None, bias may be
         """``x [B,T,D]``, ``weight [D,W]``, ``bias [D]|None``, ``initial_state [N,D,W]|None``, ``cu_seqlens``,
         each in its :meth:`layout`. With ``grad``, each input is made from a contiguous leaf that
         requires grad (also returned, under ``"leaf." + name``), so the laid-out tensor carries a
