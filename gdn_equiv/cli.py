@@ -527,12 +527,18 @@ def _run(plan: Plan, header: str, deadline: float | None = None) -> int:
 
 def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
     from gdn_equiv import isolation
+    from gdn_equiv.interpreter import describe
 
     started = time.perf_counter()
     print(header, flush=True)
+    environment = describe()
+    if environment is not None:  # what this machine changes about the kernels' arithmetic, said up front
+        print(environment, flush=True)
     database = _database(plan)
     rows = ledger_rows(plan)
     with _writer(plan) as writer:
+        if environment is not None:
+            writer.meta["environment"] = environment
         writer.ask(rows)
         na = [r for r in rows if r.result == "n/a"]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)

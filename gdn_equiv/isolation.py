@@ -100,6 +100,9 @@ def _serve(conn: Any, env: dict[str, str], threads: int, setup: tuple[str, ...])
 
     torch.set_num_threads(threads)
     alias_strategies()  # a ConvCall arrives as gdn_equiv.strategies.convs.ConvCall, also from a source tree
+    from gdn_equiv.interpreter import make_faithful
+
+    make_faithful()  # a fresh process: Triton's interpreter rounds as the parent's does (as a GPU does)
     try:
         for step in setup:
             _resolve(step)()

@@ -208,6 +208,10 @@ import torch
 if {device!r} == "cpu" and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # as gdn-equiv ran it: Triton kernels in the interpreter
 
+from gdn_equiv.interpreter import make_faithful
+
+make_faithful()  # the interpreter rounding fp32->bf16 as a GPU does, as gdn-equiv ran it
+
 from gdn_equiv.example import Example
 from gdn_equiv.properties import {function}
 
