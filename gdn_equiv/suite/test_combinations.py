@@ -1,0 +1,53 @@
+"""Every combination of T against W, initial state, final state, packing and gradients, in every run.
+
+A kernel wrong only where regions meet (``T < W`` with an initial state, under gradients, without
+``cu_seqlens``) passes properties that reach each region on its own. Here each example draws one base
+call of the backend's scope (channels, width, dtype, bias, activation, layouts) and runs it in every
+feasible cell of :data:`gdn_equiv.strategies.combinations.CONV_DIMENSIONS` (120 on the torch backend),
+so a ``ci`` run reaches them all by construction; ``gdn-equiv coverage`` shows it (its combination
+tables), and ``tests/test_coverage.py`` fails a run that leaves a cell unreached.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from gdn_equiv.backends import get_backend, supported_widths
+from gdn_equiv.cells import check_cell
+from gdn_equiv.strategies import conv_calls
+from gdn_equiv.strategies.combinations import conv_cells
+from gdn_equiv.strategies.convs import LAYOUTS
+from gdn_equiv.testing import count_example
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def combination_calls(backend: str) -> st.SearchStrategy:
+    from gdn_equiv.conv_ops import supported_activations
+
+    lo, hi = supported_widths([backend])
+    widths = (lo, min(hi, 4))
+    base = conv_calls(
+        widths=widths,
+        varlen=False,
+        max_seq_len=1,
+        layouts=LAYOUTS,
+        activations=supported_activations([backend, "torch"]),
+        max_channels=40,
+    )
+    return conv_cells(base, widths=widths, varlen_initial_state=get_backend(backend).varlen_initial_state)
+
+
+# each example runs every cell (120 calls), so a sixth of the profile's examples keeps the test's cost
+# near the other conformance tests' while the base calls (channels, dtype, layouts) still vary
+@settings(deadline=None, max_examples=max(2, settings().max_examples // 6))
+@given(data=st.data())
+def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):
+    """One base call in every cell: y, the final state when requested, gradients when taken, within §6."""
+    cells = data.draw(combination_calls(gdn_backend), label="cells")
+    count_example()
+    note(f"{len(cells)} cells; a failure names its call and cell")
+    for cell, call in cells:
+        check_cell(call, cell, gdn_backend, device)
