@@ -31,7 +31,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.example import Example, build_layer
 
@@ -125,7 +124,7 @@ def naive_cores(family: str) -> Iterator[None]:
         from triton.runtime import autotuner
 
         patched_bench = autotuner.Autotuner.__dict__.get("do_bench")
-        autotuner.Autotuner.do_bench = property(lambda self: lambda fn, quantiles=None, **kw: [0.0, 0.0, 0.0])  # type: ignore[attr-defined]
+        autotuner.Autotuner.do_bench = property(lambda self: lambda fn, quantiles=None, **kw: [0.0, 0.0, 0.0])
     for name, fn in swaps.items():
         setattr(module, name, fn)
     try:
@@ -136,16 +135,17 @@ def naive_cores(family: str) -> Iterator[None]:
         if patched_bench is not None:
             from triton.runtime import autotuner
 
-            autotuner.Autotuner.do_bench = patched_bench  # type: ignore[attr-defined]
+            autotuner.Autotuner.do_bench = patched_bench
 
 
 @dataclass(frozen=True)
 class Difference:
-    """The largest difference of one compared tensor, against the table's bound at the largest
-    element (``atol + rtol |expected|``)."""
+    """One compared tensor: fla's and our largest distance from the fp64 truth, and the bar fla's must
+    stay under (:func:`gdn_equiv.compare.assert_as_accurate`: ``ACCURACY_FACTOR`` x ours plus one unit)."""
 
     name: str
-    max_abs: float
+    fla_error: float
+    our_error: float
     bound: float
 
 
@@ -164,52 +164,49 @@ def _fla_layer(example: Example, defaults: bool, layer_cls: type | None) -> tupl
     return ours, theirs
 
 
-def _run(layer: Any, x: Tensor, grad: bool) -> tuple[Tensor, dict[str, Tensor]]:
-    x = x.clone().requires_grad_(grad)
-    out = layer(x)
-    y = out[0] if isinstance(out, tuple) else out
-    if not grad:
-        return y.detach(), {}
-    params = dict(layer.named_parameters())
-    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(y.dtype)
-    grads = torch.autograd.grad(y, [x, *params.values()], dy, allow_unused=True)
-    return y.detach(), {"x": grads[0], **dict(zip(params, grads[1:], strict=True))}
+def _distance(value: Tensor | None, truth: Tensor | None) -> float:
+    if value is None or truth is None or not value.numel():
+        return 0.0
+    return float((value.double() - truth.double()).abs().max())
 
 
-def check_faithful(
-    example: Example, *, defaults: bool = False, grad: bool = True, layer_cls: type | None = None
-) -> list[Difference]:
+def check_faithful(example: Example, *, defaults: bool = False, layer_cls: type | None = None) -> list[Difference]:
     """Our reference layer (``layer_cls``: default the family's) and fla's layer of ``example``'s family
-    (same state_dict): output and, with ``grad``, the gradient of x and of every parameter, within the
-    tolerance table. Raises :class:`gdn_equiv.compare.Mismatch` on the first difference past it; returns
-    every compared tensor's largest difference."""
-    from gdn_equiv.compare import tolerance
+    (same state_dict) on the example's inputs: the output and, under ``example.grad``, dx and every
+    parameter's gradient, each no further from our layer's fp64 twin than ``ACCURACY_FACTOR`` x the least
+    accurate of our same-dtype runs (the project's bar for a whole layer of another implementation:
+    :func:`gdn_equiv.example.accuracy_runs`). Raises :class:`gdn_equiv.compare.Mismatch` on the first
+    tensor past it; returns every compared tensor's distances."""
+    from gdn_equiv.compare import ACCURACY_FACTOR, least_accurate
+    from gdn_equiv.example import accuracy_runs, assert_run_as_accurate, materialize, run_layer, unit_cotangent_backward
 
     reason = unfaithful_reason(example.family)
     if reason is not None:
         raise InvalidArgument(reason)
     if example.varlen != "none" or example.cache != "none" or example.use_cache:
         raise InvalidArgument(
-            f"faithfulness compares a plain forward (varlen='none', cache='none', use_cache=False), got {example.short()}"
+            f"faithfulness compares a plain call (varlen='none', cache='none', use_cache=False), got {example.short()}"
         )
     ours, theirs = _fla_layer(example, defaults, layer_cls)
-    gen = torch.Generator().manual_seed(example.seed)
-    x = (torch.randn(example.batch, example.seq_len, example.config.hidden_size, generator=gen) * example.scale).to(
-        example.torch_dtype
-    )
-    y_ref, g_ref = _run(ours, x, grad)
+    backward = unit_cotangent_backward(example.seed + 11) if example.grad else None
+
+    def inputs() -> Any:
+        return materialize(example, ours, "cpu")
+
     with naive_cores(example.family):
-        y, g = _run(theirs, x, grad)
-    pairs = [("output", y, y_ref), *((f"grad.{n}", g[n], g_ref[n]) for n in g_ref)]
-    rtol, atol = tolerance(example.torch_dtype)
-    out = []
+        got = run_layer(theirs, inputs(), backward)
+    refs, truth = accuracy_runs(ours, inputs, backward, seed=example.seed)
     context = f"{example.short()} ({'fla defaults' if defaults else 'our per-conv facts'})"
-    for name, got, want in pairs:
-        if got is None or want is None:
-            if (got is None) != (want is None):
-                raise AssertionError(f"{name}: gradient only on one side (fla {got is not None}, ours {want is not None})")
-            continue
-        assert_equivalent(got, want, name=name, paths=("fla", "ours"), exact=False, context=context)
-        diff = (got.double() - want.double()).abs()
-        out.append(Difference(name, float(diff.max()) if diff.numel() else 0.0, atol + rtol * float(want.abs().max() if want.numel() else 0)))
+    assert_run_as_accurate(got, refs, truth, paths=("fla", "ours"), context=context)
+    named: list[tuple[str, int, str | None]] = [("output", 0, None), *([("dx", 1, None)] if example.grad else [])]
+    named += [(f"grad.{n}", 2, n) for n in (got[2] if example.grad else {})]
+    out = []
+    for name, i, key in named:
+
+        def pick(run: Any, i: int = i, key: str | None = key) -> Tensor | None:
+            return run[i] if key is None else run[i].get(key)
+
+        bar = least_accurate([pick(r) for r in refs], pick(truth))
+        ours_error = _distance(bar, pick(truth))
+        out.append(Difference(name, _distance(pick(got), pick(truth)), ours_error, ACCURACY_FACTOR * ours_error))
     return out

@@ -71,8 +71,7 @@ class Cell(NamedTuple):
 def all_cells() -> list[Cell]:
     d = CONV_DIMENSIONS
     return [
-        Cell(length, i == "on", f == "requested", v, g == "on")
-        for length, i, f, v, g in itertools.product(*d.values())
+        Cell(length, i == "on", f == "requested", v, g == "on") for length, i, f, v, g in itertools.product(*d.values())
     ]
 
 
@@ -108,7 +107,7 @@ def cell_call(rng: random.Random, base: ConvCall, cell: Cell, widths: tuple[int,
     the region (packed: one sequence in the region beside a free one, and an empty one for
     ``cu_seqlens+empty``), an initial state as the cell says."""
     W = max(base.W, _min_width(cell.length))
-    if W > widths[1]:
+    if widths[1] < W:
         raise ValueError(f"{cell} is not feasible with widths {widths}")  # callers skip it (feasible())
     T = _length_in(rng, cell.length, W)
     lens: tuple[int, ...] = ()
