@@ -15,10 +15,11 @@ case at :data:`ZERO_SCALE_RATE` (at a quarter of the draws, ``x == 0`` hid every
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import random
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
@@ -29,12 +30,15 @@ from .facts import rare
 
 __all__ = [
     "CONV_DIMENSIONS",
+    "LAYER_DIMENSIONS",
     "ZERO_SCALE_RATE",
     "Cell",
     "cell_call",
     "conv_cells",
     "draw_scale",
     "feasible",
+    "layer_cell_examples",
+    "layer_cells",
 ]
 
 #: the input scale 0 (x == 0: every conv tap multiplies zero) as an edge case, not a quarter of the draws
@@ -150,3 +154,52 @@ def draw_scale(draw: st.DrawFn, scales: Sequence[float]) -> float:
     if not nonzero or (len(nonzero) < len(scales) and draw(rare(ZERO_SCALE_RATE))):
         return 0.0
     return draw(sampled(nonzero))
+
+
+#: the layer dimensions whose every combination a run reaches (:func:`layer_cells`), in the coverage
+#: report's names (:func:`gdn_equiv.coverage.example_regions`)
+LAYER_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "layer.cache": ("none", "empty", "populated"),
+    "layer.use_cache": ("on", "off"),
+    "layer.varlen": ("none", "cu_seqlens", "mask"),
+    "layer.grad": ("on", "off"),
+}
+
+
+def layer_cells() -> list[dict[str, str]]:
+    return [dict(zip(LAYER_DIMENSIONS, combo, strict=True)) for combo in itertools.product(*LAYER_DIMENSIONS.values())]
+
+
+def _in_cell(example: Any, cell: dict[str, str]) -> bool:
+    return (
+        example.cache == cell["layer.cache"]
+        and ("on" if example.use_cache else "off") == cell["layer.use_cache"]
+        and example.varlen == cell["layer.varlen"]
+    )
+
+
+@st.composite
+def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, str], Any]]:
+    """One example per cell of :data:`LAYER_DIMENSIONS` (36), each drawn from
+    :func:`gdn_equiv.strategies.examples` with the cell's options pinned (``kwargs`` passed on)."""
+    out = []
+    for cell in layer_cells():
+        pins = {
+            "cache": cell["layer.cache"] != "none",
+            "use_cache": cell["layer.use_cache"] == "on",
+            "varlen": cell["layer.varlen"] != "none",
+            "grad": cell["layer.grad"] == "on",
+        }
+        strategy = _cell_strategy(tuple(sorted({**kwargs, **pins}.items())), tuple(sorted(cell.items())))
+        out.append((cell, draw(strategy)))
+    return out
+
+
+@functools.lru_cache(maxsize=256)  # one strategy per cell and arguments: see gdn_equiv.testing.sampled
+def _cell_strategy(kwargs: tuple[tuple[str, Any], ...], cell: tuple[tuple[str, str], ...]) -> st.SearchStrategy[Any]:
+    from .examples import examples
+
+    wanted = dict(cell)
+    # examples() pins cache/varlen to "some kind"; the kind itself (empty or populated, cu_seqlens or
+    # mask) is filtered for: half the draws, never a health-check problem
+    return examples(fusable=None, **dict(kwargs)).filter(lambda e: _in_cell(e, wanted))

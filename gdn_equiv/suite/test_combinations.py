@@ -51,3 +51,33 @@ def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):
     note(f"{len(cells)} cells; a failure names its call and cell")
     for cell, call in cells:
         check_cell(call, cell, gdn_backend, device)
+
+
+#: the layer checks each cell runs: the path taken, and whichever of P3/P4/P5 the cell's state meets
+LAYER_CHECKS = ("check_path_taken", "check_forward_exact", "check_gradients", "check_fallback_exact")
+
+
+@pytest.mark.slow
+# 36 layer examples per example: a twentieth of the profile's examples
+@settings(deadline=None, max_examples=max(2, settings().max_examples // 20))
+@given(data=st.data())
+def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, device):
+    """One example per cell of cache x use_cache x varlen x grad: P2's path, and P3/P4/P5 where they apply."""
+    from gdn_equiv import properties as P
+    from gdn_equiv.coverage import label_example
+    from gdn_equiv.strategies.combinations import layer_cell_examples
+
+    cells = data.draw(
+        layer_cell_examples(backends=(gdn_backend,), family=gdn_families, max_seq_len=8), label="layer cells"
+    )
+    count_example()
+    for cell, example in cells:
+        label_example(example)
+        applied = 0
+        for name in LAYER_CHECKS:
+            try:
+                getattr(P, name)(example, device=device)
+                applied += 1
+            except P.NotApplicable:
+                continue
+        assert applied >= 2, f"only {applied} layer check applied in {cell}: {example.short()}"

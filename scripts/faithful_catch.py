@@ -1,0 +1,49 @@
+"""One gate run of the faithfulness property against a planted reference edit (gdn_equiv.planted.
+reference_defects), for scripts/catch_rate.py: exit 1 when the edit is caught, 0 when it is not.
+
+    python scripts/catch_rate.py --runs 20 -- python scripts/faithful_catch.py reference-gate-before-norm
+
+The examples are the gate's (gdn_equiv.suite.test_faithful's strategy and budget in the profile of
+HYPOTHESIS_PROFILE, ci by default), the database the one catch_rate.py gives each run (empty).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: fla's convs and norms on a CPU
+
+
+def main() -> int:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from gdn_equiv.testing import register_profiles
+
+    register_profiles()
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+    from gdn_equiv.compare import Mismatch
+    from gdn_equiv.faithful import check_faithful
+    from gdn_equiv.planted import reference_defects
+    from gdn_equiv.suite.test_faithful import MAX_EXAMPLES, faithful_examples
+
+    layer_cls = reference_defects()[sys.argv[1]]
+    warnings.simplefilter("ignore")
+
+    @settings(deadline=None, max_examples=MAX_EXAMPLES, suppress_health_check=list(HealthCheck))
+    @given(example=faithful_examples("gated_deltanet"), defaults=st.booleans())
+    def gate(example, defaults) -> None:
+        check_faithful(example, defaults=defaults, layer_cls=layer_cls)
+
+    try:
+        gate()
+    except Mismatch as exc:
+        print(str(exc).splitlines()[0])
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
