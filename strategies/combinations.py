@@ -170,36 +170,37 @@ def layer_cells() -> list[dict[str, str]]:
     return [dict(zip(LAYER_DIMENSIONS, combo, strict=True)) for combo in itertools.product(*LAYER_DIMENSIONS.values())]
 
 
-def _in_cell(example: Any, cell: dict[str, str]) -> bool:
-    return (
-        example.cache == cell["layer.cache"]
-        and ("on" if example.use_cache else "off") == cell["layer.use_cache"]
-        and example.varlen == cell["layer.varlen"]
-    )
-
-
 @st.composite
 def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, str], Any]]:
-    """One example per cell of :data:`LAYER_DIMENSIONS` (36), each drawn from
-    :func:`gdn_equiv.strategies.examples` with the cell's options pinned (``kwargs`` passed on)."""
+    """One example per cell of :data:`LAYER_DIMENSIONS` (36): drawn from
+    :func:`gdn_equiv.strategies.examples` (``kwargs`` passed on) without cache or packing, with
+    ``use_cache`` and ``grad`` pinned, then moved into the cell: packed (``cu_seqlens``, one row) or
+    masked rows, an empty cache or one populated by a prefix."""
+    from .examples import attention_mask_lens, cu_seqlens_for
+
     out = []
     for cell in layer_cells():
-        pins = {
-            "cache": cell["layer.cache"] != "none",
-            "use_cache": cell["layer.use_cache"] == "on",
-            "varlen": cell["layer.varlen"] != "none",
-            "grad": cell["layer.grad"] == "on",
-        }
-        strategy = _cell_strategy(tuple(sorted({**kwargs, **pins}.items())), tuple(sorted(cell.items())))
-        out.append((cell, draw(strategy)))
+        pins = {"cache": False, "varlen": False}
+        pins["use_cache"] = cell["layer.use_cache"] == "on"
+        pins["grad"] = cell["layer.grad"] == "on"
+        example = draw(_cell_strategy(tuple(sorted({**kwargs, **pins}.items()))))
+        changes: dict[str, Any] = {}
+        if cell["layer.varlen"] == "cu_seqlens":
+            lens = draw(cu_seqlens_for(example.seq_len, max_seqs=4))
+            changes.update(varlen="cu_seqlens", batch=1, seq_lens=lens)
+        elif cell["layer.varlen"] == "mask":
+            lens, side = draw(attention_mask_lens(batch=example.batch, seq_len=example.seq_len))
+            changes.update(varlen="mask", seq_lens=lens, pad_side=side)
+        if cell["layer.cache"] == "empty":
+            changes.update(cache="empty", prefix_len=0)
+        elif cell["layer.cache"] == "populated":
+            changes.update(cache="populated", prefix_len=draw(st.integers(1, 6)))
+        out.append((cell, dataclasses.replace(example, **changes)))
     return out
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per cell and arguments: see gdn_equiv.testing.sampled
-def _cell_strategy(kwargs: tuple[tuple[str, Any], ...], cell: tuple[tuple[str, str], ...]) -> st.SearchStrategy[Any]:
+@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.testing.sampled
+def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any]:
     from .examples import examples
 
-    wanted = dict(cell)
-    # examples() pins cache/varlen to "some kind"; the kind itself (empty or populated, cu_seqlens or
-    # mask) is filtered for: half the draws, never a health-check problem
-    return examples(fusable=None, **dict(kwargs)).filter(lambda e: _in_cell(e, wanted))
+    return examples(fusable=None, **dict(kwargs))

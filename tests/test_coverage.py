@@ -581,11 +581,12 @@ def _observe_run(tmp_path: Path, argv: list[str], profile: str = "ci") -> C.Tall
 
 
 @pytest.mark.slow
-def test_a_ci_run_of_the_combination_test_reaches_every_combination_of_the_triple_dimensions(tmp_path) -> None:
+def test_a_ci_run_of_the_combination_tests_reaches_every_combination_of_the_triple_dimensions(tmp_path) -> None:
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
     t = _observe_run(tmp_path, [*argv, "--pyargs", "gdn_equiv.suite.test_combinations"])
     within = C.TRIPLE_DIMENSIONS["conv"]
     assert C.unreached_combinations(t, "conv", within=within) == []
+    assert C.unreached_combinations(t, "layer", within=C.TRIPLE_DIMENSIONS["layer"]) == []
     # the control: random draws, as many examples, leave combinations of the same dimensions unreached
     (tmp_path / "control").mkdir()
     control = _observe_run(tmp_path / "control", [sys.executable, "-c", COMBINATION_RUN])
