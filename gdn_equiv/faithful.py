@@ -88,6 +88,54 @@ def naive_gated_delta_rule(
     return o.to(v.dtype), state
 
 
+def naive_kda(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_gate_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    lower_bound: float | None = None,
+    state_v_first: bool = False,
+    cu_seqlens: Tensor | None = None,
+    A_log: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    **unused: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """fla's ``chunk_kda`` signature over fla's ``naive_kda_gate`` / ``naive_kda_lowerbound_gate`` (the
+    gate its kernel computes in place, ``lower_bound`` choosing which) and ``naive_recurrent_kda``."""
+    from fla.ops.kda.gate import naive_kda_gate, naive_kda_lowerbound_gate
+    from fla.ops.kda.naive import naive_recurrent_kda
+
+    if cu_seqlens is not None:
+        raise InvalidArgument("the naive core runs dense batches only; give the example varlen='none'")
+    if use_gate_in_kernel:
+        if lower_bound is not None:
+            g = naive_kda_lowerbound_gate(g, A_log, dt_bias, lower_bound)
+        else:
+            assert A_log is not None
+            g = naive_kda_gate(g, A_log, dt_bias)
+    beta = beta.float()
+    if use_beta_sigmoid_in_kernel:
+        beta = torch.sigmoid(beta) * (2 if allow_neg_eigval else 1)
+    q, k = q.float(), k.float()
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2norm(q), _l2norm(k)
+    h0 = initial_state.transpose(-1, -2) if (initial_state is not None and state_v_first) else initial_state
+    o, state = naive_recurrent_kda(
+        q, k, v.float(), g.float(), beta, scale=scale, initial_state=h0, output_final_state=output_final_state
+    )
+    if state is not None and state_v_first:
+        state = state.transpose(-1, -2).contiguous()
+    return o.to(v.dtype), state
+
+
 #: family -> (fla's layer module, {the core names it calls: their naive adapter})
 _CORES: dict[str, tuple[str, dict[str, Any]]] = {
     "gated_deltanet": (
@@ -97,6 +145,7 @@ _CORES: dict[str, tuple[str, dict[str, Any]]] = {
             "fused_recurrent_gated_delta_rule": naive_gated_delta_rule,
         },
     ),
+    "kda": ("fla.layers.kda", {"chunk_kda": naive_kda, "fused_recurrent_kda": naive_kda}),
 }
 FAITHFUL_FAMILIES = tuple(_CORES)
 
