@@ -84,12 +84,20 @@ PAIR_DIMENSIONS = {
         "conv.dtype",
         "conv.layout",
     ),
-    "layer": ("layer.family", "layer.dtype", "layer.cache", "layer.use_cache", "layer.varlen", "layer.grad"),
+    "layer": (
+        "layer.family",
+        "layer.dtype",
+        "layer.length",
+        "layer.cache",
+        "layer.use_cache",
+        "layer.varlen",
+        "layer.grad",
+    ),
 }
 #: per kind, the dimensions whose triples of regions the report counts (where kernels branch together)
 TRIPLE_DIMENSIONS = {
     "conv": ("conv.length", "conv.initial_state", "conv.final_state", "conv.varlen", "conv.grad"),
-    "layer": ("layer.cache", "layer.use_cache", "layer.varlen", "layer.grad"),
+    "layer": ("layer.length", "layer.cache", "layer.use_cache", "layer.varlen", "layer.grad"),
 }
 
 
@@ -144,6 +152,7 @@ def dimensions() -> tuple[Dimension, ...]:
         Dimension("layer.family", "layer family", tuple(known_families())),
         Dimension("layer.dtype", "dtype of the layer and x", ("float32", "float16", "bfloat16")),
         Dimension("layer.param_dtype", "conv parameter dtype against the layer's (short convs on)", ("same", "mixed")),
+        Dimension("layer.length", "tokens per sequence T against the q conv's width W", ("T<W-1", "T>=W-1")),
         Dimension("layer.cache", "cache state", ("none", "empty", "populated")),
         Dimension("layer.use_cache", "cache written (use_cache)", ("on", "off")),
         Dimension("layer.varlen", "variable lengths", ("none", "cu_seqlens", "mask")),
@@ -236,6 +245,10 @@ def example_regions(example: Example) -> dict[str, tuple[str, ...]]:
     if config.use_short_conv:
         params = {config.conv_spec(slot).dtype or example.dtype for slot in config.SLOTS}
         regions["layer.param_dtype"] = ("same" if params == {example.dtype} else "mixed",)
+        W = config.slot_kernel_size(config.SLOTS[0])
+        lengths = example.seq_lens if example.varlen == "cu_seqlens" else (example.seq_len,)
+        # T < W-1: the window reaches past the newest state slot (fla #1140's region)
+        regions["layer.length"] = tuple(dict.fromkeys("T<W-1" if T < W - 1 else "T>=W-1" for T in lengths))
     if example.varlen == "cu_seqlens":
         one_token = bool(example.seq_lens) and all(n == 1 for n in example.seq_lens)
     else:

@@ -159,6 +159,7 @@ def draw_scale(draw: st.DrawFn, scales: Sequence[float]) -> float:
 #: the layer dimensions whose every combination a run reaches (:func:`layer_cells`), in the coverage
 #: report's names (:func:`gdn_equiv.coverage.example_regions`)
 LAYER_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "layer.length": ("T<W-1", "T>=W-1"),
     "layer.cache": ("none", "empty", "populated"),
     "layer.use_cache": ("on", "off"),
     "layer.varlen": ("none", "cu_seqlens", "mask"),
@@ -172,24 +173,35 @@ def layer_cells() -> list[dict[str, str]]:
 
 @st.composite
 def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, str], Any]]:
-    """One example per cell of :data:`LAYER_DIMENSIONS` (36): drawn from
-    :func:`gdn_equiv.strategies.examples` (``kwargs`` passed on) without cache or packing, with
-    ``use_cache`` and ``grad`` pinned, then moved into the cell: packed (``cu_seqlens``, one row) or
+    """One example per cell of :data:`LAYER_DIMENSIONS` (72): drawn from
+    :func:`gdn_equiv.strategies.examples` (``kwargs`` passed on) with short convs, without cache or
+    packing, with ``use_cache`` and ``grad`` pinned, then moved into the cell: a length against the q
+    conv's width, packed (``cu_seqlens``: a sequence of that length beside another, possibly empty) or
     masked rows, an empty cache or one populated by a prefix."""
-    from .examples import attention_mask_lens, cu_seqlens_for
+    from .examples import attention_mask_lens
 
     out = []
     for cell in layer_cells():
-        pins = {"cache": False, "varlen": False}
+        pins: dict[str, Any] = {"cache": False, "varlen": False, "use_short_conv": True}
         pins["use_cache"] = cell["layer.use_cache"] == "on"
         pins["grad"] = cell["layer.grad"] == "on"
         example = draw(_cell_strategy(tuple(sorted({**kwargs, **pins}.items()))))
+        config = example.config
+        W = config.slot_kernel_size(config.SLOTS[0])  # >= 2 (layer_configs)
         changes: dict[str, Any] = {}
+        if cell["layer.length"] == "T<W-1" and W < 3:  # every conv 3 wide: T = 1 is then short of W-1
+            specs = {f"{s}_conv": dataclasses.replace(config.conv_spec(s), kernel_size=None) for s in config.SLOTS}
+            config = dataclasses.replace(config, conv_size=3, **specs)
+            changes["config"] = config
+            W = 3
+        T = draw(st.integers(1, W - 2) if cell["layer.length"] == "T<W-1" else st.integers(W - 1, W + 6))
+        changes["seq_len"] = T
         if cell["layer.varlen"] == "cu_seqlens":
-            lens = draw(cu_seqlens_for(example.seq_len, max_seqs=4))
-            changes.update(varlen="cu_seqlens", batch=1, seq_lens=lens)
+            other = draw(st.integers(0, W + 2))
+            lens = (T, other) if draw(st.booleans()) else (other, T)
+            changes.update(varlen="cu_seqlens", batch=1, seq_len=sum(lens), seq_lens=lens)
         elif cell["layer.varlen"] == "mask":
-            lens, side = draw(attention_mask_lens(batch=example.batch, seq_len=example.seq_len))
+            lens, side = draw(attention_mask_lens(batch=example.batch, seq_len=T))
             changes.update(varlen="mask", seq_lens=lens, pad_side=side)
         if cell["layer.cache"] == "empty":
             changes.update(cache="empty", prefix_len=0)

@@ -181,12 +181,19 @@ def test_a_mixed_precision_decode_step_is_labelled() -> None:
         "layer.family": ("gated_deltanet",),
         "layer.dtype": ("bfloat16",),
         "layer.param_dtype": ("mixed",),
+        "layer.length": ("T<W-1",),  # each packed sequence one token, the q conv 4 wide
         "layer.cache": ("populated",),
         "layer.use_cache": ("on",),
         "layer.varlen": ("cu_seqlens",),
         "layer.grad": ("off",),
         "layer.step": ("step",),  # every packed sequence one token, no autograd
     }
+
+
+@pytest.mark.parametrize("lens, regions", [((2, 5), ("T<W-1", "T>=W-1")), ((3,), ("T>=W-1",))])
+def test_layer_length_is_per_packed_sequence_against_the_q_conv_width(lens, regions) -> None:
+    ex = _example(varlen="cu_seqlens", seq_lens=lens, seq_len=sum(lens), config={"conv_size": 4})
+    assert C.example_regions(ex)["layer.length"] == regions
 
 
 def test_a_masked_one_token_call_with_gradients_is_labelled() -> None:
@@ -215,6 +222,7 @@ def test_without_short_convs_there_is_no_parameter_dtype_and_packed_longer_calls
     ex = _example(config={"use_short_conv": False}, varlen="cu_seqlens", seq_lens=(1, 2), seq_len=3, grad=False)
     regions = C.example_regions(ex)
     assert "layer.param_dtype" not in regions
+    assert "layer.length" not in regions  # no conv, no width to measure T against
     assert "layer.grad_with" not in regions
     assert regions["layer.step"] == ("multi-token",)
 

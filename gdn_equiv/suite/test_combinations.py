@@ -53,8 +53,16 @@ def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):
         check_cell(call, cell, gdn_backend, device)
 
 
-#: the layer checks each cell runs: the path taken, and whichever of P3/P4/P5 the cell's state meets
-LAYER_CHECKS = ("check_path_taken", "check_forward_exact", "check_gradients", "check_fallback_exact")
+#: the layer checks each cell runs: the path taken, whichever of P3/P4/P5 the cell's state meets, and
+#: the layer on the backend against the layer on torch (P7: a kernel wrong at a combination is wrong on
+#: both paths alike, which P3-P5 compare with each other)
+LAYER_CHECKS = (
+    "check_path_taken",
+    "check_forward_exact",
+    "check_gradients",
+    "check_fallback_exact",
+    "check_backend_matches_torch",
+)
 
 
 @pytest.mark.slow
