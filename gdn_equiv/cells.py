@@ -14,10 +14,11 @@ from gdn_equiv.conformance import _close, _forward, _slots, _state_name
 from gdn_equiv.coverage import label_conv_call
 
 if TYPE_CHECKING:
+    from gdn_equiv.example import Example
     from gdn_equiv.strategies import ConvCall
     from gdn_equiv.strategies.combinations import Cell
 
-__all__ = ["check_cell"]
+__all__ = ["check_cell", "check_example_in_every_cell"]
 
 
 def _run(call: ConvCall, backend: str, device: str, *, final: bool, grad: bool, unused: int) -> dict:
@@ -54,3 +55,30 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
                 _close(value[..., s], ref[name][..., s], _state_name(backend, call.W, name), backend, context)
             continue
         _close(value, ref[name], name, backend, context)
+
+
+def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> None:
+    """The conv call of a layer example (:func:`gdn_equiv.conformance.conv_call_of`, dense) moved into
+    every feasible cell of the combination grid on its backend, each checked by :func:`check_cell`:
+    the form a registry row (``check``/``fuzz``) can run. Lengths inside each region come from the
+    example's seed. :class:`gdn_equiv.properties.NotApplicable` where the layer makes no such call."""
+    import dataclasses
+    import random
+
+    from gdn_equiv.backends import supported_widths
+    from gdn_equiv.conformance import NotAConvCall, conv_call_of
+    from gdn_equiv.properties import NotApplicable
+    from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
+
+    try:
+        call, _, backend = conv_call_of(example)
+    except NotAConvCall as exc:
+        raise NotApplicable(str(exc)) from None
+    lo, hi = supported_widths([backend])
+    widths = (lo, min(hi, 4))
+    base = dataclasses.replace(call, seq_lens=(), B=max(1, call.B))
+    rng = random.Random(example.seed)
+    varlen_state = get_backend(backend).varlen_initial_state
+    for cell in all_cells():
+        if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None:
+            check_cell(cell_call(rng, base, cell, widths), cell, backend, device)

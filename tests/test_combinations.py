@@ -91,3 +91,21 @@ def test_zero_input_scale_is_an_edge_case_not_a_quarter_of_the_draws() -> None:
     zeros = scales.count(0.0) / len(scales)
     assert 0 < zeros < 2 * ZERO_SCALE_RATE + 0.03, {s: scales.count(s) for s in set(scales)}  # was 1 in 4
     assert {1.0, 100.0, 1e4} <= set(scales)
+
+
+def test_a_layer_examples_conv_call_in_every_cell_catches_the_no_final_kernel() -> None:
+    from gdn_equiv.cells import check_example_in_every_cell
+    from gdn_equiv.example import Example
+    from gdn_equiv.families import get_family
+
+    backend = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
+    family = get_family("gated_deltanet")
+    with registered(backend):
+        for name, caught in (("torch", False), (backend.name, True)):
+            config = family.config_cls(**dict(family.small), conv_backend=name)
+            example = Example(config=config, family="gated_deltanet", dtype="float32", batch=1, seq_len=3, seed=5)
+            if caught:
+                with pytest.raises(Mismatch):
+                    check_example_in_every_cell(example)
+            else:
+                check_example_in_every_cell(example)
