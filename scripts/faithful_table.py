@@ -57,7 +57,7 @@ def main() -> int:
             except Mismatch as exc:
                 print(exc)
                 status = 1
-    print(f"fla {fla_version()}: family | variant | pass | max |fla - fp64| | bar (2x ours) at that tensor")
+    print(f"fla {fla_version()}: family | variant | direction | max |fla - fp64| | bar (2x ours) at that tensor")
     for (family, variant, direction), (err, bound) in sorted(worst.items()):
         print(f"| {family} | {variant} | {direction} | {err:.2e} | {bound:.2e} |")
     return status
