@@ -15,10 +15,18 @@ Two kinds of example carry labels, each from one place: a single conv-backend ca
 (:func:`label_conv_call`, from the conformance and ground-truth properties) and a whole layer example
 (:func:`label_example`, from the P2-P5 properties). Labelling outside a Hypothesis test does nothing,
 so the ``check_*`` functions stay callable from plain tests.
+
+Regions also meet: a kernel wrong only for ``T < W`` with an initial state under gradients reaches
+every one-dimensional table and can still go unexercised. So each labelled call or example also
+carries one *joint* label (``coverage:conv.call=`` / ``coverage:layer.example=`` followed by its
+regions, :func:`joint_label`), and the report counts the combinations of regions that one call or
+example held together: every pair over :data:`PAIR_DIMENSIONS` and every triple over
+:data:`TRIPLE_DIMENSIONS` (:func:`combinations`), unreached ones listed first.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -33,13 +41,18 @@ if TYPE_CHECKING:
     from gdn_equiv.strategies.convs import ConvCall
 
 __all__ = [
+    "PAIR_DIMENSIONS",
     "PREFIX",
+    "TRIPLE_DIMENSIONS",
+    "Combination",
     "Dimension",
     "Tally",
+    "combinations",
     "conv_call_regions",
     "dimensions",
     "example_regions",
     "format_report",
+    "joint_label",
     "label_conv_call",
     "label_example",
     "labels",
@@ -47,6 +60,7 @@ __all__ = [
     "read_observed",
     "report_json",
     "tally",
+    "unreached_combinations",
 ]
 
 #: every coverage event starts with this, so other events (and Hypothesis' own) are left alone
@@ -56,6 +70,35 @@ PREFIX = "coverage:"
 CHANNEL_BUCKETS = ((16, "1-16"), (64, "17-64"), (256, "65-256"), (1024, "257-1024"))
 #: time tiles kernels use (16..128 in fla and causal-conv1d; 256 on a GPU run)
 TILES = (16, 32, 64, 128, 256)
+#: the joint label's dimension, per kind
+JOINT = {"conv": "conv.call", "layer": "layer.example"}
+#: per kind, the dimensions whose pairs of regions the report counts
+PAIR_DIMENSIONS = {
+    "conv": (
+        "conv.length",
+        "conv.initial_state",
+        "conv.final_state",
+        "conv.varlen",
+        "conv.grad",
+        "conv.channels",
+        "conv.dtype",
+        "conv.layout",
+    ),
+    "layer": (
+        "layer.family",
+        "layer.dtype",
+        "layer.length",
+        "layer.cache",
+        "layer.use_cache",
+        "layer.varlen",
+        "layer.grad",
+    ),
+}
+#: per kind, the dimensions whose triples of regions the report counts (where kernels branch together)
+TRIPLE_DIMENSIONS = {
+    "conv": ("conv.length", "conv.initial_state", "conv.final_state", "conv.varlen", "conv.grad"),
+    "layer": ("layer.length", "layer.cache", "layer.use_cache", "layer.varlen", "layer.grad"),
+}
 
 
 @dataclass(frozen=True)
@@ -109,6 +152,7 @@ def dimensions() -> tuple[Dimension, ...]:
         Dimension("layer.family", "layer family", tuple(known_families())),
         Dimension("layer.dtype", "dtype of the layer and x", ("float32", "float16", "bfloat16")),
         Dimension("layer.param_dtype", "conv parameter dtype against the layer's (short convs on)", ("same", "mixed")),
+        Dimension("layer.length", "tokens per sequence T against the q conv's width W", ("T<W-1", "T>=W-1")),
         Dimension("layer.cache", "cache state", ("none", "empty", "populated")),
         Dimension("layer.use_cache", "cache written (use_cache)", ("on", "off")),
         Dimension("layer.varlen", "variable lengths", ("none", "cu_seqlens", "mask")),
@@ -201,6 +245,10 @@ def example_regions(example: Example) -> dict[str, tuple[str, ...]]:
     if config.use_short_conv:
         params = {config.conv_spec(slot).dtype or example.dtype for slot in config.SLOTS}
         regions["layer.param_dtype"] = ("same" if params == {example.dtype} else "mixed",)
+        W = config.slot_kernel_size(config.SLOTS[0])
+        lengths = example.seq_lens if example.varlen == "cu_seqlens" else (example.seq_len,)
+        # T < W-1: the window reaches past the newest state slot (fla #1140's region)
+        regions["layer.length"] = tuple(dict.fromkeys("T<W-1" if T < W - 1 else "T>=W-1" for T in lengths))
     if example.varlen == "cu_seqlens":
         one_token = bool(example.seq_lens) and all(n == 1 for n in example.seq_lens)
     else:
@@ -222,7 +270,25 @@ def labels(regions: Mapping[str, Iterable[str]]) -> list[str]:
     return [f"{PREFIX}{dimension}={region}" for dimension, values in regions.items() for region in values]
 
 
-def _emit(regions: Mapping[str, Iterable[str]]) -> None:
+def joint_label(kind: str, regions: Mapping[str, Iterable[str]]) -> str:
+    """The one label holding every region of one call (``kind="conv"``) or example (``"layer"``):
+    ``coverage:conv.call=conv.length:T<W-1,T=W;conv.grad:on;...`` (:func:`parse_joint` reads it)."""
+    body = ";".join(f"{d}:{','.join(v)}" for d, v in sorted(regions.items()) if d in PAIR_DIMENSIONS[kind])
+    return f"{PREFIX}{JOINT[kind]}={body}"
+
+
+def parse_joint(label: str) -> tuple[str, dict[str, tuple[str, ...]]] | None:
+    """``(kind, regions)`` of a :func:`joint_label`, ``None`` for any other label."""
+    for kind, name in JOINT.items():
+        head = f"{PREFIX}{name}="
+        if label.startswith(head):
+            body = label[len(head) :]
+            parts = (p.split(":", 1) for p in body.split(";") if ":" in p)
+            return kind, {d: tuple(v.split(",")) for d, v in parts}
+    return None
+
+
+def _emit(regions: Mapping[str, Iterable[str]], kind: str) -> None:
     from hypothesis import event
     from hypothesis.control import currently_in_test_context
 
@@ -230,18 +296,19 @@ def _emit(regions: Mapping[str, Iterable[str]]) -> None:
         return
     for label in labels(regions):
         event(label)
+    event(joint_label(kind, regions))
 
 
 def label_conv_call(call: ConvCall, *, grad: bool, final_state: bool) -> None:
     """Record the regions of a conv call as Hypothesis events of the running example (see
     :func:`conv_call_regions`); does nothing outside a Hypothesis test."""
-    _emit(conv_call_regions(call, grad=grad, final_state=final_state))
+    _emit(conv_call_regions(call, grad=grad, final_state=final_state), "conv")
 
 
 def label_example(example: Example) -> None:
     """Record the regions of a layer example as Hypothesis events of the running example (see
     :func:`example_regions`); does nothing outside a Hypothesis test."""
-    _emit(example_regions(example))
+    _emit(example_regions(example), "layer")
 
 
 # ---- reading a run's observations ----------------------------------------------------------------
@@ -344,6 +411,87 @@ def not_reached(t: Tally) -> list[str]:
     return [f"{PREFIX}{dim.name}={region}" for dim, rows in _rows(t) for region, n, _ in rows if n == 0]
 
 
+@dataclass(frozen=True)
+class Combination:
+    """Regions of several dimensions held by one call or example together; ``examples``: how many
+    (a call counted once per example it ran in)."""
+
+    kind: str
+    dimensions: tuple[str, ...]
+    regions: tuple[str, ...]
+    examples: int
+
+    @property
+    def name(self) -> str:
+        return " & ".join(f"{d}={r}" for d, r in zip(self.dimensions, self.regions, strict=True))
+
+
+def _dimension_sets(kind: str) -> list[tuple[str, ...]]:
+    pairs = list(itertools.combinations(PAIR_DIMENSIONS[kind], 2))
+    return [*pairs, *itertools.combinations(TRIPLE_DIMENSIONS[kind], 3)]
+
+
+def combinations(t: Tally, kind: str | None = None) -> list[Combination]:
+    """Every expected combination (each pair over :data:`PAIR_DIMENSIONS`, each triple over
+    :data:`TRIPLE_DIMENSIONS`) with the examples whose joint labels held it, unreached ones first, then
+    in dimension order; a region outside a dimension's expected ones is left out."""
+    expected = {d.name: d.regions for d in dimensions()}
+    joint: Counter[str] = Counter()
+    for counts in t.labels.values():
+        joint.update({label: n for label, n in counts.items() if parse_joint(label) is not None})
+    out = []
+    for k in (kind,) if kind is not None else tuple(JOINT):
+        seen: Counter[tuple[tuple[str, ...], tuple[str, ...]]] = Counter()
+        for label, n in joint.items():
+            parsed = parse_joint(label)
+            if parsed is None or parsed[0] != k:
+                continue
+            regions = parsed[1]
+            for dims in _dimension_sets(k):
+                if all(d in regions for d in dims):
+                    for combo in itertools.product(*(regions[d] for d in dims)):
+                        seen[dims, combo] += n
+        for dims in _dimension_sets(k):
+            for combo in itertools.product(*(expected[d] for d in dims)):
+                out.append(Combination(k, dims, combo, seen[dims, combo]))
+    order = {c: i for i, c in enumerate(out)}
+    return sorted(out, key=lambda c: (c.examples > 0, order[c]))
+
+
+def unreached_combinations(
+    t: Tally, kind: str | None = None, *, within: tuple[str, ...] | None = None
+) -> list[Combination]:
+    """The expected combinations no example reached; ``within``: only those over these dimensions (the
+    ones a strategy promises to reach by construction, e.g. ``TRIPLE_DIMENSIONS["conv"]``)."""
+    return [
+        c for c in combinations(t, kind) if c.examples == 0 and (within is None or set(c.dimensions) <= set(within))
+    ]
+
+
+def _combination_lines(t: Tally) -> list[str]:
+    lines = ["", "## combinations: regions one call or example held together (unreached first)"]
+    for kind in JOINT:
+        combos = combinations(t, kind)
+        if not any(c.examples for c in combos):
+            lines += [
+                "",
+                f"### {kind}",
+                "",
+                f"NOT REACHED: no {JOINT[kind]} label (none of its {len(combos)} combinations)",
+            ]
+            continue
+        missing = [c for c in combos if not c.examples]
+        lines += ["", f"### {kind}: {len(missing)} of {len(combos)} combination(s) NOT REACHED", ""]
+        lines += [f"- NOT REACHED: {c.name}" for c in missing]
+        lines += ["", "| dimensions | combinations | reached | fewest examples |", "| --- | ---: | ---: | ---: |"]
+        for dims in _dimension_sets(kind):
+            group = [c for c in combos if c.dimensions == dims]
+            reached = [c for c in group if c.examples]
+            least = min((c.examples for c in group), default=0)
+            lines.append(f"| {' x '.join(dims)} | {len(group)} | {len(reached)} | {least} |")
+    return lines
+
+
 def format_report(t: Tally) -> str:
     """The report as markdown: a header line, one table per dimension (every expected region, ``NOT
     REACHED`` where no example was in it), and one row per test."""
@@ -358,6 +506,7 @@ def format_report(t: Tally) -> str:
         f"From {len(t.files)} file(s) written by {len(t.processes)} process(es) "
         f"({', '.join(p.name for p in t.files)}); {t.gave_up} test case(s) that gave up not counted. "
         "Examples per region (an example can sit in several regions of one dimension).",
+        *_combination_lines(t),
     ]
     for dim, rows in _rows(t):
         if not present[dim.kind]:
@@ -375,9 +524,11 @@ def format_report(t: Tally) -> str:
             lines.append(f"| {region} | {n} | {tests} | {mark} |")
     lines += ["", "## per test", "", "| test | examples | labelled | regions |", "| --- | ---: | ---: | ---: |"]
     for test in sorted(t.examples):
-        regions = len(t.labels.get(test, ()))
+        regions = sum(1 for label in t.labels.get(test, ()) if parse_joint(label) is None)
         lines.append(f"| {test} | {t.examples[test]} | {t.labelled[test]} | {regions} |")
     missing = not_reached(t)
+    unreached = unreached_combinations(t)
+    lines += ["", f"{len(unreached)} expected combination(s) NOT REACHED"]
     lines += ["", f"{len(missing)} expected region(s) NOT REACHED" + (f": {', '.join(missing)}" if missing else "")]
     return "\n".join(lines)
 
@@ -406,4 +557,9 @@ def report_json(t: Tally) -> dict[str, Any]:
             for test in sorted(t.examples)
         },
         "not_reached": not_reached(t),
+        "combinations": [
+            {"kind": c.kind, "dimensions": list(c.dimensions), "regions": list(c.regions), "examples": c.examples}
+            for c in combinations(t)
+        ],
+        "combinations_not_reached": [c.name for c in unreached_combinations(t)],
     }

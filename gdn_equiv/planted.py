@@ -18,7 +18,7 @@ from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.conv_ops import apply_conv_facts
 from gdn_equiv.guard import decide
 
-__all__ = ["BACKENDS", "LAYER_DEFECTS", "fused_biases", "fused_conv", "fused_weights"]
+__all__ = ["BACKENDS", "COMBINATION_BACKENDS", "LAYER_DEFECTS", "fused_biases", "fused_conv", "fused_weights"]
 
 
 def fused_conv(
@@ -117,3 +117,106 @@ BACKENDS: dict[str, Backend] = {
     "planted-scaled": Backend("planted-scaled", forward=_scaled, update=tb.update),
     "planted-wide-rounding": Backend("planted-wide-rounding", forward=_wide_rounding, update=tb.update),
 }
+
+
+# ---- defects only where regions meet (gdn_equiv.suite.test_combinations reaches them by construction)
+
+
+def _grad_taken(*tensors: Any) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _short_state_grad(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """A kernel whose backward-saving variant loads the initial state one slot off, a code path taken only
+    when ``T < W`` (the window reaches into the state), an initial state is given, gradients are taken and
+    no ``cu_seqlens`` is given: each region on its own runs the right code."""
+    T, W = x.shape[1], weight.shape[-1]
+    if T < W and initial_state is not None and cu_seqlens is None and _grad_taken(x, weight, initial_state):
+        initial_state = torch.cat([initial_state[..., 1:], initial_state[..., -1:]], dim=-1)
+    return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+def _short_state_grad_no_final(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """As :func:`_short_state_grad`, and only in the variant that writes no final state (the one a layer
+    runs on a prefill without ``use_cache``): every conformance check that asks for the final state
+    runs the right code."""
+    if output_final_state:
+        return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return _short_state_grad(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+#: name -> a conv backend wrong only at a combination of regions
+COMBINATION_BACKENDS: dict[str, Backend] = {
+    "planted-short-state-grad": Backend("planted-short-state-grad", forward=_short_state_grad, update=tb.update),
+    "planted-short-state-grad-no-final": Backend(
+        "planted-short-state-grad-no-final", forward=_short_state_grad_no_final, update=tb.update
+    ),
+}
+BACKENDS.update(COMBINATION_BACKENDS)
+#: the same, importable as ``--gdn-backend gdn_equiv.planted:SHORT_STATE_GRAD`` (a fresh process)
+SHORT_STATE_GRAD = COMBINATION_BACKENDS["planted-short-state-grad"]
+SHORT_STATE_GRAD_NO_FINAL = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
+
+
+# ---- in-house reference layers that silently differ from fla's (gdn_equiv.faithful must catch them)
+
+
+def _gated_deltanet() -> type:
+    from gdn_equiv.families.gated_deltanet import GatedDeltaNet
+
+    return GatedDeltaNet
+
+
+def _tiled_heads(layer: Any, q: Any, k: Any, v: Any) -> Any:
+    q = q.unflatten(-1, (layer.num_heads, layer.head_k_dim))
+    k = k.unflatten(-1, (layer.num_heads, layer.head_k_dim))
+    v = v.unflatten(-1, (layer.num_v_heads, layer.head_v_dim))
+    group = layer.num_v_heads // layer.num_heads
+    return q.repeat(1, 1, group, 1), k.repeat(1, 1, group, 1), v  # fla: head i_hv reads i_hv // group
+
+
+def reference_defects() -> dict[str, type]:
+    """name -> a Gated DeltaNet reference layer with one edit upstream does not have."""
+    import torch.nn.functional as F
+
+    from gdn_equiv.families.gated_deltanet import compute_dtype, delta_rule
+    from gdn_equiv.reference import repad
+
+    base = _gated_deltanet()
+
+    class WrongHeadGrouping(base):  # type: ignore[misc, valid-type]
+        """GVA value head ``i`` reads q/k head ``i % H`` (tiled) instead of fla's ``i // (HV // H)``."""
+
+        def _recurrence(self, xs: Any, proj: Any, call: Any) -> Any:
+            q, k, v = _tiled_heads(self, *xs)
+            cdt = compute_dtype(q)
+            g = -torch.exp(self.A_log.to(cdt)) * F.softplus(proj["a"].to(cdt) + self.dt_bias.to(cdt))
+            return delta_rule(self, q, k, v, g, proj["b"], call)
+
+    class VConvNoActivation(base):  # type: ignore[misc, valid-type]
+        """The v conv's default activation is none (fla's ShortConvolution defaults to silu)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if self.use_short_conv:
+                self.v_conv1d.activation = None
+
+    class GateBeforeNorm(base):  # type: ignore[misc, valid-type]
+        """The output gate multiplies before the RMSNorm instead of inside it (after normalising)."""
+
+        def _epilogue(self, o: Any, proj: Any, call: Any) -> Any:
+            if not self.use_gate:
+                return super()._epilogue(o, proj, call)
+            g = proj["g"].unflatten(-1, (self.num_v_heads, self.head_v_dim))
+            o = self.o_norm(o * F.silu(g.to(o.dtype)), None)
+            return repad(self.o_proj(o.flatten(-2)), call)
+
+    return {
+        "reference-wrong-head-grouping": WrongHeadGrouping,
+        "reference-v-conv-no-activation": VConvNoActivation,
+        "reference-gate-before-norm": GateBeforeNorm,
+    }

@@ -181,12 +181,19 @@ def test_a_mixed_precision_decode_step_is_labelled() -> None:
         "layer.family": ("gated_deltanet",),
         "layer.dtype": ("bfloat16",),
         "layer.param_dtype": ("mixed",),
+        "layer.length": ("T<W-1",),  # each packed sequence one token, the q conv 4 wide
         "layer.cache": ("populated",),
         "layer.use_cache": ("on",),
         "layer.varlen": ("cu_seqlens",),
         "layer.grad": ("off",),
         "layer.step": ("step",),  # every packed sequence one token, no autograd
     }
+
+
+@pytest.mark.parametrize("lens, regions", [((2, 5), ("T<W-1", "T>=W-1")), ((3,), ("T>=W-1",))])
+def test_layer_length_is_per_packed_sequence_against_the_q_conv_width(lens, regions) -> None:
+    ex = _example(varlen="cu_seqlens", seq_lens=lens, seq_len=sum(lens), config={"conv_size": 4})
+    assert C.example_regions(ex)["layer.length"] == regions
 
 
 def test_a_masked_one_token_call_with_gradients_is_labelled() -> None:
@@ -215,6 +222,7 @@ def test_without_short_convs_there_is_no_parameter_dtype_and_packed_longer_calls
     ex = _example(config={"use_short_conv": False}, varlen="cu_seqlens", seq_lens=(1, 2), seq_len=3, grad=False)
     regions = C.example_regions(ex)
     assert "layer.param_dtype" not in regions
+    assert "layer.length" not in regions  # no conv, no width to measure T against
     assert "layer.grad_with" not in regions
     assert regions["layer.step"] == ("multi-token",)
 
@@ -375,7 +383,9 @@ def test_require_all_fails_while_a_region_is_not_reached_and_passes_once_all_are
     assert gdn("coverage", "--observed", "some")[0] == cli.EXIT_OK  # without --require-all it only reports
     status, out, _ = gdn("coverage", "--observed", "all", "--require-all")
     assert status == cli.EXIT_OK, out
-    assert "NOT REACHED" not in out.replace("0 expected region(s) NOT REACHED", "")
+    # the one-dimensional tables (these cases carry no joint label: their combinations are another test's)
+    tables = out[out.index("## conv.channels") : out.index("## per test")]
+    assert "NOT REACHED" not in tables
 
 
 def test_default_directory_is_hypothesis_own(gdn, tmp_path, monkeypatch) -> None:
@@ -495,3 +505,97 @@ def test_a_strategy_narrowed_to_small_channel_counts_leaves_the_large_regions_no
     assert status == cli.EXIT_OK
     assert _row(channels, "1-16")[-1] == "NOT REACHED"
     assert int(_row(channels, "257-1024")[1]) > 0
+
+
+# ---- combinations: regions one call held together ------------------------------------------------
+
+
+def test_a_joint_label_round_trips_with_every_region_of_the_pair_dimensions() -> None:
+    call = ConvCall(B=1, T=5, D=3, W=4, initial_state=True, seq_lens=(2, 0, 3))
+    regions = C.conv_call_regions(call, grad=True, final_state=False)
+    kind, parsed = C.parse_joint(C.joint_label("conv", regions))
+    assert kind == "conv"
+    assert parsed == {d: tuple(v) for d, v in regions.items() if d in C.PAIR_DIMENSIONS["conv"]}
+    assert parsed["conv.length"] == ("T<W-1", "T=W-1")  # a packed call holds one region per sequence
+    assert C.parse_joint("coverage:conv.length=T=W") is None
+
+
+def _joint(**regions: str) -> str:
+    base = {
+        "conv.length": "T=W",
+        "conv.initial_state": "off",
+        "conv.final_state": "requested",
+        "conv.varlen": "dense",
+        "conv.grad": "off",
+        "conv.channels": "1-16",
+        "conv.dtype": "float32",
+        "conv.layout": "contiguous",
+    }
+    return C.joint_label("conv", {k: (v,) for k, v in {**base, **regions}.items()})
+
+
+def test_combinations_count_what_one_call_held_together_not_what_two_calls_held_apart(tmp_path) -> None:
+    # one example holds two calls: T<W-1 without a state, T=W with one; T<W-1 & initial_state=on was not reached
+    apart = [_joint(**{"conv.length": "T<W-1"}), _joint(**{"conv.initial_state": "on"})]
+    t = C.tally(C.read_observed(_write(tmp_path, [_case("t", apart)])))
+    combos = {c.name: c.examples for c in C.combinations(t, "conv")}
+    assert combos["conv.length=T<W-1 & conv.initial_state=off"] == 1
+    assert combos["conv.length=T=W & conv.initial_state=on"] == 1
+    assert combos["conv.length=T<W-1 & conv.initial_state=on"] == 0
+    unreached = C.unreached_combinations(t, "conv", within=C.TRIPLE_DIMENSIONS["conv"])
+    assert "conv.length=T<W-1 & conv.initial_state=on" in [c.name for c in unreached]
+    assert all(set(c.dimensions) <= set(C.TRIPLE_DIMENSIONS["conv"]) for c in unreached)
+    # the report lists the unreached combinations before the one-dimensional tables
+    report = C.format_report(t)
+    assert report.index("NOT REACHED: conv.length=T<W-1 & conv.initial_state=on") < report.index("## conv.channels")
+    assert "### layer" in report and "NOT REACHED: no layer.example label" in report
+
+
+COMBINATION_RUN = textwrap.dedent(
+    """
+    import random
+    import sys
+
+    from hypothesis import given, settings, strategies as st
+
+    from gdn_equiv.coverage import label_conv_call
+    from gdn_equiv.strategies import conv_calls
+
+    # the conformance tests' way (a random call, random options), as many examples as the combination
+    # test runs in ci: the control that shows the measurement can fail
+    @settings(max_examples=10, database=None, deadline=None)
+    @given(call=conv_calls(widths=(1, 4), layouts=("contiguous",)), grad=st.booleans(), final=st.booleans())
+    def test_calls(call, grad, final):
+        label_conv_call(call, grad=grad, final_state=final)
+
+
+    test_calls()
+    """
+)
+
+
+def _observe_run(tmp_path: Path, argv: list[str], profile: str = "ci") -> C.Tally:
+    storage = tmp_path / "storage"
+    env = {
+        **os.environ,
+        "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY": "1",
+        "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER": "1",
+        "HYPOTHESIS_STORAGE_DIRECTORY": str(storage),
+        "HYPOTHESIS_PROFILE": profile,
+    }
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return C.tally(C.read_observed(storage / "observed"))
+
+
+@pytest.mark.slow
+def test_a_ci_run_of_the_combination_tests_reaches_every_combination_of_the_triple_dimensions(tmp_path) -> None:
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
+    t = _observe_run(tmp_path, [*argv, "--pyargs", "gdn_equiv.suite.test_combinations"])
+    within = C.TRIPLE_DIMENSIONS["conv"]
+    assert C.unreached_combinations(t, "conv", within=within) == []
+    assert C.unreached_combinations(t, "layer", within=C.TRIPLE_DIMENSIONS["layer"]) == []
+    # the control: random draws, as many examples, leave combinations of the same dimensions unreached
+    (tmp_path / "control").mkdir()
+    control = _observe_run(tmp_path / "control", [sys.executable, "-c", COMBINATION_RUN])
+    assert C.unreached_combinations(control, "conv", within=within)

@@ -1,0 +1,91 @@
+"""Every combination of T against W, initial state, final state, packing and gradients, in every run.
+
+A kernel wrong only where regions meet (``T < W`` with an initial state, under gradients, without
+``cu_seqlens``) passes properties that reach each region on its own. Here each example draws one base
+call of the backend's scope (channels, width, dtype, bias, activation, layouts) and runs it in every
+feasible cell of :data:`gdn_equiv.strategies.combinations.CONV_DIMENSIONS` (120 on the torch backend),
+so a ``ci`` run reaches them all by construction; ``gdn-equiv coverage`` shows it (its combination
+tables), and ``tests/test_coverage.py`` fails a run that leaves a cell unreached.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from gdn_equiv.backends import get_backend, supported_widths
+from gdn_equiv.cells import check_cell
+from gdn_equiv.strategies import conv_calls
+from gdn_equiv.strategies.combinations import conv_cells
+from gdn_equiv.strategies.convs import LAYOUTS
+from gdn_equiv.testing import count_example
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def combination_calls(backend: str) -> st.SearchStrategy:
+    from gdn_equiv.conv_ops import supported_activations
+
+    lo, hi = supported_widths([backend])
+    widths = (lo, min(hi, 4))
+    base = conv_calls(
+        widths=widths,
+        varlen=False,
+        max_seq_len=1,
+        layouts=LAYOUTS,
+        activations=supported_activations([backend, "torch"]),
+        max_channels=40,
+    )
+    return conv_cells(base, widths=widths, varlen_initial_state=get_backend(backend).varlen_initial_state)
+
+
+# each example runs every cell (120 calls), so a sixth of the profile's examples keeps the test's cost
+# near the other conformance tests' while the base calls (channels, dtype, layouts) still vary
+@settings(deadline=None, max_examples=max(2, settings().max_examples // 6))
+@given(data=st.data())
+def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):
+    """One base call in every cell: y, the final state when requested, gradients when taken, within §6."""
+    cells = data.draw(combination_calls(gdn_backend), label="cells")
+    count_example()
+    note(f"{len(cells)} cells; a failure names its call and cell")
+    for cell, call in cells:
+        check_cell(call, cell, gdn_backend, device)
+
+
+#: the layer checks each cell runs: the path taken, whichever of P3/P4/P5 the cell's state meets, and
+#: the layer on the backend against the layer on torch (P7: a kernel wrong at a combination is wrong on
+#: both paths alike, which P3-P5 compare with each other)
+LAYER_CHECKS = (
+    "check_path_taken",
+    "check_forward_exact",
+    "check_gradients",
+    "check_fallback_exact",
+    "check_backend_matches_torch",
+)
+
+
+@pytest.mark.slow
+# 36 layer examples per example: a twentieth of the profile's examples
+@settings(deadline=None, max_examples=max(2, settings().max_examples // 20))
+@given(data=st.data())
+def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, device):
+    """One example per cell of cache x use_cache x varlen x grad: P2's path, and P3/P4/P5 where they apply."""
+    from gdn_equiv import properties as P
+    from gdn_equiv.coverage import label_example
+    from gdn_equiv.strategies.combinations import layer_cell_examples
+
+    cells = data.draw(
+        layer_cell_examples(backends=(gdn_backend,), family=gdn_families, max_seq_len=8), label="layer cells"
+    )
+    count_example()
+    for cell, example in cells:
+        label_example(example)
+        applied = 0
+        for name in LAYER_CHECKS:
+            try:
+                getattr(P, name)(example, device=device)
+                applied += 1
+            except P.NotApplicable:
+                continue
+        assert applied >= 2, f"only {applied} layer check applied in {cell}: {example.short()}"

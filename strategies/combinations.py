@@ -1,0 +1,218 @@
+"""Conv calls that reach every combination of the regions where kernels branch, by construction.
+
+A defect can hide where regions meet: a kernel wrong only when ``T < W``, an initial state is passed,
+gradients are taken and no ``cu_seqlens`` is given passes every test that reaches each region on its own
+(the coverage report's one-dimensional tables, :mod:`gdn_equiv.coverage`). Drawn at random, one of
+the 120 cells of :data:`CONV_DIMENSIONS` is missed by a 60-example run more often than not; so here one
+drawn base call (channels, width, dtype, bias, activation, layouts, seed) is run in *every* cell
+(:func:`conv_cells`), the cell's length drawn inside its region. Reach is then a property of the
+construction, measured by the combination tables of ``gdn-equiv coverage``.
+
+Also: :func:`draw_scale`, the input scale of a layer example, with the all-zero input a deliberate edge
+case at :data:`ZERO_SCALE_RATE` (at a quarter of the draws, ``x == 0`` hid every conv tap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import random
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from hypothesis import strategies as st
+
+from gdn_equiv.testing import sampled
+
+from .convs import ConvCall
+from .facts import rare
+
+__all__ = [
+    "CONV_DIMENSIONS",
+    "LAYER_DIMENSIONS",
+    "ZERO_SCALE_RATE",
+    "Cell",
+    "cell_call",
+    "conv_cells",
+    "draw_scale",
+    "feasible",
+    "layer_cell_examples",
+    "layer_cells",
+]
+
+#: the input scale 0 (x == 0: every conv tap multiplies zero) as an edge case, not a quarter of the draws
+ZERO_SCALE_RATE = 0.05
+
+#: the dimensions whose every combination a run reaches, with their regions in the coverage report's
+#: names (:func:`gdn_equiv.coverage.conv_call_regions`)
+CONV_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "conv.length": ("T<W-1", "T=W-1", "T=W", "W<T<=2W", "T>2W"),
+    "conv.initial_state": ("on", "off"),
+    "conv.final_state": ("requested", "not-requested"),
+    "conv.varlen": ("dense", "cu_seqlens", "cu_seqlens+empty"),
+    "conv.grad": ("on", "off"),
+}
+
+
+class Cell(NamedTuple):
+    length: str
+    initial_state: bool
+    final_state: bool
+    varlen: str
+    grad: bool
+
+    def regions(self) -> dict[str, str]:
+        return {
+            "conv.length": self.length,
+            "conv.initial_state": "on" if self.initial_state else "off",
+            "conv.final_state": "requested" if self.final_state else "not-requested",
+            "conv.varlen": self.varlen,
+            "conv.grad": "on" if self.grad else "off",
+        }
+
+
+def all_cells() -> list[Cell]:
+    d = CONV_DIMENSIONS
+    return [
+        Cell(length, i == "on", f == "requested", v, g == "on") for length, i, f, v, g in itertools.product(*d.values())
+    ]
+
+
+def feasible(cell: Cell, *, widths: tuple[int, int], varlen_initial_state: bool = True) -> str | None:
+    """Why ``cell`` cannot be asked of a backend with these kernel ``widths`` and per-sequence state
+    support, or ``None``."""
+    if cell.length == "T<W-1" and widths[1] < 3:
+        return f"T < W-1 needs a kernel width >= 3 (widths {widths[0]}..{widths[1]})"
+    if cell.length == "T=W-1" and widths[1] < 2:
+        return f"T = W-1 >= 1 needs a kernel width >= 2 (widths {widths[0]}..{widths[1]})"
+    if cell.initial_state and cell.varlen != "dense" and not varlen_initial_state:
+        return "the backend takes no initial state with cu_seqlens"
+    return None
+
+
+def _min_width(length: str) -> int:
+    return {"T<W-1": 3, "T=W-1": 2}.get(length, 1)
+
+
+def _length_in(rng: random.Random, region: str, W: int) -> int:
+    lo, hi = {
+        "T<W-1": (1, W - 2),
+        "T=W-1": (W - 1, W - 1),
+        "T=W": (W, W),
+        "W<T<=2W": (W + 1, 2 * W),
+        "T>2W": (2 * W + 1, 2 * W + 6),
+    }[region]
+    return rng.randint(lo, hi)
+
+
+def cell_call(rng: random.Random, base: ConvCall, cell: Cell, widths: tuple[int, int]) -> ConvCall:
+    """``base`` moved into ``cell``: its width raised where the length region needs it, a length drawn in
+    the region (packed: one sequence in the region beside a free one, and an empty one for
+    ``cu_seqlens+empty``), an initial state as the cell says."""
+    W = max(base.W, _min_width(cell.length))
+    if widths[1] < W:
+        raise ValueError(f"{cell} is not feasible with widths {widths}")  # callers skip it (feasible())
+    T = _length_in(rng, cell.length, W)
+    lens: tuple[int, ...] = ()
+    B = base.B
+    if cell.varlen != "dense":
+        other = rng.randint(1, 2 * W + 2)
+        lens = (T, other) if rng.random() < 0.5 else (other, T)
+        if cell.varlen == "cu_seqlens+empty":
+            at = rng.randint(0, len(lens))
+            lens = (*lens[:at], 0, *lens[at:])
+        B, T = 1, sum(lens)
+    # a layout of a cotangent the cell does not pass is left out (the coverage labels count passed tensors)
+    return dataclasses.replace(base, B=B, T=T, W=W, seq_lens=lens, initial_state=cell.initial_state)
+
+
+@st.composite
+def conv_cells(
+    draw: st.DrawFn,
+    base: st.SearchStrategy[ConvCall],
+    *,
+    widths: tuple[int, int],
+    varlen_initial_state: bool = True,
+) -> list[tuple[Cell, ConvCall]]:
+    """One call of ``base`` (dense; its length is replaced) per feasible cell of :data:`CONV_DIMENSIONS`,
+    in cell order. The lengths inside each region come from one drawn seed, so a failure prints the base
+    call and that seed, not 120 calls (the failing cell and call are in the assertion)."""
+    call = draw(base)
+    rng = random.Random(draw(st.integers(0, 2**16)))
+    out = []
+    for cell in all_cells():
+        if feasible(cell, widths=widths, varlen_initial_state=varlen_initial_state) is None:
+            out.append((cell, cell_call(rng, call, cell, widths)))
+    return out
+
+
+def draw_scale(draw: st.DrawFn, scales: Sequence[float]) -> float:
+    """An input scale from ``scales``: 0 (when listed) at :data:`ZERO_SCALE_RATE`, the others uniformly;
+    shrinks towards the first non-zero one."""
+    nonzero = [s for s in scales if s != 0]
+    if not nonzero or (len(nonzero) < len(scales) and draw(rare(ZERO_SCALE_RATE))):
+        return 0.0
+    return draw(sampled(nonzero))
+
+
+#: the layer dimensions whose every combination a run reaches (:func:`layer_cells`), in the coverage
+#: report's names (:func:`gdn_equiv.coverage.example_regions`)
+LAYER_DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "layer.length": ("T<W-1", "T>=W-1"),
+    "layer.cache": ("none", "empty", "populated"),
+    "layer.use_cache": ("on", "off"),
+    "layer.varlen": ("none", "cu_seqlens", "mask"),
+    "layer.grad": ("on", "off"),
+}
+
+
+def layer_cells() -> list[dict[str, str]]:
+    return [dict(zip(LAYER_DIMENSIONS, combo, strict=True)) for combo in itertools.product(*LAYER_DIMENSIONS.values())]
+
+
+@st.composite
+def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, str], Any]]:
+    """One example per cell of :data:`LAYER_DIMENSIONS` (72): drawn from
+    :func:`gdn_equiv.strategies.examples` (``kwargs`` passed on) with short convs, without cache or
+    packing, with ``use_cache`` and ``grad`` pinned, then moved into the cell: a length against the q
+    conv's width, packed (``cu_seqlens``: a sequence of that length beside another, possibly empty) or
+    masked rows, an empty cache or one populated by a prefix."""
+    from .examples import attention_mask_lens
+
+    out = []
+    for cell in layer_cells():
+        pins: dict[str, Any] = {"cache": False, "varlen": False, "use_short_conv": True}
+        pins["use_cache"] = cell["layer.use_cache"] == "on"
+        pins["grad"] = cell["layer.grad"] == "on"
+        example = draw(_cell_strategy(tuple(sorted({**kwargs, **pins}.items()))))
+        config = example.config
+        W = config.slot_kernel_size(config.SLOTS[0])  # >= 2 (layer_configs)
+        changes: dict[str, Any] = {}
+        if cell["layer.length"] == "T<W-1" and W < 3:  # every conv 3 wide: T = 1 is then short of W-1
+            specs = {f"{s}_conv": dataclasses.replace(config.conv_spec(s), kernel_size=None) for s in config.SLOTS}
+            config = dataclasses.replace(config, conv_size=3, **specs)
+            changes["config"] = config
+            W = 3
+        T = draw(st.integers(1, W - 2) if cell["layer.length"] == "T<W-1" else st.integers(W - 1, W + 6))
+        changes["seq_len"] = T
+        if cell["layer.varlen"] == "cu_seqlens":
+            other = draw(st.integers(0, W + 2))
+            lens = (T, other) if draw(st.booleans()) else (other, T)
+            changes.update(varlen="cu_seqlens", batch=1, seq_len=sum(lens), seq_lens=lens)
+        elif cell["layer.varlen"] == "mask":
+            lens, side = draw(attention_mask_lens(batch=example.batch, seq_len=T))
+            changes.update(varlen="mask", seq_lens=lens, pad_side=side)
+        if cell["layer.cache"] == "empty":
+            changes.update(cache="empty", prefix_len=0)
+        elif cell["layer.cache"] == "populated":
+            changes.update(cache="populated", prefix_len=draw(st.integers(1, 6)))
+        out.append((cell, dataclasses.replace(example, **changes)))
+    return out
+
+
+@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.testing.sampled
+def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any]:
+    from .examples import examples
+
+    return examples(fusable=None, **dict(kwargs))

@@ -1,0 +1,111 @@
+"""The combination grid: every cell lands where the coverage report says it is, the gate's combination
+test catches kernels wrong only at a combination (by construction: one example holds every cell), and
+the checks that always ask for the final state cannot see such a kernel."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gdn_equiv.backends import registered
+from gdn_equiv.cells import check_cell
+from gdn_equiv.compare import Mismatch
+from gdn_equiv.conformance import check_forward, check_gradients
+from gdn_equiv.coverage import conv_call_regions
+from gdn_equiv.planted import COMBINATION_BACKENDS
+from gdn_equiv.strategies import ConvCall, conv_calls, examples
+from gdn_equiv.strategies.combinations import ZERO_SCALE_RATE, Cell, all_cells, cell_call, feasible
+from gdn_equiv.suite.test_combinations import combination_calls
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@settings(max_examples=30, deadline=None)
+@given(base=conv_calls(varlen=False, widths=(1, 4)), seed=st.integers(0, 2**16))
+def test_every_cell_call_is_in_its_cell(base: ConvCall, seed: int) -> None:
+    rng = random.Random(seed)
+    for cell in all_cells():
+        if feasible(cell, widths=(1, 4)) is not None:
+            continue
+        call = cell_call(rng, base, cell, (1, 4))
+        regions = conv_call_regions(call, grad=cell.grad, final_state=cell.final_state)
+        for dimension, region in cell.regions().items():
+            assert region in regions[dimension], (cell, call, regions)
+
+
+def test_a_backend_without_varlen_states_or_wide_kernels_gets_the_cells_it_can_run() -> None:
+    assert feasible(Cell("T<W-1", False, True, "dense", True), widths=(1, 2)) is not None
+    assert feasible(Cell("T=W-1", True, True, "cu_seqlens", True), widths=(2, 4), varlen_initial_state=False)
+    reachable = [c for c in all_cells() if feasible(c, widths=(1, 4)) is None]
+    assert len(reachable) == len(all_cells()) == 120
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATION_BACKENDS))
+def test_the_combination_test_catches_a_kernel_wrong_only_at_a_combination_in_one_example(name: str) -> None:
+    backend = COMBINATION_BACKENDS[name]
+    with registered(backend):
+
+        @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(cells=combination_calls(backend.name))
+        def gate(cells) -> None:
+            for cell, call in cells:
+                check_cell(call, cell, backend.name, "cpu")
+
+        with pytest.raises(Mismatch):
+            gate()
+
+
+def test_the_checks_that_always_ask_for_the_final_state_cannot_see_the_no_final_kernel() -> None:
+    backend = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
+    call = ConvCall(B=1, T=2, D=4, W=4, initial_state=True, seed=3)
+    cell = Cell("T<W-1", True, False, "dense", True)
+    with registered(backend):
+        check_forward(call, backend.name, "cpu")
+        check_gradients(call, backend.name, "cpu")  # final state requested: the right code path
+        with pytest.raises(Mismatch):
+            check_cell(call, cell, backend.name, "cpu")
+
+
+def test_the_torch_backend_passes_every_cell() -> None:
+    @settings(max_examples=2, deadline=None, database=None)
+    @given(cells=combination_calls("torch"))
+    def gate(cells) -> None:
+        for cell, call in cells:
+            check_cell(call, cell, "torch", "cpu")
+
+    gate()
+
+
+def test_zero_input_scale_is_an_edge_case_not_a_quarter_of_the_draws() -> None:
+    scales: list[float] = []
+
+    @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(example=examples(max_seq_len=2))
+    def draw(example) -> None:
+        scales.append(example.scale)
+
+    draw()
+    zeros = scales.count(0.0) / len(scales)
+    assert 0 < zeros < 2 * ZERO_SCALE_RATE + 0.03, {s: scales.count(s) for s in set(scales)}  # was 1 in 4
+    assert {1.0, 100.0, 1e4} <= set(scales)
+
+
+def test_a_layer_examples_conv_call_in_every_cell_catches_the_no_final_kernel() -> None:
+    from gdn_equiv.cells import check_example_in_every_cell
+    from gdn_equiv.example import Example
+    from gdn_equiv.families import get_family
+
+    backend = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
+    family = get_family("gated_deltanet")
+    with registered(backend):
+        for name, caught in (("torch", False), (backend.name, True)):
+            config = family.config_cls(**dict(family.small), conv_backend=name)
+            example = Example(config=config, family="gated_deltanet", dtype="float32", batch=1, seq_len=3, seed=5)
+            if caught:
+                with pytest.raises(Mismatch):
+                    check_example_in_every_cell(example)
+            else:
+                check_example_in_every_cell(example)
