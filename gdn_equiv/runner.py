@@ -93,6 +93,18 @@ def _kind(error: BaseException) -> str:
     return type(error).__qualname__
 
 
+#: examples a row may spend, after a failure, looking for another kind: at least this many, or as many as
+#: the first finding took, whichever is more (and never past the row's budget). Hypothesis alone keeps
+#: generating only up to twice the call count of its last failure; a budget sized for a rare first hit
+#: (``MISS_BOUND``) would otherwise be spent in full on a search that already found its defect.
+FURTHER_KINDS_EXAMPLES = 100
+
+
+def _round_budget(max_examples: int, used: int, after_a_failure: bool) -> int:
+    left = max(1, max_examples - used)
+    return min(left, max(FURTHER_KINDS_EXAMPLES, used)) if after_a_failure else left
+
+
 def run_property(
     name: str,
     backend: str,
@@ -129,7 +141,7 @@ def run_property(
         failing.clear()
 
         @settings(
-            max_examples=max(1, max_examples - check.examples),
+            max_examples=_round_budget(max_examples, check.examples, bool(known)),
             deadline=None,
             database=database,
             derandomize=False,
