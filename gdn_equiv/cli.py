@@ -532,13 +532,12 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
     started = time.perf_counter()
     print(header, flush=True)
     environment = describe()
-    if environment is not None:  # what this machine changes about the kernels' arithmetic, said up front
-        print(environment, flush=True)
     database = _database(plan)
     rows = ledger_rows(plan)
     with _writer(plan) as writer:
-        if environment is not None:
+        if environment is not None:  # what this machine changes about the kernels' arithmetic, said up front
             writer.meta["environment"] = environment
+            print(environment, flush=True)
         writer.ask(rows)
         na = [r for r in rows if r.result == "n/a"]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
