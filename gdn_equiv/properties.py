@@ -544,19 +544,7 @@ def _with_backend(example: Example, backend: str) -> Example:
     return replace(example, config=c.replace(conv_backend=backend, **convs))
 
 
-#: name -> (property, premise description) for the command line.
-PROPERTIES: dict[str, Callable[..., Any]] = {
-    "P2-path-taken": check_path_taken,
-    "P3-forward-exact": check_forward_exact,
-    "P4-gradients": check_gradients,
-    "P5-fallback-exact": check_fallback_exact,
-    "P7-backend-vs-torch": check_backend_matches_torch,
-    "P7-conv-conformance": check_conv_conformance,
-    "P7-ground-truth": check_conv_ground_truth,
-}
-
 __all__ = [
-    "PROPERTIES",
     "Condition",
     "NotApplicable",
     "Outcome",
