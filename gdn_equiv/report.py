@@ -639,6 +639,9 @@ def _fits(value: Any, hint: Any) -> bool | None:
     if origin in (tuple, list):
         if not isinstance(value, list):
             return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            # a fixed-length tuple (``tuple[str, Any]``): one hint per position
+            return len(value) == len(args) and all(_fits(v, a) is not False for v, a in zip(value, args))
         element = args[0] if args else None
         return element is None or all(_fits(v, element) is not False for v in value)
     if dataclasses.is_dataclass(hint):

@@ -679,6 +679,26 @@ def test_repro_refuses_a_file_that_does_not_validate(gdn, failure_json, tmp_path
     assert "replaying" not in out
 
 
+def test_a_failure_file_with_conv_facts_reads_back_as_written(tmp_path, biased_example) -> None:
+    """A conv's registered facts (``extras``: ``(("head_dim", 1), ("norm", "l2"))``) come back from JSON
+    as lists of pairs; the file checker once read ``tuple[str, Any]`` as "a tuple of strings" and refused
+    every failure file of an example with a conv norm (what a kernel repo's CI replays)."""
+    from gdn_equiv.report import read_failure
+
+    spec = dataclasses.replace(biased_example.config.k_conv, extras=(("head_dim", 1), ("norm", "l2")))
+    example = dataclasses.replace(biased_example, config=dataclasses.replace(biased_example.config, k_conv=spec))
+    check = Check("P7-backend-vs-torch", NO_BIAS, "float32", function="check_backend_matches_torch")
+    check.result, check.failure, check.example = "FAIL", "Mismatch: planted", example
+    ReportWriter(tmp_path / "facts", device="cpu", meta={}).add(check)
+    failure = read_failure(Path(check.repro_json), functions=("check_backend_matches_torch",))
+    assert failure.example == example
+    # and a pair of the wrong length is still refused, naming the field
+    bad = tmp_path / "bad-pair.json"
+    bad.write_text(_edit(Path(check.repro_json), lambda d: d["example"]["config"]["k_conv"].update(extras=[["norm"]])))
+    with pytest.raises(Exception, match="k_conv.extras must be"):
+        read_failure(bad, functions=("check_backend_matches_torch",))
+
+
 def test_repro_of_a_backend_that_is_gone_is_an_environment_problem(gdn, failure_json, tmp_path) -> None:
     path = tmp_path / "moved.json"
     path.write_text(failure_json.read_text().replace(NO_BIAS, "planted_kernels:needs_an_extra"))
