@@ -74,6 +74,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
     # the verdict: the property records every driver reads, and the ledger that turns rows into a status
     "registry": ("gdn_equiv/registry.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_registry.py"]),
     "ledger": ("gdn_equiv/report.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
+    "plugin": ("gdn_equiv/pytest_plugin.py", ["gdn_equiv/suite/test_plugin_promises.py"]),
     # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
     "dispatch": (
         "gdn_equiv/backends/__init__.py",
@@ -91,6 +92,24 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
     ),
 }
 SUITE = ["gdn_equiv/suite"]
+
+# Presets that measure one part of a module: only mutants inside these top-level names (functions,
+# classes, module constants) count; ids stay those of the whole file, so --list and --only agree.
+SCOPES: dict[str, tuple[str, ...]] = {
+    # the ledger: rows asked, their results and merge rules, the failing set, what JUnit and the table say
+    "ledger": ("FAILING", "UNREACHED", "Check", "merge", "ReportWriter", "write_junit", "format_table"),
+    # the plugin's configure-time promises: names checked, unavailable backends/targets end the session
+    "plugin": (
+        "pytest_configure",
+        "_isolate",
+        "_load_backends",
+        "_load_targets",
+        "_runnable_here",
+        "_target_unavailable",
+        "families",
+        "_names",
+    ),
+}
 
 
 def tree_tests(name: str, rev: str) -> list[str]:
@@ -284,6 +303,21 @@ def scope(source: str, m: Mutant) -> str:
     return ".".join(names)
 
 
+def in_scope(source: str, m: Mutant, names: tuple[str, ...]) -> bool:
+    """Whether the mutant sits inside one of the top-level ``names`` (a def, a class or an assignment)."""
+    for node in ast.parse(source).body:
+        targets = [node.name] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else []
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = [
+                t.id
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(t, ast.Name)
+            ]
+        if set(targets) & set(names) and node.lineno <= m.line <= (node.end_lineno or node.lineno):
+            return True
+    return False
+
+
 def load_equivalent(path: Path | None) -> list[dict]:
     """The entries of the equivalence list (none without one); each must say why."""
     if path is None or not path.is_file():
@@ -435,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, help="seconds per mutant (default: 3x the baseline run + 30)")
     p.add_argument("--baseline-timeout", type=float, default=600)
     p.add_argument("--max-mutants", type=int, help="keep at most N mutants, spread evenly over the file")
+    p.add_argument(
+        "--scope", help="comma-separated top-level names whose mutants count (default: the preset's SCOPES entry)"
+    )
     p.add_argument("--only", help="comma-separated mutant ids to run (ids from --list)")
     p.add_argument("--profile", default=os.environ.get("HYPOTHESIS_PROFILE", "ci"), help="Hypothesis profile")
     p.add_argument("--seed", type=int, default=0, help="--hypothesis-seed (derandomized runs)")
@@ -466,14 +503,15 @@ def main(argv: list[str] | None = None) -> int:
         for against in args.against.split(","):
             if against not in ("tree", "suite"):
                 p.error(f"--against takes tree and/or suite, got {against!r}")
-            jobs.append((target, against, tree if against == "tree" else SUITE))
+            names = tuple(args.scope.split(",")) if args.scope else SCOPES.get(name, ())
+            jobs.append((target, against, tree if against == "tree" else SUITE, names))
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     if not 0 <= args.min_score <= 1:
         p.error(f"--min-score must be within [0, 1], got {args.min_score}")
     equivalent = load_equivalent(args.equivalent)  # read once; a malformed list is refused before any run
 
-    checkout_digests = {t: digest(ROOT / t) for t, _, _ in jobs}
+    checkout_digests = {t: digest(ROOT / t) for t, _, _, _ in jobs}
     reports = []
     with tempfile.TemporaryDirectory(prefix="gdn-mutate-") as tmp:
         copies = [Path(tmp) / f"w{i}" for i in range(args.jobs)]
@@ -481,12 +519,14 @@ def main(argv: list[str] | None = None) -> int:
             for c in copies:
                 make_copy(args.rev, c)
         listed: set[str] = set()
-        for target, against, tests in jobs:
+        for target, against, tests, names in jobs:
             if args.list and target in listed:
                 continue
             listed.add(target)
             source = (ROOT / target).read_text() if args.list else (copies[0] / target).read_text()
             all_m = mutants(source)
+            if names:
+                all_m = [m for m in all_m if in_scope(source, m, names)]
             chosen = sample(all_m, args.max_mutants)
             if args.only:
                 wanted = {int(x) for x in args.only.split(",")}

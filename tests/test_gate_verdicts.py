@@ -1,22 +1,16 @@
 """The pytest gate's verdicts (SPEC §10): a run never passes by mistake.
 
-- A backend or target that cannot run here ends the session before the first test, status 3, one line
-  naming it and why (it used to skip every test that used it and exit 0); unknown names stay usage errors.
-- ``--gdn-target`` is checked at configure time and really runs the layer properties on fla's layers.
+- ``--gdn-target fla`` really runs the layer properties on fla's layers. (The configure-time promises,
+  names checked and status 3 for what cannot run here, are the gate's own tests:
+  :mod:`gdn_equiv.suite.test_plugin_promises`.)
 - A property test none of whose examples met its premise fails "not exercised".
 - P5: only the same ``InvalidArgument`` on both paths is agreement; a crash on both is a finding.
-
-The configure-time runs are ``python -m pytest --pyargs gdn_equiv.suite`` subprocesses started together,
-outside the repository (the installed plugin, as a kernel project's CI sees it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -39,102 +33,6 @@ from gdn_equiv.targets import get_target
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = get_backend("torch")
-
-PLANTED = textwrap.dedent(
-    """
-    from gdn_equiv.backends import get_backend
-
-
-    class _Absent:
-        '''A kernel for a device this machine lacks: it loads, and says it cannot run.'''
-
-        forward = staticmethod(get_backend("torch").forward)
-
-        @staticmethod
-        def unavailable():
-            return "needs the planted accelerator, which this machine lacks"
-
-
-    absent = _Absent()
-    """
-)
-
-
-@pytest.fixture(scope="module")
-def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
-    """The configure-time verdicts, each a ``pytest --pyargs gdn_equiv.suite`` run (seconds: imports only)."""
-    work = tmp_path_factory.mktemp("gate")
-    (work / "gate_planted.py").write_text(PLANTED)
-    fake = work / "fake_fla" / "fla"  # an fla whose version the adapter's table does not know
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text('__version__ = "9.9.9"\n')
-    suite_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "gdn_equiv.suite"]
-    runs = {
-        "absent backend": ["--gdn-backend", "gate_planted:absent"],
-        "absent backend, xdist": ["--gdn-backend", "gate_planted:absent", "-n", "2"],
-        "unknown target": ["--gdn-target", "no-such-target"],
-        "fla core on cpu": ["--gdn-target", "fla", "--fla-core", "fla", "--gdn-family", "gated_deltanet"],
-        "unknown fla version": ["--gdn-target", "fla", "--fla-core", "reference", "--gdn-family", "gated_deltanet"],
-        "reference core, other families": ["--gdn-target", "fla", "--fla-core", "reference"],
-        "fla autotuning": ["--gdn-target", "fla", "--fla-core", "reference", "--gdn-family", "gated_deltanet"],
-    }
-    procs = {}
-    for name, argv in runs.items():
-        path = [str(work), str(ROOT), os.environ.get("PYTHONPATH", "")]
-        if name == "unknown fla version":
-            path.insert(0, str(fake.parent))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_FLA_CORE"))}
-        env.update(PYTHONPATH=os.pathsep.join(filter(None, path)), HYPOTHESIS_PROFILE="dev")
-        env.pop(AUTOTUNE_ENV, None)
-        if name == "fla autotuning":
-            env[AUTOTUNE_ENV] = "full"
-        procs[name] = subprocess.Popen(
-            [*suite_run, *argv], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    done = {}
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=300)
-        done[name] = subprocess.CompletedProcess(runs[name], proc.returncode, out, err)
-    return done
-
-
-def _environment_exit(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    """Status 3 before any test, and one line on stderr that names the option, the value and why."""
-    text = result.stdout + result.stderr
-    assert result.returncode == 3, text[-3000:]
-    lines = [line for line in result.stderr.splitlines() if "cannot run here" in line]
-    assert len(lines) == 1 and all(n in lines[0] for n in needles), text[-3000:]
-    assert "passed" not in result.stdout and "skipped" not in result.stdout, text[-3000:]
-
-
-@pytest.mark.slow
-def test_a_backend_that_cannot_run_here_ends_the_session_with_status_3(gate_runs) -> None:
-    """Skipping it instead passed every other test: a gate that checked nothing it was asked to (exit 0)."""
-    why = ("--gdn-backend 'gate_planted:absent'", "needs the planted accelerator, which this machine lacks")
-    _environment_exit(gate_runs["absent backend"], *why)
-    _environment_exit(gate_runs["absent backend, xdist"], *why)  # the controller ends it, before any worker
-
-
-@pytest.mark.slow
-def test_target_names_are_checked_and_a_target_that_cannot_run_here_ends_the_session(gate_runs) -> None:
-    """``--gdn-target`` used to be parsed and read by no test (exit 0 whatever it named)."""
-    unknown = gate_runs["unknown target"]
-    assert unknown.returncode == pytest.ExitCode.USAGE_ERROR, unknown.stderr[-3000:]
-    assert "--gdn-target: unknown target 'no-such-target'; known targets: fla, gdn_equiv" in unknown.stderr
-    version = gate_runs["unknown fla version"]
-    _environment_exit(version, "--gdn-target 'fla'", "fla 9.9.9 is not a version the fla adapter knows", "0.6.0")
-    other = gate_runs["reference core, other families"]
-    assert other.returncode == pytest.ExitCode.USAGE_ERROR, other.stderr[-3000:]
-    assert "--fla-core reference swaps in the core of gated_deltanet only" in other.stderr, other.stderr[-3000:]
-    fla_core = gate_runs["fla core on cpu"]
-    reason = get_target("fla").unavailable()
-    if reason is not None:  # no fla (or one the table does not know) here: that is the reason given
-        _environment_exit(fla_core, "--gdn-target 'fla'", reason)
-    elif not torch.cuda.is_available():  # fla's own cores do not run under Triton's interpreter
-        _environment_exit(fla_core, "--gdn-target 'fla'", "fla's own cores do not run under Triton's interpreter")
-        # the interpreter has no benchmarker: each fla kernel runs one config, so autotuning is refused
-        _environment_exit(gate_runs["fla autotuning"], f"{AUTOTUNE_ENV}=full asks fla to autotune")
-
 
 # ---- --gdn-target fla runs the layer properties on fla's layers (CPU: Triton's interpreter) --------
 
