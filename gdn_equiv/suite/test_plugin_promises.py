@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -119,47 +120,64 @@ def _cases() -> dict[str, tuple[list[str], dict[str, str | None]]]:
     return cases
 
 
+class Runs:
+    """The configure-time runs, started on demand (each test starts the ones it reads, together) and
+    kept for the module: a plugin mutant killed by the first test costs that test's runs only."""
+
+    def __init__(self, work: Path) -> None:
+        self.work, self.cases = work, _cases()
+        self.cases["not a gdn-equiv run"] = ([], {})
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.done: dict[str, subprocess.CompletedProcess[str]] = {}
+        (work / "gate_planted.py").write_text(PLANTED)
+        (work / "gate_probe.py").write_text(PROBE)
+        fake = work / "fake_fla" / "fla"  # an fla whose version the adapter's table does not know
+        fake.mkdir(parents=True)
+        (fake / "__init__.py").write_text('__version__ = "9.9.9"\n')
+        # an unrelated project: its pytest run must not become a gdn-equiv run
+        (work / "other_project").mkdir()
+        (work / "other_project" / "test_plain.py").write_text("def test_plain():\n    pass\n")
+
+    def start(self, *names: str) -> Runs:
+        base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "gate_probe", "--collect-only", "-q"]
+        for name in names:
+            if name in self.procs:
+                continue
+            argv, changes = self.cases[name]
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_", "TRITON_", "CI"))}
+            env["HYPOTHESIS_PROFILE"] = "dev"
+            path = [str(self.work), os.environ.get("PYTHONPATH", "")]
+            if changes.get("FAKE_FLA"):
+                path.insert(0, str(self.work / "fake_fla"))
+            for key, value in changes.items():
+                if key != "FAKE_FLA":
+                    env.pop(key, None) if value is None else env.__setitem__(key, value)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
+            if name == "not a gdn-equiv run":
+                other = self.work / "other_project"
+                command, cwd = [*base, str(other)], other
+            else:
+                command, cwd = [*base, "--pyargs", *argv], self.work
+            self.procs[name] = subprocess.Popen(
+                command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        return self
+
+    def __getitem__(self, name: str) -> subprocess.CompletedProcess[str]:
+        if name not in self.done:
+            proc = self.start(name).procs[name]
+            try:
+                out, err = proc.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            self.done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        return self.done[name]
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
-    work = tmp_path_factory.mktemp("promises")
-    (work / "gate_planted.py").write_text(PLANTED)
-    (work / "gate_probe.py").write_text(PROBE)
-    fake = work / "fake_fla" / "fla"  # an fla whose version the adapter's table does not know
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text('__version__ = "9.9.9"\n')
-    # an unrelated project: its pytest run must not become a gdn-equiv run
-    other = work / "other_project"
-    other.mkdir()
-    (other / "test_plain.py").write_text("def test_plain():\n    pass\n")
-    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "gate_probe", "--collect-only", "-q"]
-    procs = {}
-    cases = _cases()
-    cases["not a gdn-equiv run"] = ([], {})
-    for name, (argv, changes) in cases.items():
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_", "TRITON_", "CI"))}
-        env["HYPOTHESIS_PROFILE"] = "dev"
-        path = [str(work), os.environ.get("PYTHONPATH", "")]
-        if changes.pop("FAKE_FLA", None):
-            path.insert(0, str(fake.parent))
-        for key, value in changes.items():
-            env.pop(key, None) if value is None else env.__setitem__(key, value)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
-        if name == "not a gdn-equiv run":
-            command, cwd = [*base, str(other)], other
-        else:
-            command, cwd = [*base, "--pyargs", *argv], work
-        procs[name] = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    done = {}
-    for name, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    return done
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(tmp_path_factory.mktemp("promises"))
 
 
 def _probe(result: subprocess.CompletedProcess[str]) -> dict:
@@ -168,6 +186,17 @@ def _probe(result: subprocess.CompletedProcess[str]) -> dict:
     lines = [line for line in result.stdout.splitlines() if line.startswith("GATE-PROBE ")]
     assert len(lines) == 1, result.stdout[-3000:]
     return json.loads(lines[0].removeprefix("GATE-PROBE "))
+
+
+USAGE_ERRORS = (
+    "unknown backend",
+    "unknown target",
+    "unknown family",
+    "bad profile",
+    "timeout without isolate",
+    "isolate, bad timeout",
+    "reference core, other families",
+)
 
 
 def _usage_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -189,6 +218,7 @@ def _environment_exit(result: subprocess.CompletedProcess[str], *needles: str) -
 
 @pytest.mark.slow
 def test_a_gate_run_is_configured_for_the_machine_it_runs_on(runs) -> None:
+    runs.start("default")
     state = _probe(runs["default"])
     assert state["active"] and state["profile"] == "dev", state
     assert state["isolation"] is None, state
@@ -215,6 +245,7 @@ def test_names_narrow_the_run_and_isolation_is_configured_as_asked(runs) -> None
 
 @pytest.mark.slow
 def test_unknown_names_and_bad_settings_are_usage_errors(runs) -> None:
+    runs.start(*USAGE_ERRORS)
     _usage_error(runs["unknown backend"], "--gdn-backend:", "no-such-backend")
     _usage_error(runs["unknown target"], "--gdn-target: unknown target 'no-such-target'")
     _usage_error(runs["unknown family"], "--gdn-family:", "no-such-family")
@@ -226,6 +257,7 @@ def test_unknown_names_and_bad_settings_are_usage_errors(runs) -> None:
 
 @pytest.mark.slow
 def test_a_backend_or_target_that_cannot_run_here_ends_the_session_with_status_3(runs) -> None:
+    runs.start("absent backend", "unknown fla version", *(["absent backend, xdist"] if HAS_XDIST else []))
     why = ("--gdn-backend 'gate_planted:absent'", "needs the planted accelerator, which this machine lacks")
     _environment_exit(runs["absent backend"], *why)
     if HAS_XDIST:
@@ -237,6 +269,7 @@ def test_a_backend_or_target_that_cannot_run_here_ends_the_session_with_status_3
 
 @pytest.mark.slow
 def test_a_users_interpreter_setting_is_kept(runs) -> None:
+    runs.start("interpreter off, isolate", "not a gdn-equiv run")
     state = _probe(runs["interpreter off, isolate"])
     assert state["interpret"] == "0", state
     # torch's own thread count (the unrelated run's): the one-thread rule is for the interpreter's examples
@@ -247,6 +280,7 @@ def test_a_users_interpreter_setting_is_kept(runs) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(FLA_REASON is not None or not ON_CPU, reason=f"needs fla on a CPU ({FLA_REASON or 'a GPU here'})")
 def test_fla_on_a_cpu_runs_only_as_the_interpreter_can(runs) -> None:
+    runs.start("fla, reference core, isolated", "fla, its own core", "fla, autotuning", "fla, interpreter off")
     state = _probe(runs["fla, reference core, isolated"])
     assert state["interpret"] == "1", state
     # a fresh worker must make fla's kernels runnable under the interpreter, as this process did
