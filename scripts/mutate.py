@@ -97,7 +97,18 @@ SUITE = ["gdn_equiv/suite"]
 # classes, module constants) count; ids stay those of the whole file, so --list and --only agree.
 SCOPES: dict[str, tuple[str, ...]] = {
     # the ledger: rows asked, their results and merge rules, the failing set, what JUnit and the table say
-    "ledger": ("FAILING", "UNREACHED", "Check", "merge", "ReportWriter", "write_junit", "format_table"),
+    # (a row's fields that decide its result, not how it prints: Check's texts are the tree's tests)
+    "ledger": (
+        "FAILING",
+        "UNREACHED",
+        "Check.examples",
+        "Check.not_applicable",
+        "Check.budget_spent",
+        "Check.key",
+        "merge",
+        "ReportWriter",
+        "write_junit",
+    ),
     # the plugin's configure-time promises: names checked, unavailable backends/targets end the session
     "plugin": (
         "pytest_configure",
@@ -303,18 +314,26 @@ def scope(source: str, m: Mutant) -> str:
     return ".".join(names)
 
 
+def _defined(node: ast.stmt) -> list[str]:
+    """The names a statement defines: a def, a class, an assignment's plain targets."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name]
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [t.id for t in targets if isinstance(t, ast.Name)]
+    return []
+
+
 def in_scope(source: str, m: Mutant, names: tuple[str, ...]) -> bool:
-    """Whether the mutant sits inside one of the top-level ``names`` (a def, a class or an assignment)."""
+    """Whether the mutant sits inside one of ``names``: top-level defs, classes and assignments, or a
+    class's member as ``Class.member`` (a method, a property, a dataclass field)."""
     for node in ast.parse(source).body:
-        targets = [node.name] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else []
-        if isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = [
-                t.id
-                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                if isinstance(t, ast.Name)
-            ]
-        if set(targets) & set(names) and node.lineno <= m.line <= (node.end_lineno or node.lineno):
-            return True
+        members = [(name, node) for name in _defined(node)]
+        if isinstance(node, ast.ClassDef):
+            members += [(f"{node.name}.{name}", child) for child in node.body for name in _defined(child)]
+        for name, where in members:
+            if name in names and where.lineno <= m.line <= (where.end_lineno or where.lineno):
+                return True
     return False
 
 

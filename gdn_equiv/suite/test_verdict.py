@@ -38,6 +38,8 @@ def _row(result: str = "pass", **fields: object) -> Check:
         (dict(result="pass", examples=3, not_applicable=1), "pass"),
         (dict(result="not exercised", examples=3, not_applicable=3), "not exercised"),
         (dict(result="pass", examples=0, not_applicable=0, budget_spent=True), UNREACHED),
+        # a run that drew nothing with time left (its premise filtered every draw) was not cut short
+        (dict(result="not exercised", examples=0, not_applicable=0), "not exercised"),
         (dict(result="FAIL", examples=1, failure="Mismatch: x"), "FAIL"),
         (dict(result="counterexample", examples=4), "counterexample"),
         (dict(result="none found", examples=4), "none found"),
