@@ -193,7 +193,8 @@ def merge(old: Check, new: Check) -> None:
     elif old.examples == 0 and old.budget_spent:
         old.result, old.failure = UNREACHED, new.failure or "the budget ended before its first example"
     else:
-        old.result, old.failure = "not exercised", new.failure or old.failure
+        # never the asked row's "the run ended before this row": this row ran
+        old.result, old.failure = "not exercised", new.failure or "not exercised: no example met the property's premise"
 
 
 REPRO_TEMPLATE = '''#!/usr/bin/env python
@@ -641,7 +642,7 @@ def _fits(value: Any, hint: Any) -> bool | None:
             return False
         if origin is tuple and args and args[-1] is not Ellipsis:
             # a fixed-length tuple (``tuple[str, Any]``): one hint per position
-            return len(value) == len(args) and all(_fits(v, a) is not False for v, a in zip(value, args))
+            return len(value) == len(args) and all(_fits(v, a) is not False for v, a in zip(value, args, strict=True))
         element = args[0] if args else None
         return element is None or all(_fits(v, element) is not False for v in value)
     if dataclasses.is_dataclass(hint):

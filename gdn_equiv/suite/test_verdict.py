@@ -17,6 +17,7 @@ from hypothesis import Phase, settings
 
 from gdn_equiv import registry, runner
 from gdn_equiv.backends import BUILTIN_BACKENDS, available_backends
+from gdn_equiv.compare import Report
 from gdn_equiv.guard import Condition
 from gdn_equiv.report import FAILING, UNREACHED, Check, ReportWriter, merge
 from gdn_equiv.testing import MISS_BOUND, PROFILES
@@ -56,6 +57,33 @@ def test_an_asked_row_takes_exactly_what_its_run_showed(tmp_path: Path, new: dic
     assert row.result == expected
     assert (row in writer.failed) == (expected in FAILING)
     assert row.examples == new.get("examples", 0)
+
+
+def test_an_unfinished_row_says_why(tmp_path: Path) -> None:
+    """A row the budget never reached says so, and a row that ran but met no premise says that, never
+    the asked row's "the run ended before this row"."""
+    writer = ReportWriter(tmp_path / "nested" / "report", device="cpu", meta={})  # made with its parents
+    writer.ask([_row(), _row(name="P4-gradients"), _row(name="P5-fallback-exact")])
+    writer.add(_row(examples=0, budget_spent=True))
+    writer.add(_row(name="P4-gradients", examples=0, budget_spent=True, failure="the budget ran out at row 2"))
+    writer.add(_row("not exercised", name="P5-fallback-exact", examples=0))
+    assert [(r.result, r.failure) for r in writer.rows] == [
+        (UNREACHED, "the budget ended before its first example"),
+        (UNREACHED, "the budget ran out at row 2"),
+        ("not exercised", "not exercised: no example met the property's premise"),
+    ]
+
+
+def test_a_rows_worst_comparison_is_its_failures_else_the_closest_to_tolerance() -> None:
+    close = Report("y", ("fused", "separate"), ok=True, numel=4, rtol=1e-5, atol=1e-5, tol_used=0.9)
+    far = Report("y", ("fused", "separate"), ok=True, numel=4, rtol=1e-5, atol=1e-5, tol_used=0.1)
+    row = _row(UNREACHED)
+    merge(row, _row(examples=2, worst=close))
+    merge(row, _row(examples=2, worst=far))
+    assert row.worst is close
+    # the failing example's own comparison (here its last one, before it raised), even if not the closest
+    merge(row, _row("FAIL", examples=1, failure="RuntimeError: boom", worst=far))
+    assert row.result == "FAIL" and row.worst is far
 
 
 def test_a_failure_stays_whatever_later_rounds_show() -> None:
