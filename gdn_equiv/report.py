@@ -442,8 +442,11 @@ class ReportWriter:
             options = {"target": check.target, **check.target_options}
             extra = "".join(f", {k}={v!r}" for k, v in options.items())
         script = self.out_dir / f"{stem}.py"
+        own = getattr(check.example, "reproducer", None)  # a serving case (S1-S7) writes its own script
         script.write_text(
-            REPRO_TEMPLATE.format(
+            own(check.function, check.failure)
+            if own is not None
+            else REPRO_TEMPLATE.format(
                 name=check.name,
                 backend=check.backend,
                 family=check.family,
@@ -641,7 +644,7 @@ def _fits(value: Any, hint: Any) -> bool | None:
             return False
         if origin is tuple and args and args[-1] is not Ellipsis:
             # a fixed-length tuple (``tuple[str, Any]``): one hint per position
-            return len(value) == len(args) and all(_fits(v, a) is not False for v, a in zip(value, args))
+            return len(value) == len(args) and all(_fits(v, a) is not False for v, a in zip(value, args, strict=True))
         element = args[0] if args else None
         return element is None or all(_fits(v, element) is not False for v in value)
     if dataclasses.is_dataclass(hint):
