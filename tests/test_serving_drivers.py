@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from gdn_equiv import cli, registry, runner
 from gdn_equiv.report import ReportWriter
@@ -193,3 +194,11 @@ def test_gdn_engine_reference_runs_s1_to_s7_on_the_reference_only(gate_runs) -> 
     result = gate_runs["reference"]
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "7 passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-3000:]
+
+
+@settings(max_examples=60, database=None, deadline=None)
+@given(draw=registry.get_record("S2-untouched").strategy("reference", "-"))
+def test_s2_cases_always_hold_a_slot_no_sequence_names(draw: registry.Draw) -> None:
+    """Its first (smallest) case named every slot: a ``--examples 1`` row was "not exercised", by construction."""
+    batch = draw.example.case.batch
+    assert batch.num_slots > len(batch.named())

@@ -51,7 +51,7 @@ def test_s1_batch_over_a_pool_equals_each_sequence_alone(data: st.DataObject, en
 @given(data=st.data())
 def test_s2_unnamed_and_pad_slots_and_inputs_are_untouched(data: st.DataObject, engine: Any) -> None:
     """S2: after prefill and after a verify step."""
-    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0)))
+    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0), min_extra_slots=1))
     _run(S.check_s2_untouched, engine, case)
 
 
