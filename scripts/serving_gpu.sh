@@ -4,7 +4,10 @@
 # compiles on the CPU; the kernel cache is shared), a fixed number of derandomized cases each, each row cut
 # off as "not reached" after SECONDS. Rows as JSON in OUT/serving_gpu.json, each process's log beside it.
 # Needs .engines/ (scripts/extract_engines.sh); on the device machine, carry it:
-#   run(command='sh scripts/serving_gpu.sh 50 400 "$OUT"', carry=['.engines'])
+#   run(command='timeout 530 sh scripts/serving_gpu.sh 60 330 "$OUT"', carry=['.engines'], timeout_s=580)
+# (a cold machine compiles every kernel specialisation a row draws: 330 s a row is the cap that still brings
+# back every row's JSON inside one 600 s call; 40 cases and 240 s fit a call of about 300 s). Not yet run on
+# a device: 2026-12-06 01:00-01:42 UTC no machine could be started (six tries).
 # ENGINES="reference" tries it on a CPU. Exit status: 1 when a row is not green, else the worst of the rows' (3: cannot run).
 N=${1:-50}
 SECONDS_PER_ROW=${2:-400}
