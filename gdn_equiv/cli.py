@@ -126,6 +126,8 @@ class Plan:
     junit_xml: Path | None
     json: Path | None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: the serving engine paths S1-S7 run on (``--engine``; default the in-house reference)
+    engines: list[str] = field(default_factory=lambda: ["reference"])
     isolate: bool = False  # each example in a worker process (gdn_equiv.isolation)
     example_timeout: float | None = None
 
@@ -208,9 +210,9 @@ def _families(option: str, *, fla_only: bool = False) -> list[str]:
 
 
 def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
-    """``--property`` names: the example properties of the registry (:mod:`gdn_equiv.registry`),
+    """``--property`` names: the example properties of the registry (:mod:`gdn_equiv.registry`), S1-S7,
     ``P6-necessity`` (every condition's search) or ``P6-necessity-G<n>`` (one); all when none is given."""
-    names = [r.name for r in registry.property_records()]
+    names = [r.name for r in (*registry.property_records(), *registry.serving_records())]
     searches = {r.name: r.condition for r in registry.necessity_records() if r.condition is not None}
     if not args.property:
         return names, [] if args.skip_necessity else list(searches.values())
@@ -229,6 +231,34 @@ def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
     if conditions and args.skip_necessity:
         raise UsageError(f"--skip-necessity contradicts --property {NECESSITY}...: drop one of them")
     return properties, conditions
+
+
+def _engines(option: str | None) -> list[str]:
+    """``--engine``: the engine paths S1-S7 run on. Every name is checked first (an unknown one is a usage
+    error naming the known ones), then each must run here: an engine none of whose paths runs here, or a
+    path that does not, is refused naming why (exit 3). An engine's paths that cannot run here while
+    another can are asked as ``n/a`` rows with the reason (a GPU path on a CPU)."""
+    from gdn_equiv.serving.records import engine_paths, not_applicable
+
+    if option is None:
+        return ["reference"]
+    names = list(dict.fromkeys(n.strip() for n in option.split(",")))
+    if not option.strip() or not all(names):
+        raise UsageError(f"--engine {option!r}: needs engine names separated by commas (reference, vllm, sglang)")
+    asked: dict[str, list[str]] = {}
+    for name in names:
+        try:
+            asked[name] = engine_paths(name)
+        except KeyError as exc:
+            raise UsageError(f"--engine {name!r}: {exc.args[0]}") from None
+    paths: list[str] = []
+    for name, mine in asked.items():
+        reasons = {p: not_applicable(p) for p in mine}
+        if all(reasons.values()):
+            why = "; ".join(f"{p}: {r}" for p, r in reasons.items()) if len(mine) > 1 else reasons[mine[0]]
+            raise EnvironmentProblem(f"--engine {name!r} cannot run here: {_one_line(str(why))}")
+        paths += [p for p in mine if p not in paths]
+    return paths
 
 
 def _not_a_directory(flag: str, value: str) -> Path:
@@ -297,12 +327,21 @@ def plan_run(args: argparse.Namespace) -> Plan:
         backends = _backends(args.backend if args.backend is not None else "torch")
         families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
         properties, conditions = _properties(args)
+        engines = _engines(args.engine)
         isolate, example_timeout = _isolation(args, backends)
     else:
         # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
         # properties' options do not apply and are refused rather than ignored
         unused = _explicit(
-            args, "backend", "property", "dtype", "max_seq_len", "skip_necessity", "necessity_examples", "isolate"
+            args,
+            "backend",
+            "property",
+            "dtype",
+            "max_seq_len",
+            "skip_necessity",
+            "necessity_examples",
+            "isolate",
+            "engine",
         )
         unused += [] if args.example_timeout is None else ["--example-timeout"]
         if unused:
@@ -318,7 +357,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
                     f"--fla-core reference swaps in the core of {', '.join(REFERENCE_CORE_FAMILIES)} only; "
                     f"--family {','.join(other)} would run with fla's core: drop --fla-core, or pick those families"
                 )
-        backends, properties, conditions = ["-"], [], []
+        backends, properties, conditions, engines = ["-"], [], [], []
         isolate, example_timeout = False, None
     # the properties' own argument checks need the device settled (triton's interpreter on CPU)
     reason = _target_problem(args.target)
@@ -346,6 +385,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         database=database,
         junit_xml=junit_xml,
         json=json_copy,
+        engines=engines,
         isolate=isolate,
         example_timeout=example_timeout,
     )
@@ -382,7 +422,7 @@ def ledger_rows(plan: Plan) -> list[Check]:
     records += [registry.get_record(registry.necessity_name(c)) for c in plan.conditions]
     rows = []
     for row, record, reason in registry.asked_rows(
-        records, families=plan.families, backends=plan.backends, dtypes=plan.dtypes
+        records, families=plan.families, backends=plan.backends, dtypes=plan.dtypes, engines=plan.engines
     ):
         check = Check(row.name, row.backend, row.dtype, family=row.family, function=record.function)
         if reason is not None:
@@ -497,6 +537,7 @@ def _writer(plan: Plan) -> ReportWriter:
         "target": plan.target,
         **({"target_options": plan.target_options} if plan.target_options else {}),
         "backend": ",".join(plan.backends),
+        **({"engine": ",".join(plan.engines)} if plan.engines else {}),
         "family": ",".join(plan.families),
         "profile": plan.profile,
         "device": plan.device,
@@ -579,7 +620,9 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
             continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
         print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
-        if c.repro:
+        if c.repro and registry.get_record(c.name.partition("#")[0]).serving:
+            print(f"reproducer: python {c.repro}")  # its script is the replay: `repro` reads layer examples
+        elif c.repro:
             print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
     unchecked = [c for c in failed if c.result != "FAIL"]
     if unchecked:
@@ -594,6 +637,7 @@ def _what(plan: Plan) -> str:
     return (
         f"target={plan.target}{core} family={','.join(plan.families)} backend={','.join(plan.backends)} "
         f"device={plan.device} profile={plan.profile}"
+        + (f" engine={','.join(plan.engines)}" if plan.engines else "")
         + (f" isolated (example timeout {plan.example_timeout:g} s)" if plan.isolate else "")
     )
 
@@ -984,6 +1028,12 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"layer famil(y/ies) to draw examples for (default: {DEFAULT_FAMILY}; see: gdn-equiv families)",
         )
         p.add_argument("--target", default="gdn_equiv", choices=["gdn_equiv", "fla"], help="layer under test")
+        p.add_argument(
+            "--engine",
+            default=None,
+            help="serving engine(s) S1-S7 run on, comma separated: reference (ours, the default), vllm, sglang "
+            "(each path its version table lists) or one path (vllm-cpu-torch, vllm-interpret, vllm-gpu, ...)",
+        )
         p.add_argument(
             "--fla-core",
             default=None,

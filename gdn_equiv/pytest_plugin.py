@@ -10,14 +10,15 @@ already did). Installed in an environment, the plugin stays passive for unrelate
 only adds its command-line options. It switches on (profiles, xdist GPU pinning, the triton
 interpreter without a GPU, NaN poisoning of fresh CUDA memory, skips for ``gpu``/``fla``/
 ``cuda_backend`` tests, the example-count line) when the run asks for it: ``--gdn-backend`` or
-``--gdn-target`` given, a test path inside the ``gdn_equiv`` package (``--pyargs gdn_equiv.suite``),
+``--gdn-target`` or ``--gdn-engine`` given, a test path inside the ``gdn_equiv`` package (``--pyargs gdn_equiv.suite``),
 or ``gdn_equiv_suite = true`` in the ini file (as this repository's ``pyproject.toml`` does).
 
 Switched on, it keeps SPEC §10's verdict promises before the first test: names (``--gdn-backend``,
-``--gdn-target``, ``--gdn-family``) are checked (an unknown one is pytest's usage error), and a backend
-or target that cannot run on this machine ends the session with status 3 and one line naming it and
-why (a run that skipped it would pass having checked nothing it was asked to). ``--gdn-isolate`` runs
-every check that calls the kernel under test in a worker process (:mod:`gdn_equiv.isolation`).
+``--gdn-target``, ``--gdn-family``, ``--gdn-engine``) are checked (an unknown one is pytest's usage error),
+and a backend, target or serving engine that cannot run on this machine ends the session with status 3 and
+one line naming it and why (a run that skipped it would pass having checked nothing it was asked to).
+``--gdn-isolate`` runs every check that calls the kernel under test in a worker process
+(:mod:`gdn_equiv.isolation`).
 
 The helpers live in :mod:`gdn_equiv.testing`; this module only connects them to pytest hooks.
 Importing it must stay cheap (no torch): pytest imports every installed plugin at start-up.
@@ -126,6 +127,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="with --gdn-isolate: an example running longer fails and its worker is killed (default 60)",
     )
+    group.addoption(
+        "--gdn-engine",
+        default=None,
+        help="comma list of serving engines the S1-S7 tests (gdn_equiv.suite.test_serving) run on: reference "
+        "(the in-house pool), vllm, sglang (each path its version table lists) or one path (vllm-cpu-torch, "
+        "vllm-interpret, vllm-gpu, ...). Default: every path, each one that cannot run here skipped with why",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -133,7 +141,7 @@ def wanted(config: pytest.Config) -> bool:
     """Whether this run is a gdn-equiv run (see the module docstring)."""
     if config.getini("gdn_equiv_suite"):
         return True
-    if config.getoption("gdn_backend") is not None or config.getoption("gdn_target") is not None:
+    if any(config.getoption(o) is not None for o in ("gdn_backend", "gdn_target", "gdn_engine")):
         return True
     return any(_SUITE_ARG.search(str(arg).split("::")[0]) for arg in config.args)
 
@@ -175,7 +183,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from exc
     _load_backends(config)
     targets = _load_targets(config)
-    _runnable_here(config, targets)
+    engines = _load_engines(config)
+    _runnable_here(config, targets, engines)
     _isolate(config, targets)
 
 
@@ -237,7 +246,34 @@ def _load_targets(config: pytest.Config) -> list[str]:
     return names
 
 
-def _runnable_here(config: pytest.Config, targets: list[str]) -> None:
+def _load_engines(config: pytest.Config) -> dict[str, list[str]]:
+    """``--gdn-engine``: each name known (else a usage error naming the known ones), with its engine paths."""
+    if config.getoption("gdn_engine") is None:
+        return {}
+    from gdn_equiv.serving.records import engine_paths
+
+    asked = {}
+    for name in _names(config, "gdn_engine", "reference"):
+        try:
+            asked[name] = engine_paths(name)
+        except KeyError as exc:
+            raise pytest.UsageError(f"--gdn-engine: {exc.args[0]}") from None
+    return asked
+
+
+def serving_engines(config: pytest.Config) -> list[str]:
+    """The engine paths the serving tests run on: those of ``--gdn-engine`` (checked at configure time), else
+    every path the version tables list (the reference first)."""
+    if config.getoption("gdn_engine") is None:
+        from gdn_equiv.serving.engines import engine_adapters
+
+        return [a.name for a in engine_adapters()]
+    from gdn_equiv.serving.records import engine_paths
+
+    return list(dict.fromkeys(p for name in _names(config, "gdn_engine", "reference") for p in engine_paths(name)))
+
+
+def _runnable_here(config: pytest.Config, targets: list[str], engines: dict[str, list[str]]) -> None:
     """A backend or target that cannot run on this machine ends the session before the first test, with
     exit status 3 and one line naming it and why (SPEC §10): a run that skipped them would pass having
     checked nothing it was asked to check."""
@@ -252,6 +288,15 @@ def _runnable_here(config: pytest.Config, targets: list[str]) -> None:
         reason = _target_unavailable(config, name)
         if reason is not None:
             problems.append(f"--gdn-target {name!r} cannot run here: {reason}")
+    if engines:
+        from gdn_equiv.serving.records import not_applicable
+
+        for name, paths in engines.items():
+            # an engine is asked when one of its paths runs here; the others' tests skip with their reasons
+            reasons = {p: not_applicable(p) for p in paths}
+            if all(reasons.values()):
+                why = "; ".join(f"{p}: {r}" for p, r in reasons.items()) if len(paths) > 1 else reasons[paths[0]]
+                problems.append(f"--gdn-engine {name!r} cannot run here: {why}")
     if problems:
         pytest.exit("gdn-equiv: " + "; ".join(" ".join(p.split()) for p in problems), returncode=3)
 
@@ -326,6 +371,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gdn_families" in metafunc.fixturenames and metafunc.config.getoption("gdn_split_families"):
         names = families(metafunc.config)
         metafunc.parametrize("gdn_families", [(n,) for n in names], ids=names, scope="session")
+    if "gdn_engine" in metafunc.fixturenames:
+        names = serving_engines(metafunc.config)
+        metafunc.parametrize("gdn_engine", names, ids=names, indirect=True, scope="module")
     if "gdn_family" in metafunc.fixturenames:
         names = families(metafunc.config)
         metafunc.parametrize("gdn_family", names, ids=names, scope="session")
@@ -342,6 +390,12 @@ def gdn_families(request: pytest.FixtureRequest) -> tuple[str, ...]:
 @pytest.fixture(scope="session")
 def gdn_backend(request: pytest.FixtureRequest) -> str:
     """A conv backend name from ``--gdn-backend``, checked at configure time: it loads and can run here."""
+    return cast("str", request.param)
+
+
+@pytest.fixture(scope="module")
+def gdn_engine(request: pytest.FixtureRequest) -> str:
+    """A serving engine path (``--gdn-engine``, default every path): the serving tests' adapter by name."""
     return cast("str", request.param)
 
 

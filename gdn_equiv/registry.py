@@ -11,7 +11,10 @@ applies, how many examples a profile gives it or how a necessity search is budge
   otherwise leave P3/P4 nothing to compare);
 - ``per_dtype``: whether its rows split by dtype (the P6 searches draw every dtype in one row);
 - ``not_applicable``: why a row of it cannot be asked on this machine (``n/a`` with that reason), or ``None``;
-- ``teeth``: the planted defects (:mod:`gdn_equiv.planted`) it must catch.
+- ``teeth``: the planted defects (:mod:`gdn_equiv.planted`) it must catch;
+- ``serving``: an S1-S7 record (SPEC §11, :mod:`gdn_equiv.serving.records`): its rows are per engine path
+  (``reference``, ``vllm-cpu-torch``...), not per family x conv backend; its teeth are planted engines
+  (:data:`gdn_equiv.serving.planted.PLANTED`).
 
 Adding a property is its function, its record here and its teeth; every driver then runs it.
 """
@@ -49,6 +52,7 @@ __all__ = [
     "necessity_records",
     "property_records",
     "records",
+    "serving_records",
 ]
 
 #: the dtypes a per-dtype property's rows are drawn in (conv weights may still carry another, G9)
@@ -119,6 +123,8 @@ class PropertyRecord:
     gate_module: str = "test_properties"
     #: drawn from the families the target fuses at all (P3/P4 on an fla version that fuses few)
     needs_fusion: bool = False
+    #: an S1-S7 record: one row per engine path (its ``backend``), family ``-``, any dtype
+    serving: bool = False
 
     @property
     def function(self) -> str:
@@ -273,6 +279,26 @@ def _example_records() -> list[PropertyRecord]:
     ]
 
 
+def _serving_records() -> list[PropertyRecord]:
+    """S1-S7 (SPEC §11); the pytest gate runs them in ``gdn_equiv.suite.test_serving``, over its engine paths."""
+    from gdn_equiv.serving.records import SERVING, row_not_applicable
+
+    return [
+        PropertyRecord(
+            name,
+            summary,
+            premise,
+            check,
+            per_dtype=False,
+            not_applicable=row_not_applicable(check.__name__),
+            teeth=teeth,
+            gate_module="test_serving",
+            serving=True,
+        )
+        for name, summary, premise, check, teeth in SERVING
+    ]
+
+
 def _necessity_records() -> list[PropertyRecord]:
     return [
         PropertyRecord(
@@ -293,8 +319,13 @@ def necessity_name(condition: Condition) -> str:
 
 
 def property_records() -> list[PropertyRecord]:
-    """The example properties (P2-P5, P7), in the order the drivers run them."""
-    return [r for r in records().values() if r.condition is None]
+    """The example properties of layers (P2-P5, P7), in the order the drivers run them."""
+    return [r for r in records().values() if r.condition is None and not r.serving]
+
+
+def serving_records() -> list[PropertyRecord]:
+    """S1-S7 (SPEC §11), asked per serving engine path; the drivers run them after the layer properties."""
+    return [r for r in records().values() if r.serving]
 
 
 def necessity_records() -> list[PropertyRecord]:
@@ -305,7 +336,7 @@ def necessity_records() -> list[PropertyRecord]:
 @functools.cache
 def records() -> dict[str, PropertyRecord]:
     """Every record by name, in run order: the live table (a test may put a record of its own in it)."""
-    return {r.name: r for r in (*_example_records(), *_necessity_records())}
+    return {r.name: r for r in (*_example_records(), *_serving_records(), *_necessity_records())}
 
 
 def get_record(name: str) -> PropertyRecord:
@@ -332,14 +363,22 @@ def asked_rows(
     backends: Sequence[str],
     dtypes: Sequence[str],
     target: str = "gdn_equiv",
+    engines: Sequence[str] = ("reference",),
 ) -> list[tuple[Row, PropertyRecord, str | None]]:
     """Every row a run over ``records`` is asked for, in run order, with its record and, where the row
-    cannot be asked on this machine, the reason (``n/a``)."""
+    cannot be asked on this machine, the reason (``n/a``). Serving records are asked once per engine
+    path of ``engines`` (family ``-``), after the layer rows."""
     rows = []
     for family in families:
         for backend in backends:
             for record in records:
+                if record.serving:
+                    continue
                 reason = record.not_applicable(backend)
                 for dtype in dtypes if record.per_dtype else ("any",):
                     rows.append((Row(record.name, family, backend, dtype, target), record, reason))
+    for engine in engines:
+        for record in records:
+            if record.serving:
+                rows.append((Row(record.name, "-", engine, "any", target), record, record.not_applicable(engine)))
     return rows

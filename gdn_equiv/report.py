@@ -443,8 +443,11 @@ class ReportWriter:
             options = {"target": check.target, **check.target_options}
             extra = "".join(f", {k}={v!r}" for k, v in options.items())
         script = self.out_dir / f"{stem}.py"
+        own = getattr(check.example, "reproducer", None)  # a serving case (S1-S7) writes its own script
         script.write_text(
-            REPRO_TEMPLATE.format(
+            own(check.function, check.failure)
+            if own is not None
+            else REPRO_TEMPLATE.format(
                 name=check.name,
                 backend=check.backend,
                 family=check.family,

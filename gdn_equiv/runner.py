@@ -175,7 +175,9 @@ def run_property(
                 except Exception as exc:
                     if _kind(exc) in known:
                         return  # a kind this row already reported: look for others
-                    failing.setdefault(_kind(exc), example)
+                    # the last failing call of a kind is Hypothesis' replay of its shrunk example: the row keeps
+                    # that one (the first failing draw is the unshrunk one, seen before any shrinking)
+                    failing[_kind(exc)] = example
                     raise
             check.worst = worst(reports, check.worst)
             check.reasons[decision.reason_id] += 1

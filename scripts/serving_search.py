@@ -1,14 +1,23 @@
-"""Unaided search of S1-S7 on one serving engine path: each property for up to N cases, the first failure
-shrunk by Hypothesis; one ledger line per property (pass / FINDING / not exercised / cannot run here).
+"""Unaided search of S1-S7 on serving engine paths: each property for up to N cases (a fixed, derandomized
+sequence: the same cases on every machine), the first failure shrunk by Hypothesis; one ledger line per
+engine path x property (pass / FINDING / not exercised / cannot run here / ERROR), and with ``--json`` the
+same rows as JSON (what a device call brings back). Exit 0: every row that can run here ran and passed; 1: a
+finding, an error, or a row not exercised or not reached; 3: no asked engine path can run here.
 
     PYTHONPATH=.engines python scripts/serving_search.py vllm-cpu-torch 300
+    PYTHONPATH=.engines python scripts/serving_search.py vllm-gpu,sglang-gpu 40 --json out.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import platform
 import sys
 import time
+from typing import Any
 
+import torch
 from hypothesis import HealthCheck, find, settings
 
 from gdn_equiv.compare import Mismatch
@@ -16,53 +25,134 @@ from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.records import SERVING, adapter
 
 
-def main(engine: str, budget: int) -> int:
+class _Spent(Exception):
+    """The row's seconds ran out before its budget of cases (ledger: not reached)."""
+
+
+def search(
+    engine: str, prop_name: str, premise: Any, prop: Any, budget: int, seconds: float = float("inf")
+) -> dict[str, Any]:
+    """One engine path x property: its row. ``seconds`` ends a row that found nothing yet as ``not reached``
+    with the cases it ran (a failure being shrunk is not cut off)."""
     a = adapter(engine)
-    reason = a.unavailable()
-    print(f"{engine} {a.version}: {'runs here' if reason is None else reason}")
-    if reason is not None:
-        return 3
-    findings = 0
-    for name, _, premise, check, _ in SERVING:
-        strategy = premise(engine, ("gdn",), None, 140).map(lambda d: d.example.case)
-        prop = getattr(S, check.__name__)
-        ran, skipped, why = [0], [0], [""]
+    row: dict[str, Any] = {"engine": engine, "version": a.version, "property": prop_name}
+    if prop is S.check_s4_speculation and not getattr(a, "speculative", True):
+        return {**row, "result": "cannot run here", "why": a.not_speculative, "cases": 0, "seconds": 0.0}
+    strategy = premise(engine, ("gdn",), None, 140).map(lambda d: d.example.case)
+    ran, skipped, first_hit, why = [0], [0], [0], [""]
+    start = time.perf_counter()
+    raised: list[Any] = []
 
-        def fails(case: object, prop: object = prop, ran: list = ran, skipped: list = skipped, why: list = why) -> bool:
-            ran[0] += 1
-            try:
-                prop(a, case)  # type: ignore[operator]
-            except S.NotExercised as exc:
-                skipped[0] += 1
-                why[0] = str(exc)
-                return False
-            except Mismatch:
-                return True
-            return False
-
-        start = time.perf_counter()
-        search = settings(max_examples=budget, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        try:
-            case = find(strategy, fails, settings=search)
-        except Exception as exc:
-            took = time.perf_counter() - start
-            if type(exc).__name__ != "NoSuchExample":
-                print(f"{name}: ERROR after {ran[0]} cases ({took:.1f} s): {type(exc).__name__}: {str(exc)[:400]}")
-                findings += 1
-            elif skipped[0] == ran[0]:
-                print(f"{name}: not exercised ({ran[0]} cases, {took:.1f} s): {why[0]}")
-            else:
-                print(f"{name}: pass ({ran[0] - skipped[0]} cases compared, {skipped[0]} not exercised, {took:.1f} s)")
-            continue
-        findings += 1
-        took = time.perf_counter() - start
-        print(f"{name}: FINDING after {ran[0]} cases ({took:.1f} s, shrunk): {case.short()}")
+    def fails(case: Any) -> bool:
+        if not first_hit[0] and time.perf_counter() - start > seconds:
+            raise _Spent
+        ran[0] += 1
         try:
             prop(a, case)
-        except Mismatch as exc:
-            print("   " + str(exc).replace("\n", "\n   "))
+        except S.NotExercised as exc:
+            skipped[0] += 1
+            why[0] = str(exc)
+            return False
+        except Mismatch:
+            first_hit[0] = first_hit[0] or ran[0]
+            return True
+        except Exception:
+            raised.append(case)  # the kernel's own error: reported with the case that raised it
+            raise
+        return False
+
+    fixed = settings(
+        max_examples=budget, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
+    try:
+        case = find(strategy, fails, settings=fixed)
+    except Exception as exc:
+        took = round(time.perf_counter() - start, 2)
+        if isinstance(exc, _Spent):
+            why = f"{seconds:g} s spent after {ran[0]} cases ({ran[0] - skipped[0]} compared, none failed)"
+            return {**row, "result": "not reached", "cases": ran[0], "seconds": took, "why": why}
+        if type(exc).__name__ != "NoSuchExample":
+            return {
+                **row,
+                "result": "ERROR",
+                "cases": ran[0],
+                "seconds": took,
+                "case": raised[-1].short() if raised else None,
+                "error": f"{type(exc).__name__}: {str(exc)[:600]}",
+            }
+        if skipped[0] == ran[0]:
+            return {**row, "result": "not exercised", "cases": ran[0], "seconds": took, "why": why[0]}
+        compared = ran[0] - skipped[0]
+        return {**row, "result": "pass", "cases": ran[0], "compared": compared, "seconds": took}
+    took = round(time.perf_counter() - start, 2)
+    message = ""
+    try:
+        prop(a, case)
+    except Mismatch as exc:
+        message = str(exc)
+    return {
+        **row,
+        "result": "FINDING",
+        "cases": ran[0],
+        "cases_to_first_hit": first_hit[0],
+        "seconds": took,
+        "shrunk": case.short(),
+        "shrunk_repr": repr(case),
+        "mismatch": message,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("engines", help="comma list of engine paths (reference, vllm-cpu-torch, vllm-gpu, ...)")
+    parser.add_argument("examples", type=int, help="cases per property row")
+    parser.add_argument("--properties", default=None, help="comma list of S<n> to run (default: S1-S7)")
+    parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument("--seconds", type=float, default=float("inf"), help="per row: then it is not reached")
+    args = parser.parse_args(argv)
+    wanted = None if args.properties is None else set(args.properties.split(","))
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
+    out: dict[str, Any] = {"device": device, "torch": torch.__version__, "examples": args.examples, "rows": []}
+    with_triton = sys.modules.get("triton") or __import__("importlib").util.find_spec("triton")
+    if with_triton:
+        import triton
+
+        out["triton"] = triton.__version__
+    findings, ran_any = 0, False
+    started = time.perf_counter()
+    for engine in args.engines.split(","):
+        a = adapter(engine)
+        t0 = time.perf_counter()
+        reason = a.unavailable()  # the first call of a path: imports and the smallest call (a first compile)
+        first = round(time.perf_counter() - t0, 2)
+        print(f"{engine} {a.version}: {'runs here' if reason is None else reason} ({first} s)", flush=True)
+        for name, _, premise, check, _ in SERVING:
+            if wanted is not None and name.split("-")[0] not in wanted:
+                continue
+            if reason is not None:
+                row = {"engine": engine, "version": a.version, "property": name, "result": "cannot run here"}
+                out["rows"].append({**row, "why": reason, "cases": 0, "seconds": 0.0})
+                continue
+            ran_any = True
+            row = search(engine, name, premise, getattr(S, check.__name__), args.examples, args.seconds)
+            out["rows"].append(row)
+            findings += row["result"] not in ("pass", "cannot run here")
+            detail = row.get("shrunk") or row.get("why") or row.get("error") or ""
+            print(f"  {name:<16} {row['result']:<15} {row['cases']:>4} cases {row['seconds']:7.1f} s  {detail}")
+            if row.get("mismatch"):
+                print("     " + row["mismatch"].replace("\n", "\n     ")[:1500])
+            if args.json:  # rewritten after each row: a call cut off still brings back what finished
+                out["seconds"] = round(time.perf_counter() - started, 1)
+                with open(args.json, "w") as f:
+                    json.dump(out, f, indent=1)
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    if not ran_any:
+        return 3
     return 1 if findings else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], int(sys.argv[2])))
+    sys.exit(main())

@@ -59,16 +59,18 @@ def batches(
     max_seqs: int = 4,
     min_len: int = 1,
     max_len: int = 6,
+    min_extra_slots: int = 0,
     max_extra_slots: int = 3,
     pad: bool | None = None,
     fresh: bool | None = None,
 ) -> Batch:
-    """One §11 call: sequences of ``min_len..max_len`` tokens in a pool with up to ``max_extra_slots`` slots
-    no sequence names; slots a permutation of the pool's; ``pad`` (None: some may be pads; True: at least
+    """One §11 call: sequences of ``min_len..max_len`` tokens in a pool with ``min_extra_slots..max_extra_slots``
+    slots no sequence names; slots a permutation of the pool's; ``pad`` (None: some may be pads; True: at least
     one; False: none) and ``fresh`` (None: each sequence either; True: none continues; False: all do).
     Shrinks to one fresh, unpadded sequence in a pool of exactly the slots named, in slot order."""
     _bounds("seqs", min_seqs, max_seqs, 1)
     _bounds("len", min_len, max_len, 0)
+    _bounds("extra_slots", min_extra_slots, max_extra_slots, 0)
     spec = draw(conv if conv is not None else conv_specs())
     n = draw(st.integers(min_seqs, max_seqs))
     # a pad one time in four: most batches keep sequences to compare; shrinks to no pad
@@ -76,7 +78,7 @@ def batches(
     if pad:
         is_pad[draw(st.integers(0, n - 1))] = True
     named = n - sum(is_pad)
-    num_slots = max(named, 1) + draw(st.integers(0, max_extra_slots))
+    num_slots = max(named, 1) + draw(st.integers(min_extra_slots, max_extra_slots))
     order = draw(st.permutations(range(num_slots)))
     picks = iter(order[:named])
     slots = tuple(None if p else next(picks) for p in is_pad)
@@ -94,14 +96,16 @@ def spec_cases(
     max_k: int = 4,
     min_accepted: int = 0,
     pad: bool | None = None,
+    min_extra_slots: int = 0,
 ) -> SpecCase:
     """A prefill then a verify step of ``k`` drafts keeping ``accepted[i]`` in ``[min_accepted, k]`` each.
-    ``min_accepted=1`` for an engine whose first token of a verify step is always a real one (vLLM).
+    ``min_accepted=1`` for an engine whose first token of a verify step is always a real one (vLLM);
+    ``min_extra_slots`` slots of the pool at least that no sequence names (S2 has one to watch in every case).
     Shrinks to k=min_k and the fewest accepted."""
     _bounds("k", min_k, max_k, 1)
     if not 0 <= min_accepted <= min_k:
         raise InvalidArgument(f"need 0 <= min_accepted <= min_k, got {min_accepted} and {min_k}")
-    batch = draw(batches(conv=conv, pad=pad))
+    batch = draw(batches(conv=conv, pad=pad, min_extra_slots=min_extra_slots))
     k = draw(st.integers(min_k, max_k))
     accepted = tuple(draw(st.integers(min_accepted, k)) for _ in batch.slots)
     return SpecCase(batch, k, accepted)

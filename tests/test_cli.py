@@ -745,8 +745,9 @@ def test_a_row_the_budget_did_not_reach_fails_the_run(gdn, tmp_path, monkeypatch
 
 
 def test_every_row_gets_a_share_of_the_fuzz_budget(gdn, tmp_path) -> None:
-    """No row of a fuzz run ends with 0 examples while the budget lasts: the shares are cumulative."""
-    status, out, _ = gdn("fuzz", *TINY, "--examples", "2", "--seconds", "6")
+    """No row of a fuzz run ends with 0 examples while the budget lasts: the shares are cumulative. Thirteen
+    rows: six layer rows and S1-S7 on the in-house reference."""
+    status, out, _ = gdn("fuzz", *TINY, "--examples", "2", "--seconds", "14")
     assert status == cli.EXIT_OK, out
     rows = _summary(tmp_path)["checks"]
     assert rows and all(r["examples"] > 0 or r["result"] == "n/a" for r in rows), rows

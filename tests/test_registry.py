@@ -1,8 +1,9 @@
 """The property registry (:mod:`gdn_equiv.registry`): every driver reads it, and every record has teeth.
 
-Each record names the planted defects it must catch (:mod:`gdn_equiv.planted`); here each record runs on
-its own premise against each of them and must find, by itself, an example where it fails. A record added
-without teeth, or with teeth it does not catch, fails here.
+Each record names the planted defects it must catch (:mod:`gdn_equiv.planted`; a serving record's are planted
+engines, :mod:`gdn_equiv.serving.planted`); here each record runs on its own premise against each of them and
+must find, by itself, an example where it fails. A record added without teeth, or with teeth it does not
+catch, fails here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gdn_equiv import cli, planted, registry
 from gdn_equiv import properties as P
 from gdn_equiv.backends import registered
 from gdn_equiv.compare import Mismatch
+from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.targets import get_target
 from gdn_equiv.testing import first_hit
 
@@ -26,7 +28,8 @@ TEETH_ELSEWHERE = {
     "P2-no-short-conv": "a layer without convs has no fused path to plant a defect in; P2's teeth cover the count",
 }
 
-TEETH = [(r.name, tooth) for r in registry.property_records() for tooth in r.teeth]
+RECORDS = [*registry.property_records(), *registry.serving_records()]
+TEETH = [(r.name, tooth) for r in RECORDS for tooth in r.teeth]
 
 
 @pytest.mark.teeth
@@ -35,7 +38,9 @@ def test_every_property_catches_its_planted_defects(name: str, tooth: str) -> No
     record = registry.get_record(name)
     assert record.check is not None
     backend, target = "torch", None
-    if tooth.startswith("backend:"):
+    if record.serving:  # the planted engine is the row's engine path
+        backend, kernels = tooth, registered()
+    elif tooth.startswith("backend:"):
         backend = tooth.removeprefix("backend:")
         kernels = registered(planted.BACKENDS[backend])
     else:
@@ -57,16 +62,17 @@ def test_every_property_catches_its_planted_defects(name: str, tooth: str) -> No
 
 
 def test_every_example_property_has_teeth_or_says_where_they_are() -> None:
-    for record in registry.property_records():
+    for record in RECORDS:
         assert record.teeth or record.name in TEETH_ELSEWHERE, f"{record.name} names no planted defect"
         for tooth in record.teeth:
-            assert tooth.removeprefix("backend:") in {**planted.BACKENDS, **planted.LAYER_DEFECTS}, tooth
+            known = PLANTED if record.serving else {**planted.BACKENDS, **planted.LAYER_DEFECTS}
+            assert tooth.removeprefix("backend:") in known, tooth
 
 
 def test_the_command_line_accepts_exactly_the_registry() -> None:
     args = cli.build_parser().parse_args(["check", "--device", "cpu"])
     properties, conditions = cli._properties(args)
-    assert properties == [r.name for r in registry.property_records()]
+    assert properties == [r.name for r in RECORDS]
     assert [registry.necessity_name(c) for c in conditions] == [r.name for r in registry.necessity_records()]
 
 
@@ -75,7 +81,7 @@ def test_the_readme_lists_every_property_row_of_the_registry() -> None:
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("<!-- registry table -->") : readme.index("<!-- end registry table -->")]
     listed = re.findall(r"^\| `([^`]+)` \|", table, flags=re.M)
-    assert listed == [r.name for r in registry.property_records()] + [registry.NECESSITY + "-G<n>"]
+    assert listed == [r.name for r in RECORDS] + [registry.NECESSITY + "-G<n>"]
 
 
 def test_one_profile_table_gives_every_driver_its_example_count() -> None:

@@ -215,7 +215,6 @@ class EngineOps(ReferenceAdapter):
         #: why this path's step takes no accepted count (S4 cannot run), or None
         self.not_speculative: str | None = row.speculative.get(path)
         self.speculative = self.not_speculative is None
-        self._smoke: tuple[str | None] | None = None  # (reason,) once tried
 
     def row(self) -> EngineVersion:
         return ENGINES[self.engine][self.version]
@@ -241,9 +240,10 @@ class EngineOps(ReferenceAdapter):
             self._ops()
         except Exception as exc:  # an engine's import chain fails in many ways; the reason is the report
             return f"{self.engine} {version} {self.path} ops do not import here: {type(exc).__name__}: {exc}"
-        if self._smoke is None:
-            self._smoke = (self._try_smallest_call(),)
-        return self._smoke[0]
+        key = (self.engine, version, self.path)
+        if key not in _SMOKE:  # once per process: an engine's first call may compile (GPU) or interpret for seconds
+            _SMOKE[key] = self._try_smallest_call()
+        return _SMOKE[key]
 
     def _try_smallest_call(self) -> str | None:
         """One token through prefill and step (D1, W2): a path that imports may still not run here (the
@@ -413,6 +413,9 @@ class EngineOps(ReferenceAdapter):
             )
         return self.states(pool)[first : first + blocks]
 
+
+#: (engine, version, path) -> why its smallest call failed here, or None: asked once per process
+_SMOKE: dict[tuple[str, str, str], str | None] = {}
 
 #: what the probe of this machine found (Dec 2026, 2 CPU cores, torch 2.13 in the project's venv), kept so a
 #: skip says more than "not installed"

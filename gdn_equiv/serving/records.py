@@ -4,11 +4,15 @@ A row's ``backend`` is an engine path (``reference``, ``vllm-interpret``...); it
 :class:`EngineCase` s (the engine's name with one drawn case), and its check runs the property on that
 engine. :data:`SERVING` lists ``(name, summary, premise, check, teeth)``; the registry builds its records
 from them. An engine path that cannot run here is ``n/a`` with :func:`not_applicable`'s reason.
+
+The checks are module-level functions of this module (named as the property functions they run), so an
+isolated run's worker process finds them; a failure's reproducer is :meth:`EngineCase.reproducer`.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -24,7 +28,7 @@ from gdn_equiv.serving.planted import PLANTED
 alias_strategies()
 from gdn_equiv.strategies import pools  # noqa: E402
 
-__all__ = ["SERVING", "EngineCase", "adapter", "not_applicable"]
+__all__ = ["ENGINE_NAMES", "SERVING", "EngineCase", "adapter", "engine_paths", "not_applicable", "row_not_applicable"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,55 @@ class EngineCase:
     def short(self) -> str:
         return f"{self.engine}: {self.case.short()}"
 
+    def to_json(self) -> str:
+        """The engine path and the case as its ``repr`` (plain dataclasses of numbers, evaluated back by
+        :meth:`reproducer`'s script)."""
+        return json.dumps({"kind": "serving", "engine": self.engine, "case": repr(self.case)})
+
+    def reproducer(self, function: str, failure: str) -> str:
+        """A standalone script running ``function`` (a property of :mod:`gdn_equiv.serving.properties`) on
+        this case and this engine path: exit 1 while it fails."""
+        return REPRO_TEMPLATE.format(
+            engine=self.engine,
+            version=adapter(self.engine).version,
+            function=function,
+            failure=failure.replace('"""', "'''"),
+            case=repr(self.case),
+        )
+
+
+REPRO_TEMPLATE = '''#!/usr/bin/env python
+"""Standalone reproducer written by gdn-equiv: {function} on serving engine path {engine!r} ({version}).
+An engine's ops come from its installed wheel (or PYTHONPATH=.engines, scripts/extract_engines.sh).
+
+{failure}
+"""
+import os
+import sys
+
+if {engine!r}.endswith("-interpret"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from gdn_equiv.compare import Mismatch
+from gdn_equiv.serving.cases import *  # noqa: F403 (the case's classes, for its repr)
+from gdn_equiv.serving.properties import {function}
+from gdn_equiv.serving.records import adapter
+
+CASE = {case}
+
+if __name__ == "__main__":
+    engine = adapter({engine!r})
+    reason = engine.unavailable()
+    if reason is not None:
+        sys.exit(f"cannot run here: {{reason}}")
+    try:
+        {function}(engine, CASE)
+    except Mismatch as exc:
+        print(exc)
+        sys.exit(1)
+    print("no failure: the defect is gone")
+'''
+
 
 class Ran(NamedTuple):
     """What a check returns to the runner (it counts ``reason_id`` s, as it counts a guard's reasons)."""
@@ -42,14 +95,30 @@ class Ran(NamedTuple):
     reason_id: str = "ran"
 
 
+#: what ``--engine`` names: the in-house reference, an engine (every path its table lists) or one path
+ENGINE_NAMES = ("reference", "vllm", "sglang")
+
+
 def adapter(name: str) -> EngineAdapter:
-    """An engine path or a planted engine by name."""
+    """An engine path or a planted engine by name (made afresh: it reads the installed version now)."""
     if name in PLANTED:
         return PLANTED[name][0]()
     for a in engine_adapters():
         if a.name == name:
             return a
     raise KeyError(f"no serving engine {name!r}; known: {', '.join(a.name for a in engine_adapters())}")
+
+
+def engine_paths(name: str) -> list[str]:
+    """The engine paths ``name`` stands for: an engine's every path, or the path itself. KeyError names the
+    known ones."""
+    paths = [a.name for a in engine_adapters()]
+    if name in paths:
+        return [name]
+    found = [p for p in paths if p.startswith(f"{name}-")]
+    if not found:
+        raise KeyError(f"no serving engine {name!r}; known: {', '.join([*ENGINE_NAMES[1:], *paths])}")
+    return found
 
 
 def not_applicable(engine: str) -> str | None:
@@ -59,12 +128,28 @@ def not_applicable(engine: str) -> str | None:
         return str(exc)
 
 
+def row_not_applicable(check: str) -> Callable[[str], str | None]:
+    """Why the row of property ``check`` on an engine path cannot run here: the path cannot, or (S4) its
+    step takes no accepted count."""
+
+    def reason(engine: str) -> str | None:
+        why = not_applicable(engine)
+        a = adapter(engine) if why is None else None
+        if a is not None and check == "check_s4_speculation" and not getattr(a, "speculative", True):
+            why = f"{engine}: {getattr(a, 'not_speculative', 'its step takes no accepted count')}"
+        return why
+
+    return reason
+
+
 def _check(prop: Callable[[EngineAdapter, Any], None]) -> Callable[..., Ran]:
     def check(example: EngineCase, device: str = "cpu", **_: Any) -> Ran:
         prop(adapter(example.engine), example.case)
         return Ran()
 
-    check.__name__ = prop.__name__
+    # a module-level name of this module: a worker process (isolated runs) resolves the check by it
+    check.__name__ = check.__qualname__ = prop.__name__
+    globals()[prop.__name__] = check
     return check
 
 
@@ -104,7 +189,7 @@ SERVING: list[tuple[str, str, Callable[..., Any], Callable[..., Ran], tuple[str,
         (1, "pool-alone", "a batch over a pool = each sequence alone from its own state, bitwise",
          "check_s1_pool_equals_alone", lambda a: pools.batches()),
         (2, "untouched", "unnamed, pad and reserved slots bitwise unchanged; inputs unchanged",
-         "check_s2_untouched", lambda a: pools.spec_cases(min_accepted=_min_accepted(a))),
+         "check_s2_untouched", lambda a: pools.spec_cases(min_accepted=_min_accepted(a), min_extra_slots=1)),
         (3, "handoff", "prefill then decode steps = one prefill (states bitwise, outputs within §6 across kernels)",
          "check_s3_handoff", lambda a: pools.handoff_cases()),
         (4, "speculation", "a k-token verify accepting j leaves exactly the state of feeding those j",

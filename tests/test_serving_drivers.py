@@ -1,0 +1,204 @@
+"""S1-S7 in the drivers (SPEC §10, §11): ``gdn-equiv check``/``fuzz`` rows per engine path (``--engine``,
+default the in-house reference) and the pytest gate's ``--gdn-engine``.
+
+- An unknown engine is a usage error (2) before any example; an engine none of whose paths runs here ends the
+  run with 3 and one line naming it and why (planted: a vLLM whose version the table does not know, an sglang
+  that is not installed); a path that cannot run while another of the engine can is an ``n/a`` row with why.
+- A serving row that fails keeps the shrunk case and writes a reproducer that fails (exit 1) on it.
+- With vLLM 0.34.0's ops extracted (``scripts/extract_engines.sh``) the CPU path's S7 finding is a FAIL row.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+
+from gdn_equiv import cli, registry, runner
+from gdn_equiv.report import ReportWriter
+from gdn_equiv.serving import engines
+from gdn_equiv.serving.records import EngineCase
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTRACTED = ROOT / ".engines"
+SERVING = [r.name for r in registry.serving_records()]
+
+
+@pytest.fixture
+def gdn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[Callable]:
+    """``gdn(*argv) -> (status, stdout, stderr)``: :func:`cli.main` in ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    saved = os.environ.get("TRITON_INTERPRET")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    yield run
+    if saved is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = saved
+
+
+def _fake_dist(where: Path, name: str, version: str) -> Path:
+    """An installed distribution as importlib.metadata sees it: its METADATA, nothing else."""
+    info = where / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return where
+
+
+def _properties(*names: str) -> list[str]:
+    return [a for n in names for a in ("--property", n)]
+
+
+def test_check_asks_s1_to_s7_on_the_reference_by_default() -> None:
+    args = cli.build_parser().parse_args(["check", "--device", "cpu", "--profile", "dev"])
+    rows = [r for r in cli.ledger_rows(cli.plan_run(args)) if r.name.startswith("S")]
+    assert [(r.name, r.backend, r.family, r.dtype, r.result) for r in rows] == [
+        (name, "reference", "-", "any", "pass") for name in SERVING
+    ]
+    fla = cli.build_parser().parse_args(["check", "--target", "fla", "--engine", "reference", "--device", "cpu"])
+    with pytest.raises(cli.UsageError, match="--engine do not apply"):
+        cli.plan_run(fla)
+
+
+def test_serving_rows_run_on_the_reference(gdn, tmp_path) -> None:
+    status, out, _ = gdn("check", "--device", "cpu", "--examples", "15", *_properties(*SERVING))
+    assert status == cli.EXIT_OK, out
+    assert f"ledger: {len(SERVING)} rows asked, {len(SERVING)} to run, 0 n/a" in out
+    for name in SERVING:
+        assert f"{name:<24} -               reference any      pass" in out, out
+
+
+def test_an_unknown_engine_is_a_usage_error_before_any_example(gdn, tmp_path) -> None:
+    status, out, err = gdn("check", "--device", "cpu", "--engine", "reference,tgi")
+    assert status == cli.EXIT_USAGE, out + err
+    line = err.strip().splitlines()[-1]
+    assert "--engine 'tgi': no serving engine 'tgi'; known: vllm, sglang, reference, vllm-cpu-torch" in line
+    assert not (tmp_path / cli.DEFAULT_REPORT).exists()
+
+
+def test_an_engine_that_cannot_run_here_is_an_environment_problem(gdn, tmp_path, monkeypatch) -> None:
+    """Planted: a vLLM whose version the table does not know, on the path; an sglang that is not installed."""
+    monkeypatch.syspath_prepend(str(_fake_dist(tmp_path / "site", "vllm", "9.9.9")))
+    status, _, err = gdn("check", "--device", "cpu", "--engine", "vllm")
+    assert status == cli.EXIT_ENVIRONMENT, err
+    line = err.strip().splitlines()[-1]
+    assert "--engine 'vllm' cannot run here: vllm-cpu-torch: vllm 9.9.9 is not a version the adapter knows" in line
+    assert "vllm-gpu: vllm 9.9.9 is not a version the adapter knows; known versions: 0.34.0" in line
+    monkeypatch.setattr(engines, "installed_version", lambda engine: None)
+    status, _, err = gdn("check", "--device", "cpu", "--engine", "sglang-gpu")
+    assert status == cli.EXIT_ENVIRONMENT, err
+    assert "--engine 'sglang-gpu' cannot run here: sglang is not installed" in err.strip().splitlines()[-1]
+
+
+def test_a_failing_serving_row_keeps_its_shrunk_case_and_writes_a_reproducer_that_fails(tmp_path) -> None:
+    """The row's example once was the first failing draw, not the shrunk one the message names."""
+    check = runner.run_property("S7-packed-qkv", "planted-packed-drops-k-bias", max_examples=200)
+    assert check.result == "FAIL" and isinstance(check.example, EngineCase)
+    assert f"Example: planted-packed-drops-k-bias in-house: {check.example.case.short()}" in check.failure
+    assert check.example.case.batch.conv.dim == 3  # shrunk: one channel each of q, k and v
+    with ReportWriter(tmp_path, device="cpu", meta={}) as writer:
+        writer.ask([check])
+        row = writer.add(check)
+        writer.finish("complete")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    replay = subprocess.run([sys.executable, row.repro], capture_output=True, text=True, env=env, timeout=120)
+    assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert "k y of sequence 0: packed q|k|v vs k alone are not equal" in replay.stdout
+
+
+@pytest.mark.skipif(not EXTRACTED.is_dir(), reason="vLLM's ops not extracted here (scripts/extract_engines.sh)")
+def test_vllm_cpu_packed_qkv_finding_is_a_fail_row_and_other_paths_say_why_not(gdn, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(EXTRACTED))
+    if importlib.metadata.version("vllm") != "0.34.0":
+        pytest.skip("another vLLM is installed here")
+    status, out, err = gdn(
+        "check",
+        "--device",
+        "cpu",
+        "--engine",
+        "vllm",
+        "--examples",
+        "60",
+        *_properties("S4-speculation", "S7-packed-qkv"),
+    )
+    assert status == cli.EXIT_FAILED, out + err
+    assert "S7-packed-qkv            -               vllm-cpu-torch any      FAIL" in out
+    assert "n/a: S4-speculation[vllm-cpu-torch-any--]: vllm-cpu-torch: vLLM 0.34.0's CPU speculative conv" in out
+    assert "n/a: S7-packed-qkv[vllm-gpu-any--]: no CUDA device here" in out or "vllm-gpu any      pass" in out
+
+
+# ---- the pytest gate: --gdn-engine ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """``pytest --pyargs gdn_equiv.suite.test_serving --gdn-engine ...`` runs, outside the repository."""
+    work = tmp_path_factory.mktemp("gate")
+    fake = _fake_dist(work / "fake", "vllm", "9.9.9")
+    suite = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--pyargs"]
+    runs = {
+        "unknown": [*suite, "gdn_equiv.suite", "--gdn-engine", "tgi"],
+        "unknown version": [*suite, "gdn_equiv.suite", "--gdn-engine", "vllm"],
+        "not installed": [*suite, "gdn_equiv.suite", "--gdn-engine", "sglang"],
+        "reference": [*suite, "gdn_equiv.suite.test_serving", "--gdn-engine", "reference"],
+    }
+    procs = {}
+    for name, argv in runs.items():
+        path = [str(fake)] if name == "unknown version" else []
+        path += [str(ROOT), os.environ.get("PYTHONPATH", "")]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        env.update(PYTHONPATH=os.pathsep.join(filter(None, path)), HYPOTHESIS_PROFILE="dev")
+        procs[name] = subprocess.Popen(
+            argv, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    done = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        done[name] = subprocess.CompletedProcess(runs[name], proc.returncode, out, err)
+    return done
+
+
+def _status_3(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    text = result.stdout + result.stderr
+    assert result.returncode == 3, text[-3000:]
+    lines = [line for line in result.stderr.splitlines() if "cannot run here" in line]
+    assert len(lines) == 1 and all(n in lines[0] for n in needles), text[-3000:]
+    assert "passed" not in result.stdout and "skipped" not in result.stdout, text[-3000:]
+
+
+@pytest.mark.slow
+def test_gdn_engine_names_are_checked_and_an_engine_that_cannot_run_here_ends_the_session(gate_runs) -> None:
+    unknown = gate_runs["unknown"]
+    assert unknown.returncode == pytest.ExitCode.USAGE_ERROR, unknown.stderr[-3000:]
+    assert "--gdn-engine: no serving engine 'tgi'; known: vllm, sglang, reference" in unknown.stderr
+    _status_3(gate_runs["unknown version"], "--gdn-engine 'vllm'", "vllm 9.9.9 is not a version the adapter knows")
+    if engines.installed_version("sglang") is None:
+        _status_3(gate_runs["not installed"], "--gdn-engine 'sglang'", "sglang is not installed")
+
+
+@pytest.mark.slow
+def test_gdn_engine_reference_runs_s1_to_s7_on_the_reference_only(gate_runs) -> None:
+    result = gate_runs["reference"]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "7 passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-3000:]
+
+
+@settings(max_examples=60, database=None, deadline=None)
+@given(draw=registry.get_record("S2-untouched").strategy("reference", "-"))
+def test_s2_cases_always_hold_a_slot_no_sequence_names(draw: registry.Draw) -> None:
+    """Its first (smallest) case named every slot: a ``--examples 1`` row was "not exercised", by construction."""
+    batch = draw.example.case.batch
+    assert batch.num_slots > len(batch.named())
