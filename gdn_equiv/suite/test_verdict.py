@@ -9,6 +9,7 @@ never be counted green, and that the rows asked are the registry's. No layer run
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,25 @@ def test_an_unfinished_row_says_why(tmp_path: Path) -> None:
         (UNREACHED, "the budget ran out at row 2"),
         ("not exercised", "not exercised: no example met the property's premise"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("raised", "status"),
+    [(None, "complete"), (KeyboardInterrupt, "interrupted"), (RuntimeError, "internal-error")],
+)
+def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseException] | None, status: str) -> None:
+    """However the run ends, the summary on disk says so and still lists every asked row."""
+    try:
+        with ReportWriter(tmp_path, device="cpu", meta={}) as writer:
+            writer.ask([_row(), _row(name="P4-gradients")])
+            writer.add(_row(examples=3))
+            if raised is not None:
+                raise raised()
+    except (KeyboardInterrupt, RuntimeError):
+        pass
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == status
+    assert [c["result"] for c in summary["checks"]] == ["pass", UNREACHED]
 
 
 def test_a_rows_worst_comparison_is_its_failures_else_the_closest_to_tolerance() -> None:
