@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -126,6 +127,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="with --gdn-isolate: an example running longer fails and its worker is killed (default 60)",
     )
+    group.addoption(
+        "--gdn-database",
+        default=None,
+        metavar="DIR|redis://HOST:PORT/DB",
+        help="Hypothesis example database of every test (a directory, or a team's redis server): what a "
+        "`gdn-equiv fuzz` run saved there is replayed first; HypoFuzz workers share it the same way",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -173,10 +181,37 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(testing.default_profile())
     except InvalidArgument as exc:  # refused before any test runs, like a bad option
         raise pytest.UsageError(str(exc)) from exc
+    _use_database(config)
+    if "hypofuzz" in sys.modules and sys.modules["hypofuzz"].detection.in_hypofuzz_run():
+        # a HypoFuzz worker started some other way than fork keeps no patch of its parent's
+        from gdn_equiv.fuzz_engines import hypofuzz_compat
+
+        hypofuzz_compat()
     _load_backends(config)
     targets = _load_targets(config)
     _runnable_here(config, targets)
     _isolate(config, targets)
+
+
+def _use_database(config: pytest.Config) -> None:
+    """``--gdn-database``: the loaded profile again with that database, set before the test modules are
+    imported, so every test's own ``settings(...)`` inherits it (HypoFuzz fuzzes only tests whose database
+    is the default one, and its workers and a later replay must read the same keys)."""
+    value = config.getoption("gdn_database")
+    if value is None:
+        return
+    from hypothesis import settings
+
+    from gdn_equiv import fuzz_engines
+    from gdn_equiv.errors import InvalidArgument
+
+    try:
+        database = fuzz_engines.open_database(value)
+    except InvalidArgument as exc:
+        raise pytest.UsageError(f"--gdn-database: {exc}") from exc
+    name = settings.get_current_profile_name()
+    settings.register_profile(f"{name}+database", parent=settings.get_profile(name), database=database)
+    settings.load_profile(f"{name}+database")
 
 
 def _isolate(config: pytest.Config, targets: list[str]) -> None:
