@@ -25,6 +25,7 @@ or runs found it (rows are keyed by property, family, backend and dtype).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -60,6 +61,7 @@ ENGINES = ("ours", "hypofuzz")
 HYPOFUZZ_EXTRA = "pip install gdn-equiv[hypofuzz]"
 #: the gate module whose tests HypoFuzz runs (one per property record with a ``gate_test``)
 GATE_MODULE = "gdn_equiv.suite.test_properties"
+GATE_PACKAGE = "gdn_equiv.suite"
 #: the event the gate records for an example that did not meet its premise (gdn_equiv.suite.test_properties)
 NOT_APPLICABLE = "gdn-equiv:not applicable"
 #: seconds HypoFuzz is given to stop after SIGINT (its workers' database writes are flushed on exit)
@@ -74,8 +76,14 @@ def hypofuzz_missing() -> str | None:
 
 
 def open_database(value: str | os.PathLike[str]) -> Any:
-    """Hypothesis' example database for ``value``: a directory, or ``redis://HOST:PORT/DB``."""
-    text = os.fspath(value)
+    """Hypothesis' example database for ``value``: a directory, or ``redis://HOST:PORT/DB``; one object per
+    value in a process. A HypoFuzz worker runs pytest's configuration twice on modules imported once: a
+    second Redis database object (equal only to itself) made it skip every test as "differing_database"."""
+    return _open_database(os.fspath(value))
+
+
+@functools.cache
+def _open_database(text: str) -> Any:
     if text.startswith(("redis://", "rediss://", "unix://")):
         try:
             import redis
@@ -230,7 +238,9 @@ def tally_rows(
     outside: Counter[str] = Counter()
     for case in cases:
         nodeid = str(case.get("property", ""))
-        prop = tests.get(_test_name(nodeid))
+        module = nodeid.rsplit("::", 1)[0] if "::" in nodeid else ""
+        in_gate = module == "" or module.endswith("test_properties.py")  # "::test_x[...]" from a module argument
+        prop = tests.get(_test_name(nodeid)) if in_gate else None
         if prop is None:
             outside["not a gate property test"] += 1
             continue
@@ -338,9 +348,12 @@ def _hypofuzz_command(
     database: str, device: str,
 ) -> list[str]:  # fmt: skip
     dashboard = ["--no-dashboard"] if port is None else ["--port", str(port)]
+    # the whole gate package, as a team's `pytest --pyargs gdn_equiv.suite` collects it: Hypothesis and HypoFuzz
+    # key a parametrised test's examples by its pytest node id, which follows the arguments and the rootdir
+    # (`gdn_equiv.suite.test_properties` gave "::test_x[torch]", the package "test_properties.py::test_x[torch]")
     pytest_args = [
         "--pyargs",
-        GATE_MODULE,
+        GATE_PACKAGE,
         "-k",
         " or ".join(tests),
         "--gdn-backend",
@@ -474,6 +487,9 @@ def run_hypofuzz(plan: Any, *, workers: int, dashboard_port: int | None) -> int:
     print(f"coverage per row (unreached regions first): {plan.report / 'coverage.txt'}; {picture}")
     if ended_itself and process.returncode not in (0, 1):
         print(f"HypoFuzz ended by itself with status {process.returncode}: see {log}")
+    if total == 0:  # say why, from HypoFuzz's own words (a test it did not collect says so)
+        skipped = [line for line in log.read_text(errors="replace").splitlines() if "(because:" in line]
+        print(f"HypoFuzz ran no example; its log: {log}" + "".join(f"\n  {line[:300]}" for line in skipped))
     return print_findings(writer)
 
 
