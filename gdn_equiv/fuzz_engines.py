@@ -225,6 +225,7 @@ class RowTally:
     examples: int = 0
     not_applicable: int = 0
     shrink_runs: int = 0
+    seconds: float = 0.0  # Hypothesis' timings of its examples (drawing and running), summed
     failures: list[dict[str, Any]] = field(default_factory=list)
     regions: Counter[str] = field(default_factory=Counter)
 
@@ -253,6 +254,10 @@ def tally_rows(
         # every executed example counts, shrinking's too (as Hypothesis' statistics count them for our loop)
         tally.examples += 1
         tally.shrink_runs += _shrunk_phase(case)
+        timing = case.get("timing")
+        tally.seconds += (
+            sum(v for v in timing.values() if isinstance(v, (int, float))) if isinstance(timing, dict) else 0
+        )
         tally.regions.update(_regions(case))
         if NOT_APPLICABLE in (case.get("features") or {}):
             tally.not_applicable += 1
@@ -513,7 +518,7 @@ def _ledger(
             continue
         tally = tallies.get((row.name, row.family, row.backend, row.dtype), RowTally())
         check = dataclasses.replace(row, also=[], examples=tally.examples, not_applicable=tally.not_applicable)
-        check.seconds = 0.0
+        check.seconds = tally.seconds
         check.budget_spent = True
         if tally.failures:
             failed = tally.failures
