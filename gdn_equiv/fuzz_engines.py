@@ -277,8 +277,8 @@ def coverage_rows(
         tally = rows.get(key, RowTally())
         regions: list[tuple[str, int]] = []
         for dim in dimensions():
-            if dim.kind != "layer":
-                continue
+            if dim.kind != "layer" or dim.name in ("layer.family", "layer.dtype"):
+                continue  # a row is one family and dtype already
             short = dim.name.split(".", 1)[1]
             names = list(dim.regions) + sorted(
                 r.split("=", 1)[1]
@@ -289,7 +289,7 @@ def coverage_rows(
         regions.sort(key=lambda r: r[1] > 0)  # stable: unreached first, each in its dimension's order
         prop, family, backend, dtype = key
         out.append({
-            "property": prop, "family": family, "backend": backend, "dtype": dtype,
+            "property": prop, "family": family, "backend": backend, "dtype": dtype, "examples": tally.examples,
             "regions": [{"region": name, "count": count} for name, count in regions],
         })  # fmt: skip
     return out
@@ -318,11 +318,19 @@ def heat_map(table: list[dict[str, Any]], path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "coverage picture skipped: matplotlib is not installed (pip install gdn-equiv[bench])"
+    from gdn_equiv.coverage import dimensions
+
     props = list(dict.fromkeys(r["property"] for r in table))
-    regions = list(dict.fromkeys(g["region"] for r in table for g in r["regions"]))
+    # the rows' own family and dtype first (a row is one of each), then the regions inside rows
+    regions = list(dict.fromkeys([f"family={r['family']}" for r in table] + [f"dtype={r['dtype']}" for r in table]))
+    inside = list(dict.fromkeys(g["region"] for r in table for g in r["regions"]))
+    order = [f"{d.name.split('.', 1)[1]}={region}" for d in dimensions() if d.kind == "layer" for region in d.regions]
+    regions += sorted(inside, key=lambda r: order.index(r) if r in order else len(order))  # dimension by dimension
     counts = [[0] * len(regions) for _ in props]
     for row in table:
         i = props.index(row["property"])
+        counts[i][regions.index(f"family={row['family']}")] += row["examples"]
+        counts[i][regions.index(f"dtype={row['dtype']}")] += row["examples"]
         for g in row["regions"]:
             counts[i][regions.index(g["region"])] += g["count"]
     import math

@@ -120,3 +120,22 @@ def test_a_planted_defect_found_under_hypofuzz_is_a_fail_row_with_a_reproducer_t
     assert row["result"] == "FAIL" and row["examples"] >= 1 and row["example"]["family"] == "gated_deltanet"
     replay = gdn(tmp_path, "repro", row["repro_json"])
     assert replay.returncode == 1, replay.stdout + replay.stderr  # still fails: the defect is real
+
+
+@pytest.mark.slow
+def test_the_gate_replays_a_finding_from_its_database_option_first(tmp_path) -> None:
+    """``--gdn-database``: what one gate run saved, the next replays in Hypothesis' reuse phase, before any
+    new example (what a HypoFuzz run saves is read the same way: tests/test_team_corpus.py)."""
+    gate = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--pyargs", "gdn_equiv.suite", "-q"]
+    gate += ["-k", "test_fused_forward_is_bitwise_equal", "--gdn-backend", PLANTED, "--gdn-family", "gated_deltanet"]
+    gate += ["--gdn-database", str(tmp_path / "db"), "--hypothesis-show-statistics"]
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONPATH": str(ROOT)}
+    runs = [subprocess.run([sys.executable, *gate], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)]
+    assert runs[0].returncode == 1, runs[0].stdout  # found fresh
+    assert "during reuse phase" not in runs[0].stdout
+    runs.append(
+        subprocess.run([sys.executable, *gate], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    )
+    assert runs[1].returncode == 1, runs[1].stdout
+    reuse = runs[1].stdout.split("during reuse phase", 1)[-1].split("\n\n", 1)[0]
+    assert "0 passing, 1 failing" in reuse, runs[1].stdout
