@@ -130,6 +130,9 @@ class Plan:
     engines: list[str] = field(default_factory=lambda: ["reference"])
     isolate: bool = False  # each example in a worker process (gdn_equiv.isolation)
     example_timeout: float | None = None
+    engine: str = "ours"  # fuzz: our loop, or HypoFuzz over the gate's tests (gdn_equiv.fuzz_engines)
+    workers: int = 1
+    dashboard_port: int | None = None
 
 
 # ---- checking arguments (before anything runs) ------------------------------------------------
@@ -317,6 +320,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     _at_least("--necessity-examples", args.necessity_examples, 1)
     _at_least("--max-seq-len", args.max_seq_len, 1)
     profile = _profile(args, "fuzz" if fuzz else "ci")
+    engine = _engine(args) if fuzz else "ours"
     device = _device(args.device)
     report = _not_a_directory("--report", args.report)
     database = _database_option(args.database)
@@ -329,7 +333,12 @@ def plan_run(args: argparse.Namespace) -> Plan:
         properties, conditions = _properties(args)
         engines = _engines(args.engine)
         isolate, example_timeout = _isolation(args, backends)
+        if engine == "hypofuzz":  # the gate's examples run in HypoFuzz's workers, not ours
+            properties, conditions = _hypofuzz_properties(args, properties, conditions)
+            isolate, example_timeout = False, None
     else:
+        if engine == "hypofuzz":
+            raise UsageError(f"--engine hypofuzz runs the gdn_equiv target's gate tests, not --target {args.target}")
         # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
         # properties' options do not apply and are refused rather than ignored
         unused = _explicit(
@@ -388,6 +397,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
         engines=engines,
         isolate=isolate,
         example_timeout=example_timeout,
+        engine=engine,
+        workers=getattr(args, "workers", None) or 1,
+        dashboard_port=getattr(args, "dashboard_port", None),
     )
     if plan.seconds is not None:
         runnable = sum(1 for row in ledger_rows(plan) if row.result != "n/a")
@@ -429,6 +441,48 @@ def ledger_rows(plan: Plan) -> list[Check]:
             check.result, check.failure = "n/a", reason
         rows.append(check)
     return rows
+
+
+def _engine(args: argparse.Namespace) -> str:
+    """``fuzz --engine`` (default ours), with ``--workers`` / ``--dashboard-port`` for HypoFuzz only; HypoFuzz
+    asked for but not installed is the environment's problem (exit 3), naming the extra."""
+    from gdn_equiv import fuzz_engines
+
+    engine = args.engine or "ours"
+    _at_least("--workers", args.workers, 1)
+    if args.dashboard_port is not None and not 0 < args.dashboard_port < 65536:
+        raise UsageError(f"--dashboard-port must be a port number 1-65535, got {args.dashboard_port}")
+    if engine == "ours":
+        given = _explicit(args, "workers", "dashboard_port")
+        if given:
+            raise UsageError(f"{', '.join(given)} apply to --engine hypofuzz only (our loop runs in one process)")
+        return engine
+    if args.isolate:
+        raise UsageError("--isolate applies to --engine ours (the gate under HypoFuzz runs examples in its workers)")
+    reason = fuzz_engines.hypofuzz_missing()
+    if reason is not None:
+        raise EnvironmentProblem(f"--engine hypofuzz: {reason}")
+    return engine
+
+
+def _hypofuzz_properties(
+    args: argparse.Namespace, properties: list[str], conditions: list[Condition]
+) -> tuple[list[str], list[Condition]]:
+    """HypoFuzz runs the gate's property tests: those of ``--property`` (another is refused, naming the
+    ones it runs), or all of them."""
+    from gdn_equiv import fuzz_engines
+    from gdn_equiv.errors import InvalidArgument
+
+    if not args.property:
+        gate = [r.name for r in registry.property_records() if r.gate_test and r.gate_module == "test_properties"]
+        return gate, []
+    if conditions:
+        raise UsageError("--engine hypofuzz runs the gate's property tests; the P6 searches run under --engine ours")
+    try:
+        fuzz_engines.gate_tests(properties)
+    except InvalidArgument as exc:
+        raise UsageError(_one_line(str(exc))) from None
+    return properties, []
 
 
 def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, float | None]:
@@ -534,6 +588,7 @@ def _writer(plan: Plan) -> ReportWriter:
 
     plan.meta = {
         "mode": plan.command,
+        **({"engine": plan.engine} if plan.command == "fuzz" else {}),
         "target": plan.target,
         **({"target_options": plan.target_options} if plan.target_options else {}),
         "backend": ",".join(plan.backends),
@@ -648,7 +703,11 @@ def cmd_check(plan: Plan) -> int:
 
 def cmd_fuzz(plan: Plan) -> int:
     assert plan.seconds is not None
-    header = f"gdn-equiv fuzz: {_what(plan)} for {plan.seconds:g}s, shared over the rows"
+    if plan.engine == "hypofuzz":
+        from gdn_equiv import fuzz_engines
+
+        return fuzz_engines.run_hypofuzz(plan, workers=plan.workers, dashboard_port=plan.dashboard_port)
+    header = f"gdn-equiv fuzz (engine: ours): {_what(plan)} for {plan.seconds:g}s, shared over the rows"
     return _run(plan, header, deadline=plan.seconds)
 
 
@@ -1102,6 +1161,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("fuzz", "run the properties with fresh randomness until the time budget is spent")
     common(p)
     p.add_argument("--seconds", type=float, default=60.0, help="time budget, checked before each example (> 0)")
+    p.add_argument(
+        "--engine",
+        choices=("ours", "hypofuzz"),
+        default=None,
+        help="ours (default): this loop, the budget shared over the rows; hypofuzz: the gate's property tests "
+        "under HypoFuzz (pip install gdn-equiv[hypofuzz], AGPL-3.0), coverage-guided, same ledger and report",
+    )
+    p.add_argument("--workers", type=int, default=None, help="--engine hypofuzz: worker processes (default 1)")
+    p.add_argument(
+        "--dashboard-port", type=int, default=None, help="--engine hypofuzz: serve HypoFuzz's dashboard on this port"
+    )
     p.set_defaults(prepare=plan_run, run=cmd_fuzz)
     p = command("repro", "replay a failure JSON from a report", REPRO_EXIT_STATUS)
     p.add_argument("file")

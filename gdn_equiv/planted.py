@@ -157,6 +157,10 @@ COMBINATION_BACKENDS: dict[str, Backend] = {
     ),
 }
 BACKENDS.update(COMBINATION_BACKENDS)
+#: two planted backends by ``module:attr`` (``--backend gdn_equiv.planted:wide_rounding``): a process that
+#: cannot share this one's registration (a HypoFuzz worker, a team's second host) loads them by name
+wide_rounding = BACKENDS["planted-wide-rounding"]
+scaled = BACKENDS["planted-scaled"]
 #: the same, importable as ``--gdn-backend gdn_equiv.planted:SHORT_STATE_GRAD`` (a fresh process)
 SHORT_STATE_GRAD = COMBINATION_BACKENDS["planted-short-state-grad"]
 SHORT_STATE_GRAD_NO_FINAL = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -134,6 +135,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(the in-house pool), vllm, sglang (each path its version table lists) or one path (vllm-cpu-torch, "
         "vllm-interpret, vllm-gpu, ...). Default: every path, each one that cannot run here skipped with why",
     )
+    group.addoption(
+        "--gdn-database",
+        default=None,
+        metavar="DIR|redis://HOST:PORT/DB",
+        help="Hypothesis example database of every test (a directory, or a team's redis server): what a "
+        "`gdn-equiv fuzz` run saved there is replayed first; HypoFuzz workers share it the same way",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -181,11 +189,38 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(testing.default_profile())
     except InvalidArgument as exc:  # refused before any test runs, like a bad option
         raise pytest.UsageError(str(exc)) from exc
+    _use_database(config)
+    if "hypofuzz" in sys.modules and sys.modules["hypofuzz"].detection.in_hypofuzz_run():
+        # a HypoFuzz worker started some other way than fork keeps no patch of its parent's
+        from gdn_equiv.fuzz_engines import hypofuzz_compat
+
+        hypofuzz_compat()
     _load_backends(config)
     targets = _load_targets(config)
     engines = _load_engines(config)
     _runnable_here(config, targets, engines)
     _isolate(config, targets)
+
+
+def _use_database(config: pytest.Config) -> None:
+    """``--gdn-database``: the loaded profile again with that database, set before the test modules are
+    imported, so every test's own ``settings(...)`` inherits it (HypoFuzz fuzzes only tests whose database
+    is the default one, and its workers and a later replay must read the same keys)."""
+    value = config.getoption("gdn_database")
+    if value is None:
+        return
+    from hypothesis import settings
+
+    from gdn_equiv import fuzz_engines
+    from gdn_equiv.errors import InvalidArgument
+
+    try:
+        database = fuzz_engines.open_database(value)
+    except InvalidArgument as exc:
+        raise pytest.UsageError(f"--gdn-database: {exc}") from exc
+    name = settings.get_current_profile_name()
+    settings.register_profile(f"{name}+database", parent=settings.get_profile(name), database=database)
+    settings.load_profile(f"{name}+database")
 
 
 def _isolate(config: pytest.Config, targets: list[str]) -> None:
@@ -507,6 +542,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     """
     if not _ACTIVE:
         return (yield)
+    _key_by_node_id(item)
     from hypothesis.statistics import collector as _collector
 
     collector = cast("DynamicVariable[Callable[[Any], None] | None]", _collector)
@@ -524,6 +560,18 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     finally:
         after = testing.counts()
         item.user_properties.append((_COUNTS_KEY, {k: after[k] - before[k] for k in after}))
+
+
+def _key_by_node_id(item: pytest.Item) -> None:
+    """A gate test's examples are saved under its node id (``test_properties.py::test_x[torch]``): one key per
+    backend it is parametrised with, and the key HypoFuzz uses for it, so what a ``gdn-equiv fuzz --engine
+    hypofuzz`` run saved replays first here. Hypothesis adds the node id itself only to tests parametrised by
+    a marker or a fixture's params; ``--gdn-backend`` parametrises through ``pytest_generate_tests``, so every
+    backend shared one key (the record's name) and HypoFuzz's findings were never replayed (issue #37)."""
+    obj = getattr(item, "obj", None)
+    inner = getattr(getattr(obj, "hypothesis", None), "inner_test", None)
+    if inner is not None and str(getattr(obj, "__module__", "")).startswith("gdn_equiv.suite"):
+        inner._hypothesis_internal_add_digest = item.nodeid.encode()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

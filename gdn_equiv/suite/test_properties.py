@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv import isolation, registry
@@ -42,6 +42,8 @@ class _Tally:
 
 
 _TALLY: _Tally | None = None  # the running test's, set by exercised()
+#: the event of an example that did not meet its property's premise (gdn_equiv.fuzz_engines counts it)
+NOT_APPLICABLE = "gdn-equiv:not applicable"
 
 
 def exercised(test: Callable[..., None]) -> Callable[..., None]:
@@ -93,6 +95,9 @@ def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv"
         if may_not_apply or _upstream(target):
             if _TALLY is not None:
                 _TALLY.last = str(exc)
+            # read from Hypothesis' observability output by `gdn-equiv fuzz --engine hypofuzz`: HypoFuzz calls
+            # the test inside @given, never exercised()'s tally, so a row of such examples only is told by this
+            event(NOT_APPLICABLE)
             return None
         # built by construction to apply: a strategy bug or, for a state built fusable from the spec's
         # conditions, a guard that refuses what the spec fuses

@@ -1,0 +1,127 @@
+"""One corpus for a team (issue #37): two ``gdn-equiv fuzz --engine hypofuzz`` runs on "two hosts" (two
+processes, each in its own working directory) share one real ``redis-server`` (started here on a free
+port, stopped after) while fuzzing a planted kernel defect. What the first run finds, the second run and a
+later ``pytest --pyargs gdn_equiv.suite`` replay first, from the database; the finding is one entry in the
+database and one row in each report, not one per run or per worker.
+
+Slow (marked ``slow``): two HypoFuzz runs of 60 and 30 s (the first must finish shrinking its finding)
+and a pytest replay, about 2.5 minutes on 2 shared cores, so not a CI-sized test: CI runs it only where
+HypoFuzz is installed (it is not in the test extra). It needs HypoFuzz (``gdn-equiv[hypofuzz]``), the
+redis package and the ``redis-server`` binary, and skips naming what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import gdn_equiv
+from gdn_equiv import cli, fuzz_engines
+
+ROOT = Path(gdn_equiv.__file__).resolve().parent.parent
+PLANTED = "gdn_equiv.planted:wide_rounding"  # channel-count-dependent rounding: P3 catches it
+ROW = f"P3-forward-exact[{PLANTED}-float32]"
+ASK = ["--property", "P3-forward-exact", "--family", "gated_deltanet", "--dtype", "float32", "--backend", PLANTED]
+TEST = "test_fused_forward_is_bitwise_equal"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    reason = fuzz_engines.hypofuzz_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("needs redis-server (apt-get install redis-server)")
+    redis = pytest.importorskip("redis", reason="needs the redis package (pip install gdn-equiv[redis])")
+    port = _free_port()
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.pop("HYPOTHESIS_PROFILE", None)
+    return env
+
+
+def _host(where: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    where.mkdir()
+    return subprocess.run(
+        [sys.executable, *argv], cwd=where, env=_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _p3_cases(report: Path) -> list[dict[str, object]]:
+    cases = fuzz_engines.read_testcases(report / "hypofuzz").cases
+    return [c for c in cases if TEST in str(c.get("property"))]
+
+
+@pytest.mark.slow
+def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_path, redis_url) -> None:
+    fuzz = ["-m", "gdn_equiv", "fuzz", "--engine", "hypofuzz", *ASK, "--database", redis_url]
+    first = _host(tmp_path / "host-a", *fuzz, "--seconds", "60")
+    out = first.stdout + first.stderr
+    print(out)
+    assert first.returncode == cli.EXIT_FAILED, out
+    assert f"FAIL {ROW}" in first.stdout
+    summary_a = json.loads((tmp_path / "host-a" / "gdn-equiv-report" / "summary.json").read_text())
+    assert list(summary_a["meta"]["failures_in_database"].values()) == [1]  # saved shrunk, in redis
+
+    second = _host(tmp_path / "host-b", *fuzz, "--seconds", "30")
+    out = second.stdout + second.stderr
+    print(out)
+    assert second.returncode == cli.EXIT_FAILED, out
+    assert first.stdout.count(f"FAIL {ROW}") == second.stdout.count(f"FAIL {ROW}") == 1
+    report_b = tmp_path / "host-b" / "gdn-equiv-report"
+    assert len(list(report_b.glob("failure-*.json"))) == 1
+    # replayed first: host B's first example of the test is host A's failure, read from the database
+    cases = _p3_cases(report_b)
+    print(f"host B: first example of {TEST}: {cases[0]['status']}, {cases[0]['how_generated']}")
+    assert cases[0]["status"] == "failed"
+    summary_b = json.loads((report_b / "summary.json").read_text())
+    assert list(summary_b["meta"]["failures_in_database"].values()) == [1]  # one entry, not one per host
+    (row_a,), (row_b,) = summary_a["checks"], summary_b["checks"]
+    assert row_a["example"] == row_b["example"]  # the same shrunk example
+
+    # a later pytest gate replays it first: Hypothesis' reuse phase holds the failing example
+    gate = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--pyargs", "gdn_equiv.suite", "-k", TEST]
+    gate += ["--gdn-backend", PLANTED, "--gdn-family", "gated_deltanet", "--gdn-database", redis_url]
+    replay = _host(tmp_path / "replay", *gate, "--hypothesis-show-statistics", "-q")
+    out = replay.stdout + replay.stderr
+    print(out[-3000:])
+    assert replay.returncode == 1, out
+    assert "during reuse phase" in out, out
+    reuse = out.split("during reuse phase", 1)[1].split("\n\n", 1)[0]
+    assert "1 failing" in reuse, reuse
