@@ -695,7 +695,7 @@ def test_a_failure_file_with_conv_facts_reads_back_as_written(tmp_path, biased_e
     # and a pair of the wrong length is still refused, naming the field
     bad = tmp_path / "bad-pair.json"
     bad.write_text(_edit(Path(check.repro_json), lambda d: d["example"]["config"]["k_conv"].update(extras=[["norm"]])))
-    with pytest.raises(Exception, match="k_conv.extras must be"):
+    with pytest.raises(Exception, match=r"k_conv\.extras must be"):
         read_failure(bad, functions=("check_backend_matches_torch",))
 
 
