@@ -11,7 +11,7 @@ import time
 
 from hypothesis import HealthCheck, find, settings
 
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.records import SERVING, adapter
 
