@@ -1,5 +1,5 @@
 import sys
 
-from gdn_equiv.cli import main
+from gdn_equiv.run.cli import main
 
 sys.exit(main())

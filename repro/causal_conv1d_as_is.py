@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from gdn_equiv.backends import cuda_backend
+from gdn_equiv.model.backends import cuda_backend
 
 BACKEND = dataclasses.replace(
     cuda_backend.BACKEND,

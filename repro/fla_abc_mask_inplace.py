@@ -23,7 +23,7 @@ import fla
 import torch
 from fla.layers.abc import ABCAttention
 
-from gdn_equiv.backends import fla_backend
+from gdn_equiv.model.backends import fla_backend
 
 if fla_backend._interpreting():  # one config per autotuned kernel (the interpreter cannot tune), int masks as bool
     os.environ[fla_backend.AUTOTUNE_ENV] = "first"

@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update
 
 torch.manual_seed(0)
 dev = "cuda"

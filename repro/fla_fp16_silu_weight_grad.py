@@ -20,7 +20,7 @@ import sys
 import fla
 import torch
 
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.strategies import ConvCall
 from gdn_equiv.suite.test_conformance import check_continuation
 

@@ -22,7 +22,7 @@ import fla
 import torch
 from fla.modules import ShortConvolution
 
-from gdn_equiv.backends import fla_backend
+from gdn_equiv.model.backends import fla_backend
 
 if fla_backend._interpreting():
     fla_backend.interpreter_ready(fla_backend.conv_row())  # fla's autotuned kernels, pinned for the interpreter

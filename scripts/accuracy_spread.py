@@ -1,4 +1,4 @@
-"""How many same-dtype reference runs the accuracy bar needs (the figures in gdn_equiv/compare.py).
+"""How many same-dtype reference runs the accuracy bar needs (the figures in gdn_equiv/harness/compare.py).
 
 A correct stand-in for another implementation (our layer with its convs on ``F.conv1d``, from
 tests/test_accuracy.py) is judged against the least accurate of the plain reference and K one-ulp
@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import test_accuracy as A
 
-from gdn_equiv.backends import Backend, register_backend
-from gdn_equiv.example import Example, accuracy_runs, build_layer, materialize, run_layer, unit_cotangent_backward
-from gdn_equiv.families.gated_deltanet import GatedDeltaNet
-from gdn_equiv.reference import ShortConv
+from gdn_equiv.model.backends import Backend, register_backend
+from gdn_equiv.model.example import Example, accuracy_runs, build_layer, materialize, run_layer, unit_cotangent_backward
+from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet
+from gdn_equiv.model.reference import ShortConv
 
 KS = (0, 3, 8, 16)
 EXAMPLES = 40

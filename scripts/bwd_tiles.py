@@ -48,13 +48,13 @@ def _median_ms(fn: Callable[[], object], *, calls: int = 1, warmup: int = 10, re
 
 def _graphed(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` captured once (after a compiling call on a side stream) and replayed."""
-    from gdn_equiv.bench import cuda_graph
+    from gdn_equiv.run.bench import cuda_graph
 
     return cuda_graph(fn, warmup=1)
 
 
 def main() -> None:
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     if not torch.cuda.is_available() or tb.unavailable() is not None:
         raise SystemExit("needs a CUDA device and triton")

@@ -1,4 +1,4 @@
-"""One gate run of the faithfulness property against a planted reference edit (gdn_equiv.planted.
+"""One gate run of the faithfulness property against a planted reference edit (gdn_equiv.harness.planted.
 reference_defects), for scripts/catch_rate.py: exit 1 when the edit is caught, 0 when it is not.
 
     python scripts/catch_rate.py --runs 20 -- python scripts/faithful_catch.py reference-gate-before-norm
@@ -20,13 +20,13 @@ def main() -> int:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from gdn_equiv.testing import register_profiles
+    from gdn_equiv.harness.testing import register_profiles
 
     register_profiles()
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-    from gdn_equiv.compare import Mismatch
-    from gdn_equiv.faithful import check_faithful
-    from gdn_equiv.planted import reference_defects
+    from gdn_equiv.harness.compare import Mismatch
+    from gdn_equiv.harness.faithful import check_faithful
+    from gdn_equiv.harness.planted import reference_defects
     from gdn_equiv.suite.test_faithful import MAX_EXAMPLES, faithful_examples
 
     layer_cls = reference_defects()[sys.argv[1]]

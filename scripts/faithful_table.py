@@ -1,6 +1,6 @@
 """The faithfulness table for the installed fla: per family and variant (fla's convs built from our
 per-conv facts, or fla's own defaults), forward (output) and backward (dx, every parameter gradient),
-the largest distance of fla's run from our fp64 truth against the bar (gdn_equiv.faithful).
+the largest distance of fla's run from our fp64 truth against the bar (gdn_equiv.harness.faithful).
 
     python scripts/faithful_table.py --examples 4
 
@@ -21,7 +21,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: fla
 def _runner(family: str, defaults: bool, variant: str, examples: int, worst: dict) -> object:
     from hypothesis import HealthCheck, given, settings
 
-    from gdn_equiv.faithful import check_faithful
+    from gdn_equiv.harness.faithful import check_faithful
     from gdn_equiv.suite.test_faithful import faithful_examples
 
     @settings(deadline=None, max_examples=examples, database=None, suppress_health_check=list(HealthCheck))
@@ -41,8 +41,8 @@ def main() -> int:
     ap.add_argument("--examples", type=int, default=4)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    from gdn_equiv.compare import Mismatch
-    from gdn_equiv.faithful import FAITHFUL_FAMILIES
+    from gdn_equiv.harness.compare import Mismatch
+    from gdn_equiv.harness.faithful import FAITHFUL_FAMILIES
     from gdn_equiv.targets.fla_target import fla_version
 
     worst: dict[tuple[str, str, str], tuple[float, float]] = {}

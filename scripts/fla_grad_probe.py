@@ -19,11 +19,11 @@ import sys
 
 import torch
 
-from gdn_equiv import properties as P
-from gdn_equiv.backends import causal_conv1d
-from gdn_equiv.config import ConvSpec
-from gdn_equiv.example import Example
-from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.harness import properties as P
+from gdn_equiv.model.backends import causal_conv1d
+from gdn_equiv.model.config import ConvSpec
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.targets import get_target
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

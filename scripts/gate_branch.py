@@ -1,4 +1,4 @@
-"""Gate a CPU build of an upstream fla branch against the registered conv semantics (gdn_equiv.conv_ops).
+"""Gate a CPU build of an upstream fla branch against the registered conv semantics (gdn_equiv.model.conv_ops).
 
 Builds nothing: give it the ``site`` dir a wheel was installed into (``pip install --no-deps --target``)::
 
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.cpu.device = lambda index: contextlib.nullcontext()  # type: ignore[attr-defined]
     import fla
 
-    from gdn_equiv.backends import causal_conv1d
-    from gdn_equiv.conv_ops import activation_names, apply_conv_facts, conv_facts
+    from gdn_equiv.model.backends import causal_conv1d
+    from gdn_equiv.model.conv_ops import activation_names, apply_conv_facts, conv_facts
 
     print(f"fla {fla.__version__} from {os.path.dirname(fla.__file__)}")
     conv_mod = importlib.import_module("fla.modules.convolution")
@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     elif guard is not None:
         from hypothesis import HealthCheck, find, settings
 
-        from gdn_equiv.config import CallFacts
-        from gdn_equiv.guard import decide
+        from gdn_equiv.model.config import CallFacts
+        from gdn_equiv.model.guard import decide
         from gdn_equiv.strategies import layer_facts
 
         plain = CallFacts(False, False, False)

@@ -47,14 +47,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # target -> the tests of the whole tree that exercise it ("tree"); "suite" is the installed gate
 PRESETS: dict[str, tuple[str, list[str]]] = {
-    "guard": ("gdn_equiv/guard.py", ["tests/test_guard.py", "tests/test_teeth.py", "tests/test_fused_equivalence.py"]),
+    "guard": ("gdn_equiv/model/guard.py", ["tests/test_guard.py", "tests/test_teeth.py", "tests/test_fused_equivalence.py"]),
     "fused": (
-        "gdn_equiv/fused.py",
+        "gdn_equiv/model/fused.py",
         ["tests/test_fused_equivalence.py", "tests/test_teeth.py", "tests/test_families.py"],
     ),
-    "compare": ("gdn_equiv/compare.py", ["gdn_equiv/suite/test_compare.py"]),
+    "compare": ("gdn_equiv/harness/compare.py", ["gdn_equiv/suite/test_compare.py"]),
     "cache": (
-        "gdn_equiv/cache.py",
+        "gdn_equiv/model/cache.py",
         [
             "tests/test_bad_input.py",
             "tests/test_families.py",
@@ -63,7 +63,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "reference": (
-        "gdn_equiv/reference.py",
+        "gdn_equiv/model/reference.py",
         [
             "tests/test_reference.py",
             "tests/test_families.py",
@@ -72,12 +72,12 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     # the verdict: the property records every driver reads, and the ledger that turns rows into a status
-    "registry": ("gdn_equiv/registry.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_registry.py"]),
-    "ledger": ("gdn_equiv/report.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
+    "registry": ("gdn_equiv/harness/registry.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_registry.py"]),
+    "ledger": ("gdn_equiv/run/report.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
     "plugin": ("gdn_equiv/pytest_plugin.py", ["gdn_equiv/suite/test_plugin_promises.py"]),
     # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
     "dispatch": (
-        "gdn_equiv/backends/__init__.py",
+        "gdn_equiv/model/backends/__init__.py",
         [
             "tests/test_backends_torch.py",
             "tests/test_conformance.py",
@@ -87,7 +87,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "torch_backend": (
-        "gdn_equiv/backends/torch_backend.py",
+        "gdn_equiv/model/backends/torch_backend.py",
         ["tests/test_backends_torch.py", "tests/test_conformance.py"],
     ),
 }

@@ -18,7 +18,7 @@ B, T, D, W = 2, 2048, 6144, 4
 
 
 def main() -> None:
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     if not torch.cuda.is_available() or tb.unavailable() is not None:
         raise SystemExit("needs a CUDA device and triton")

@@ -113,12 +113,12 @@ CLI: list[tuple[str, list[str], dict[str, str]]] = [
 _API_PRELUDE = """
 import torch
 try:
-    from gdn_equiv.families.gated_deltanet import GDNConfig, FusedGatedDeltaNet
+    from gdn_equiv.model.families.gated_deltanet import GDNConfig, FusedGatedDeltaNet
 except ImportError:
-    from gdn_equiv.config import GDNConfig
-    from gdn_equiv.fused import FusedGatedDeltaNet
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
-from gdn_equiv.cache import Cache
+    from gdn_equiv.model.config import GDNConfig
+    from gdn_equiv.model.fused import FusedGatedDeltaNet
+from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.model.cache import Cache
 TINY = dict(hidden_size=8, head_dim=2, num_heads=2)
 def layer(**kw):
     torch.manual_seed(0)

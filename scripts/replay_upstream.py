@@ -167,7 +167,7 @@ def install(python: str, wheels: list[Path], site: Path) -> None:
 
 # ---- what the run adds to the backend, from outside it ---------------------------------------
 
-# The fla-triton backend (gdn_equiv/backends/fla_backend.py, through gdn_equiv/targets/fla_versions.py)
+# The fla-triton backend (gdn_equiv/model/backends/fla_backend.py, through gdn_equiv/targets/fla_versions.py)
 # matches fla versions exactly, and a build
 # here says 0.5.2+<label>. A build whose tree has every module of a known row's conv layout runs under
 # that row: a -p plugin written into the run directory adds the build's version to the table with the

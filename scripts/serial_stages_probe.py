@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from gdn_equiv.backends import triton_backend as tb
+from gdn_equiv.model.backends import triton_backend as tb
 
 
 def main() -> None:

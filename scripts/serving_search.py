@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from hypothesis import HealthCheck, find, settings
 
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.records import SERVING, adapter
 

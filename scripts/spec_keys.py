@@ -26,8 +26,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from gdn_equiv import properties as P
-from gdn_equiv.backends import triton_backend
+from gdn_equiv.harness import properties as P
+from gdn_equiv.model.backends import triton_backend
 from gdn_equiv.strategies import examples
 
 KEYS: dict[str, set[tuple[Any, ...]]] = defaultdict(set)

@@ -1,7 +1,7 @@
 """Hypothesis strategies for the gdn-equiv suite (installed as ``gdn_equiv.strategies``).
 
-Data flows one way: these strategies draw plain data (facts, configs, :class:`~gdn_equiv.example.Example`),
-which :func:`gdn_equiv.example.build_layer` and :func:`gdn_equiv.example.materialize` turn into tensors.
+Data flows one way: these strategies draw plain data (facts, configs, :class:`~gdn_equiv.model.example.Example`),
+which :func:`gdn_equiv.model.example.build_layer` and :func:`gdn_equiv.model.example.materialize` turn into tensors.
 Every strategy follows Hypothesis' own API style: keyword-only arguments, ``min_*``/``max_*`` bounds,
 ``None`` meaning "draw it", and shrinking towards small shapes, fp32, no bias and no cache.
 

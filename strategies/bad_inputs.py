@@ -1,4 +1,4 @@
-"""Bad calls for SPEC P8: a valid example with one thing made wrong (:mod:`gdn_equiv.bad_input`)."""
+"""Bad calls for SPEC P8: a valid example with one thing made wrong (:mod:`gdn_equiv.harness.bad_input`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from gdn_equiv.bad_input import KINDS, PROLOGUES, BadCall, applies
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example
+from gdn_equiv.harness.bad_input import KINDS, PROLOGUES, BadCall, applies
+from gdn_equiv.model.example import Example
 
 
 @st.composite

@@ -2,7 +2,7 @@
 
 A defect can hide where regions meet: a kernel wrong only when ``T < W``, an initial state is passed,
 gradients are taken and no ``cu_seqlens`` is given passes every test that reaches each region on its own
-(the coverage report's one-dimensional tables, :mod:`gdn_equiv.coverage`). Drawn at random, one of
+(the coverage report's one-dimensional tables, :mod:`gdn_equiv.harness.coverage`). Drawn at random, one of
 the 120 cells of :data:`CONV_DIMENSIONS` is missed by a 60-example run more often than not; so here one
 drawn base call (channels, width, dtype, bias, activation, layouts, seed) is run in *every* cell
 (:func:`conv_cells`), the cell's length drawn inside its region. Reach is then a property of the
@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
-from gdn_equiv.testing import sampled
+from gdn_equiv.harness.testing import sampled
 
 from .convs import ConvCall
 
@@ -44,7 +44,7 @@ __all__ = [
 ZERO_SCALE_RATE = 0.05
 
 #: the dimensions whose every combination a run reaches, with their regions in the coverage report's
-#: names (:func:`gdn_equiv.coverage.conv_call_regions`)
+#: names (:func:`gdn_equiv.harness.coverage.conv_call_regions`)
 CONV_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "conv.length": ("T<W-1", "T=W-1", "T=W", "W<T<=2W", "T>2W"),
     "conv.initial_state": ("on", "off"),
@@ -161,7 +161,7 @@ def draw_scale(draw: st.DrawFn, scales: Sequence[float]) -> float:
 
 
 #: the layer dimensions whose every combination a run reaches (:func:`layer_cells`), in the coverage
-#: report's names (:func:`gdn_equiv.coverage.example_regions`)
+#: report's names (:func:`gdn_equiv.harness.coverage.example_regions`)
 LAYER_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "layer.length": ("T<W-1", "T>=W-1"),
     "layer.cache": ("none", "empty", "populated"),
@@ -215,7 +215,7 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
     return out
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.testing.sampled
+@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.harness.testing.sampled
 def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any]:
     from .examples import examples
 

@@ -11,8 +11,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.example import DTYPES
-from gdn_equiv.testing import sampled
+from gdn_equiv.harness.testing import sampled
+from gdn_equiv.model.example import DTYPES
 
 #: How a tensor of a call is laid out in memory (:func:`apply_layout`); the first is the default and
 #: where shrinking goes.
@@ -176,7 +176,7 @@ def conv_calls(
     mixed_precision: bool = True,
 ) -> ConvCall:
     """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
-    (give a backend's :func:`gdn_equiv.backends.supported_widths`). Shrinks towards fp32, one channel,
+    (give a backend's :func:`gdn_equiv.model.backends.supported_widths`). Shrinks towards fp32, one channel,
     the smallest width, one short sequence, no bias, no activation, no initial state, no varlen. Up to
     40 channels so that a defect in a second 8- or 16-channel block is reachable; ``wide_channels``
     adds channel counts at block edges up to it (where real kernels change code path), ``long_seq_len``
@@ -185,7 +185,7 @@ def conv_calls(
     calls carry no initial state. ``layouts`` are the memory layouts (:data:`LAYOUTS`) each tensor of
     :data:`LAYOUT_TENSORS` may be drawn in, independently (inputs and cotangents); they shrink to
     contiguous, and one draw in three keeps every tensor contiguous. ``activations`` are drawn from
-    (give :func:`gdn_equiv.conv_ops.supported_activations` of the backends compared: registered ones
+    (give :func:`gdn_equiv.model.conv_ops.supported_activations` of the backends compared: registered ones
     such as ``relu`` only where every one runs them); they shrink to the first. With
     ``mixed_precision``, one call in four holds its weight and bias in another of ``dtypes`` than x
     (:attr:`ConvCall.param_dtype`; shrinks to none)."""
@@ -216,14 +216,14 @@ def conv_calls(
     )
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per bound: see gdn_equiv.testing.sampled
+@functools.lru_cache(maxsize=256)  # one strategy per bound: see gdn_equiv.harness.testing.sampled
 def _packed_lens(max_seq_len: int) -> st.SearchStrategy[list[int]]:
     """1 to 4 packed sequences of up to ``max_seq_len`` tokens, at least one token in all."""
     return st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)
 
 
 def _nonempty_activations(activations: Sequence[str | None]) -> Sequence[str | None]:
-    from gdn_equiv.conv_ops import activation_names
+    from gdn_equiv.model.conv_ops import activation_names
 
     if not activations:
         raise InvalidArgument("activations must not be empty")

@@ -1,4 +1,4 @@
-"""Strategies for whole test cases: :class:`gdn_equiv.example.Example` (a config plus one call)."""
+"""Strategies for whole test cases: :class:`gdn_equiv.model.example.Example` (a config plus one call)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from hypothesis import target
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.config import LayerConfig
-from gdn_equiv.example import Example
-from gdn_equiv.families import DEFAULT_FAMILY, fla_only_families, get_family, known_families
-from gdn_equiv.guard import Condition
-from gdn_equiv.testing import fuzzing, sampled
+from gdn_equiv.harness.testing import fuzzing, sampled
+from gdn_equiv.model.config import LayerConfig
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families import DEFAULT_FAMILY, fla_only_families, get_family, known_families
+from gdn_equiv.model.guard import Condition
 
 from .combinations import draw_scale
 from .facts import DTYPE_NAMES, _nonempty, rare
@@ -52,7 +52,7 @@ def cu_seqlens_for(
     return _lengths(total, min_seqs, hi, allow_empty)
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.testing.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.harness.testing.sampled
 @st.composite
 def _lengths(draw: st.DrawFn, total: int, min_seqs: int, max_seqs: int, allow_empty: bool) -> tuple[int, ...]:
     n = draw(st.integers(min_seqs, max_seqs))
@@ -81,7 +81,7 @@ def attention_mask_lens(
     return _mask_lens(batch, seq_len, min_tokens, tuple(str(side) for side in _nonempty("pad_sides", pad_sides)))
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.testing.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.harness.testing.sampled
 @st.composite
 def _mask_lens(
     draw: st.DrawFn, batch: int, seq_len: int, min_tokens: int, pad_sides: tuple[str, ...]
@@ -107,7 +107,7 @@ def seq_lens(*, min_value: int = 1, max_value: int = 140) -> st.SearchStrategy[i
     return _seq_len(min_value, max_value)
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.testing.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.harness.testing.sampled
 @st.composite
 def _seq_len(draw: st.DrawFn, min_value: int, max_value: int) -> int:
     band = draw(st.integers(0, 9))
@@ -164,7 +164,7 @@ def examples(
     examples look fusable while every guard reason stays reachable.
 
     ``family``: one family name, or several to draw from (shrinking towards the first); an fla-only
-    family (:func:`gdn_equiv.families.fla_only_families`) draws the configs it borrows, under its own
+    family (:func:`gdn_equiv.model.families.fla_only_families`) draws the configs it borrows, under its own
     name. ``fla_version``: only configs that fla version's class for the family accepts (see
     :func:`layer_configs`).
 

@@ -1,4 +1,4 @@
-"""Strategies over the guard's raw facts (:mod:`gdn_equiv.config`): for guard-level properties.
+"""Strategies over the guard's raw facts (:mod:`gdn_equiv.model.config`): for guard-level properties.
 
 These never build a module, so they reach states no real layer is in (a conv on another device,
 a bias in another dtype than its weight) as cheaply as the common ones.
@@ -14,9 +14,9 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.backends import BUILTIN_BACKENDS
-from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerFacts
-from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
+from gdn_equiv.model.backends import BUILTIN_BACKENDS
+from gdn_equiv.model.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerFacts
+from gdn_equiv.model.conv_ops import conv_facts as registered_conv_facts
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda:0", "cuda:1")
@@ -43,14 +43,14 @@ def rare(p: float) -> st.SearchStrategy[bool]:
     return _rare(round(p * 1000))
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per probability: see gdn_equiv.testing.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per probability: see gdn_equiv.harness.testing.sampled
 def _rare(permille: int) -> st.SearchStrategy[bool]:
     threshold = 1000 - permille
     return st.integers(0, 999).map(lambda n: n >= threshold)
 
 
 def dtypes(*, allowed: Sequence[str] = DTYPE_NAMES) -> st.SearchStrategy[str]:
-    """Floating dtype names (``"float32"``, ...), as :class:`gdn_equiv.example.Example` holds them.
+    """Floating dtype names (``"float32"``, ...), as :class:`gdn_equiv.model.example.Example` holds them.
 
     Shrinks towards the first of ``allowed`` (``float32`` by default).
     """
@@ -67,7 +67,7 @@ def conv_facts(
     devices: Sequence[str] = DEVICES,
 ) -> st.SearchStrategy[ConvFacts]:
     """One conv's facts, every field independent (a bias may even differ in dtype from its weight).
-    ``activations`` defaults to every registered one (:mod:`gdn_equiv.conv_ops`); registered per-conv
+    ``activations`` defaults to every registered one (:mod:`gdn_equiv.model.conv_ops`); registered per-conv
     facts (the L2 norm) are drawn by their own strategies.
 
     Shrinks towards the first backend and activation, ``min_kernel_size``, no bias, the first dtype
@@ -104,7 +104,7 @@ def extras_strategy(channels: Sequence[int]) -> st.SearchStrategy[tuple[tuple[st
 
 # one module-level composite: a composite defined inside the function was decorated again on every
 # layer draw (Hypothesis builds a signature-preserving wrapper each time), ~8 ms of a ~30 ms draw
-@functools.lru_cache(maxsize=1024)  # one strategy per channels: see gdn_equiv.testing.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per channels: see gdn_equiv.harness.testing.sampled
 @st.composite
 def _extras(draw: st.DrawFn, channels: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
     facts = registered_conv_facts()

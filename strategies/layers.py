@@ -1,4 +1,4 @@
-"""Strategies for layer configs (:class:`gdn_equiv.config.GDNConfig`) and per-conv specs."""
+"""Strategies for layer configs (:class:`gdn_equiv.model.config.GDNConfig`) and per-conv specs."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_activation
-from gdn_equiv.conv_ops import conv_facts as registered_conv_facts
-from gdn_equiv.conv_ops import supported_activations
-from gdn_equiv.families import DEFAULT_FAMILY, get_family, is_fla_only
-from gdn_equiv.guard import Condition
-from gdn_equiv.testing import sampled
+from gdn_equiv.harness.testing import sampled
+from gdn_equiv.model.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_activation
+from gdn_equiv.model.conv_ops import conv_facts as registered_conv_facts
+from gdn_equiv.model.conv_ops import supported_activations
+from gdn_equiv.model.families import DEFAULT_FAMILY, get_family, is_fla_only
+from gdn_equiv.model.guard import Condition
 
 from .facts import DTYPE_NAMES, _nonempty, extras_strategy, rare
 
@@ -175,7 +175,7 @@ def layer_configs(
     if fusable_convs is not None and use_short_conv is False:
         raise InvalidArgument("fusable_convs needs short convs; got use_short_conv=False")
     # e.g. causal-conv1d runs widths 2-4 only: draw what every chosen backend supports
-    from gdn_equiv.backends import supported_widths
+    from gdn_equiv.model.backends import supported_widths
 
     lo, hi = supported_widths(tuple(backends))
     min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)

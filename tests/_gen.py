@@ -16,14 +16,14 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from gdn_equiv.example import Example, build_layer
-from gdn_equiv.families.gated_deltanet import GatedDeltaNet, GDNConfig
-from gdn_equiv.ground_truth import gated_deltanet_truth
-from gdn_equiv.testing import cu_from_lens as cu_from_lens  # re-exported: the tests import both from here
-from gdn_equiv.testing import randn as randn
+from gdn_equiv.harness.ground_truth import gated_deltanet_truth
+from gdn_equiv.harness.testing import cu_from_lens as cu_from_lens  # re-exported: the tests import both from here
+from gdn_equiv.harness.testing import randn as randn
+from gdn_equiv.model.example import Example, build_layer
+from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, GDNConfig
 
 try:  # the colleague's per-example counter; a no-op until it lands
-    from gdn_equiv.testing import count_example as _count_example
+    from gdn_equiv.harness.testing import count_example as _count_example
 except ImportError:  # pragma: no cover - depends on the tree's state
 
     def _count_example(*args: Any, **kwargs: Any) -> None:
@@ -80,7 +80,7 @@ def make_layer(config: GDNConfig, seed: int, dtype: torch.dtype = torch.float32,
     return build_layer(Example(config=config, dtype=name, seed=seed), cls=cls)
 
 
-#: SPEC §2 written out token by token (moved to :mod:`gdn_equiv.ground_truth`, which the gate uses too)
+#: SPEC §2 written out token by token (moved to :mod:`gdn_equiv.harness.ground_truth`, which the gate uses too)
 spec_layer = gated_deltanet_truth
 
 

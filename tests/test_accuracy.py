@@ -2,10 +2,10 @@
 shown on the CPU with our own layer standing in for it: it accepts a correct implementation that
 rounds differently and catches planted precision and bias defects.
 
-The bar (:func:`gdn_equiv.example.accuracy_runs`): our reference in the same dtype, plain and with
+The bar (:func:`gdn_equiv.model.example.accuracy_runs`): our reference in the same dtype, plain and with
 rounding jitter (one unit at the scale of its terms) on every module output
-(:func:`gdn_equiv.example.ulp_jitter`); the least accurate of those against the fp64 twin, times
-:data:`gdn_equiv.compare.ACCURACY_FACTOR` (:func:`gdn_equiv.compare.assert_as_accurate`). The
+(:func:`gdn_equiv.model.example.ulp_jitter`); the least accurate of those against the fp64 twin, times
+:data:`gdn_equiv.harness.compare.ACCURACY_FACTOR` (:func:`gdn_equiv.harness.compare.assert_as_accurate`). The
 stand-in is the reference layer with its convs on another backend: ``F.conv1d`` (a correct conv that
 sums in the library's order), or a planted defect.
 """
@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import Backend, registered
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.compare import Mismatch
-from gdn_equiv.example import (
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
+from gdn_equiv.model.example import (
     Example,
     accuracy_runs,
     assert_run_as_accurate,
@@ -36,8 +36,8 @@ from gdn_equiv.example import (
     ulp_jitter,
     unit_cotangent_backward,
 )
-from gdn_equiv.families.gated_deltanet import GatedDeltaNet, GDNConfig
-from gdn_equiv.reference import ShortConv
+from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, GDNConfig
+from gdn_equiv.model.reference import ShortConv
 
 
 def _f_conv1d(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
@@ -121,7 +121,7 @@ def _sample(dtype: str, k: int) -> Example:
 def test_a_correct_implementation_that_rounds_differently_passes(dtype: str) -> None:
     """A fixed sample, not fresh draws: the bar is statistical, and a correct stand-in fails it now and
     then (fp32: 1 of 1,500 generated examples at 1.26x the bar; see
-    :data:`gdn_equiv.compare.ACCURACY_FACTOR`), which would fail about 1 CI run in 100 at 15 fresh
+    :data:`gdn_equiv.harness.compare.ACCURACY_FACTOR`), which would fail about 1 CI run in 100 at 15 fresh
     examples. The sample still fails a bar half as wide (factor 1), so it is not an easy one."""
     for k in range(15):
         _judge(_sample(dtype, k), "acc_fconv")

@@ -1,4 +1,4 @@
-"""The open registry of conv activations and per-conv facts (gdn_equiv.conv_ops; SPEC §8's in-flight
+"""The open registry of conv activations and per-conv facts (gdn_equiv.model.conv_ops; SPEC §8's in-flight
 branches conv-relu and fuse-conv-l2): reference maths, backends, the guard's registered condition
 (G10), its necessity, and a plug-in activation that needs no edit anywhere else."""
 
@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument as StrategyArgument
 from hypothesis.errors import NoSuchExample
 
-from gdn_equiv import properties as P
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.config import CONV_ACTIVATIONS, CallFacts, ConvSpec, canonical_activation
-from gdn_equiv.conv_ops import (
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.model.backends import torch_backend as tb
+from gdn_equiv.model.config import CONV_ACTIVATIONS, CallFacts, ConvSpec, canonical_activation
+from gdn_equiv.model.conv_ops import (
     NORM,
     apply_activation,
     get_activation,
@@ -28,12 +30,10 @@ from gdn_equiv.conv_ops import (
     supported_activations,
     unregister_activation,
 )
-from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example, build_layer
-from gdn_equiv.families import get_family
-from gdn_equiv.guard import Condition, decide
+from gdn_equiv.model.example import Example, build_layer
+from gdn_equiv.model.families import get_family
+from gdn_equiv.model.guard import Condition, decide
 from gdn_equiv.strategies import layer_facts, violating
-from gdn_equiv.testing import count_example
 
 PLAIN = CallFacts(has_cached_state=False, use_cache=False, varlen=False)
 SEARCH = settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -92,7 +92,7 @@ def test_a_backend_is_never_sent_an_activation_it_does_not_run() -> None:
     """fla's conv treats an activation it does not know as none at all: the registry refuses to pass
     relu to a backend not declared to run it (here a plug-in without an ``activations`` declaration),
     naming the backend and what it runs, while the backends that do run it get it."""
-    from gdn_equiv.backends import Backend, registered
+    from gdn_equiv.model.backends import Backend, registered
 
     with registered(Backend("acts-undeclared", forward=tb.forward)):
         x, w = torch.randn(1, 3, 2), torch.randn(2, 3)
@@ -142,7 +142,7 @@ needs_triton = pytest.mark.skipif(
 def test_triton_matches_torch_on_registered_activations(activation: str) -> None:
     """relu/relu2 in the kernels; a registered activation without kernel code (test_cube) in torch after it."""
     pytest.importorskip("triton")
-    from gdn_equiv.backends.triton_backend import unavailable
+    from gdn_equiv.model.backends.triton_backend import unavailable
 
     if unavailable():
         pytest.skip(unavailable())
@@ -214,7 +214,7 @@ def test_conv_fact_gradients_do_not_depend_on_the_heads_sharing_the_call_or_the_
     layout: the fused prologue hands a fact a contiguous gradient where a separate conv may get a
     strided one from the core (a library reduction in the backward made that a one-ulp ``grad.x``
     difference, found by the G6 search)."""
-    from gdn_equiv.conv_ops import conv_facts
+    from gdn_equiv.model.conv_ops import conv_facts
 
     fact = data.draw(st.sampled_from(conv_facts()))
     unit = data.draw(st.integers(1, 12), label="unit")

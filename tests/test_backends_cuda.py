@@ -19,13 +19,13 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, get_backend
-from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.config import CallFacts, ConvSpec
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example
-from gdn_equiv.families.gated_deltanet import GDNConfig
-from gdn_equiv.guard import Condition
+from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update, get_backend
+from gdn_equiv.model.config import CallFacts, ConvSpec
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.model.guard import Condition
 from gdn_equiv.targets import get_target
 
 _REASON = get_backend("cuda").unavailable()

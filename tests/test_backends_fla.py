@@ -20,16 +20,23 @@ if not torch.cuda.is_available():
 
 from hypothesis import find
 
-from gdn_equiv.backends import Backend, causal_conv1d, causal_conv1d_update, get_backend, register_backend, registered
-from gdn_equiv.backends import fla_backend as fb
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.compare import Mismatch
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.backends import (
+    Backend,
+    causal_conv1d,
+    causal_conv1d_update,
+    get_backend,
+    register_backend,
+    registered,
+)
+from gdn_equiv.model.backends import fla_backend as fb
+from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
 from gdn_equiv.targets import fla_versions
-from gdn_equiv.testing import first_hit
 
 SEARCH = first_hit()
 FLA_TRITON_REASON = fb.TRITON.unavailable()
@@ -127,7 +134,7 @@ def test_autotune_mode_is_checked_before_a_call(monkeypatch):
 
 _PIN_PROBE = """
 import os, sys
-from gdn_equiv.backends import fla_backend as fb
+from gdn_equiv.model.backends import fla_backend as fb
 from gdn_equiv.targets import fla_target
 for family in ("gated_deltanet", "gla"):
     fla_target._fla_class(family)

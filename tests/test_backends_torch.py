@@ -17,9 +17,9 @@ from _gen import count_example, cu_from_lens, randn, seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import Backend, causal_conv1d, causal_conv1d_update, count_launches, registered
-from gdn_equiv.backends.torch_backend import BACKEND as TORCH
-from gdn_equiv.compare import assert_equivalent
+from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.model.backends import Backend, causal_conv1d, causal_conv1d_update, count_launches, registered
+from gdn_equiv.model.backends.torch_backend import BACKEND as TORCH
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
@@ -263,10 +263,10 @@ def test_weight_and_bias_gradients_do_not_depend_on_how_many_channels_share_the_
     per-channel reduction vectorises across channels, so the fused call's conv-weight gradient was
     1.9e-5 (relative) from the separate calls'. The backend sums them in fp64 now; this is that
     example, which failed before."""
-    from gdn_equiv import properties as P
-    from gdn_equiv.config import ConvSpec
-    from gdn_equiv.example import Example
-    from gdn_equiv.families import get_family
+    from gdn_equiv.harness import properties as P
+    from gdn_equiv.model.config import ConvSpec
+    from gdn_equiv.model.example import Example
+    from gdn_equiv.model.families import get_family
 
     spec = ConvSpec(activation=None)
     config = get_family("simple_gla").config_cls(
@@ -281,7 +281,7 @@ def test_weight_and_bias_gradients_do_not_depend_on_how_many_channels_share_the_
 
 def test_registered_puts_the_registry_back_as_it_was():
     """A new name is gone after the block; a replaced backend (torch here) comes back."""
-    from gdn_equiv.backends import get_backend, known_backends
+    from gdn_equiv.model.backends import get_backend, known_backends
 
     torch_backend = get_backend("torch")
     twin = Backend(name="torch", forward=TORCH.forward)

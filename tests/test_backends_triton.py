@@ -28,9 +28,9 @@ if not torch.cuda.is_available():
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import get_backend
-from gdn_equiv.compare import Mismatch, assert_equivalent
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness.compare import Mismatch, assert_equivalent
+from gdn_equiv.model.backends import get_backend
 
 pytestmark = [
     pytest.mark.triton,
@@ -297,7 +297,7 @@ def test_dropped_final_state_gradient_is_caught() -> None:
 def _backward(mode: str, tile: tuple[int, int, int] | None = None) -> Iterator[None]:
     """The triton backend's backward chosen as a user does (``GDN_EQUIV_TRITON_BACKWARD``); ``tile`` sets
     the one-pass tile (on a GPU, the two-pass tile makes the dweight/dbias sums comparable bit for bit)."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     with mock.patch.dict(os.environ, {"GDN_EQUIV_TRITON_BACKWARD": mode}):
         if tile is None:
@@ -315,7 +315,7 @@ def test_one_pass_backward_is_bitwise_the_two_pass(case: Case) -> None:
     """dx, dweight, dbias and d(initial_state) of the one-pass backward (g recomputed in registers,
     shifted with tl.gather) are the two passes' bits, over every option: activations, bias, state,
     final-state gradient, packed sequences (empty and one-token ones), strided x, tile edges."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     t = tensors(case)
     with _backward("two-pass"):
@@ -339,7 +339,7 @@ def test_serial_backward_dx_is_bitwise_the_two_pass_and_its_sums_agree(case: Cas
     ``rows`` at a time) gives the two passes' dx and d(initial_state) bit for bit over every option
     (packed sequences, states, final-state gradient, activations, strided x, chunk edges, halos
     rounded up to whole groups), and dweight/dbias, summed in another order, within the §6 table."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     t = tensors(case)
     with _backward("two-pass"):
@@ -357,7 +357,7 @@ def test_serial_backward_dx_is_bitwise_the_two_pass_and_its_sums_agree(case: Cas
 def test_serial_backward_that_forgets_the_sequence_end_is_caught() -> None:
     """Planted defect the bitwise property must catch: a serial walk whose carried g ignores where the
     sequence ends (packed sequences: the next sequence's first rows leak into this one's last dx)."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     case = Case(1, 7, 3, 3, torch.float32, True, "silu", False, False, (4, 3), (0, 0), 11)
     t = tensors(case)
@@ -375,7 +375,7 @@ def test_serial_backward_that_forgets_the_sequence_end_is_caught() -> None:
 def test_one_pass_with_a_short_halo_is_caught() -> None:
     """Planted defect: a halo of two rows where the taps need W-1 = 3 (the one-pass kernel reads rows past
     its tile from the halo): dx at each tile's last row goes wrong, and the bitwise property sees it."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     tile = tb._blocks(tb._GPU_BWD)[0]
     case = Case(1, tile + 3, 3, 4, torch.float32, True, "silu", False, False, None, (0, 0), 5)
@@ -395,7 +395,7 @@ def test_one_pass_with_a_short_halo_is_caught() -> None:
 def _forward(mode: str, tile: tuple[int, int, int, int] | None = None) -> Iterator[None]:
     """The triton backend's forward chosen as a user does (``GDN_EQUIV_TRITON_FORWARD``); ``tile`` sets
     the rows forward's (chunk, channels, warps, rows) under the interpreter."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     rows_tile = tile or tb._INTERP_FWD_ROWS
     with (
@@ -438,7 +438,7 @@ def test_rows_forward_that_carries_across_a_sequence_start_is_caught() -> None:
     """Planted defect the bitwise property must catch: a rows walk that carries the previous rows'
     inputs into the next packed sequence (its first W-1 outputs see the last sequence's tokens
     instead of its history)."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     case = Case(1, 9, 5, 3, torch.float32, True, "silu", True, False, (4, 5), (0, 0), 3)
     t = tensors(case, grad=False)
@@ -461,7 +461,7 @@ def test_an_unknown_forward_is_refused_with_the_rule() -> None:
 def test_weight_sums_add_the_partials_in_row_order(P: int) -> None:
     """The weight-gradient reduction reads its rows four at a time but adds them one by one in row
     order: bitwise the sequential sum, for every remainder of P - 1 rows by four."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     W, D = 3, 40
     part = torch.randn(P, W + 1, D, generator=torch.Generator().manual_seed(P)).to(DEVICE)
@@ -499,7 +499,7 @@ def test_the_forward_left_unset_is_rows_on_a_gpu_and_tiles_in_the_interpreter(
 ) -> None:
     """Unset, the GPU runs the rows forward (faster there) and the interpreter the tiles one (3.3x
     faster there); a user's choice wins either way."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     with mock.patch.object(tb, "_interpreting", lambda: interpreting):
         with mock.patch.dict(os.environ, {"GDN_EQUIV_TRITON_FORWARD": ""}):
@@ -518,7 +518,7 @@ def test_an_unknown_backward_is_refused_with_the_rule() -> None:
 def test_a_row_group_the_kernels_cannot_unroll_is_refused() -> None:
     """The row kernels unroll groups of 1, 2, 4 or 8 rows; a tile constant of 3 would skip or repeat
     rows (the loop steps by 3, the body reads 4), so it is refused before any launch."""
-    from gdn_equiv.backends import triton_backend as tb
+    from gdn_equiv.model.backends import triton_backend as tb
 
     for rows in (1, 2, 4, 8):
         tb._check_group(rows)

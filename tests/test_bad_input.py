@@ -16,13 +16,13 @@ from _gen import configs, count_example, cu_from_lens, make_layer, randn, seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import causal_conv1d, causal_conv1d_update
-from gdn_equiv.cache import Cache
-from gdn_equiv.compare import assert_equivalent
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example, build_layer, materialize
-from gdn_equiv.families import get_family
-from gdn_equiv.families.gated_deltanet import FusedGatedDeltaNet, GDNConfig
+from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.model.cache import Cache
+from gdn_equiv.model.example import Example, build_layer, materialize
+from gdn_equiv.model.families import get_family
+from gdn_equiv.model.families.gated_deltanet import FusedGatedDeltaNet, GDNConfig
 
 H = 8
 TINY = {"hidden_size": 8, "head_dim": 2, "num_heads": 2}

@@ -1,6 +1,6 @@
 """The installed gate's P8 property (``gdn_equiv/suite/test_bad_input.py``) has teeth: each planted
 defect below (a check removed, a message that names nothing, the wrong exception, a refused call that
-edits what the caller holds) makes :func:`gdn_equiv.properties.check_refuses_bad_input` fail on some
+edits what the caller holds) makes :func:`gdn_equiv.harness.properties.check_refuses_bad_input` fail on some
 drawn bad call. The defects are planted in the layer's input checks, never in the guard."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import pytest
 from hypothesis import find, settings
 from hypothesis.errors import NoSuchExample
 
-from gdn_equiv import properties as P
-from gdn_equiv import reference
-from gdn_equiv.bad_input import KINDS, BadCall, applies, names, prepare
-from gdn_equiv.compare import Mismatch
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families import known_families
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.bad_input import KINDS, BadCall, applies, names, prepare
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model import reference
+from gdn_equiv.model.families import known_families
 from gdn_equiv.strategies import bad_calls
 from gdn_equiv.suite.test_bad_input import *  # noqa: F403  (the gate's P8 property, run here too)
-from gdn_equiv.testing import first_hit
 
 FAMILIES = tuple(known_families())
 # the first hit is enough (no shrinking): each search stops there
@@ -51,7 +51,7 @@ def _refuse_with(message: str, exc: type[Exception] = InvalidArgument) -> Iterat
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise exc(message)
 
-    with mock.patch("gdn_equiv.reference.check_cu_seqlens", refuse):
+    with mock.patch("gdn_equiv.model.reference.check_cu_seqlens", refuse):
         yield
 
 
@@ -89,15 +89,15 @@ def _kinds(prefix: str) -> list[str]:
 
 
 PLANTED: list[tuple[str, list[str], Callable[[], Any]]] = [
-    ("mask check removed", _kinds("attention_mask"), _no_op("gdn_equiv.reference.ShortConvLayer._check_mask")),
-    ("cu_seqlens check removed", _kinds("cu_seqlens"), _no_op("gdn_equiv.reference.check_cu_seqlens")),
-    ("cached-state check removed", _kinds("cache"), _no_op("gdn_equiv.reference.check_layer_state")),
+    ("mask check removed", _kinds("attention_mask"), _no_op("gdn_equiv.model.reference.ShortConvLayer._check_mask")),
+    ("cu_seqlens check removed", _kinds("cu_seqlens"), _no_op("gdn_equiv.model.reference.check_cu_seqlens")),
+    ("cached-state check removed", _kinds("cache"), _no_op("gdn_equiv.model.reference.check_layer_state")),
     ("a refusal naming nothing", _kinds("cu_seqlens"), lambda: _refuse_with("bad cu_seqlens")),
     ("a ValueError, not InvalidArgument", _kinds("cu_seqlens"), lambda: _refuse_with("cu_seqlens", ValueError)),
     ("x edited before the refusal", list(KINDS), lambda: _edits_then_refuses(_scale_x)),
     ("a cached state edited before the refusal", _kinds("cached"), lambda: _edits_then_refuses(_bump_state)),
     ("the cache's state dropped before the refusal", _kinds("cached"), lambda: _edits_then_refuses(_drop_state)),
-    ("conv facts accept any backend", ["conv backend"], _no_op("gdn_equiv.reference.get_backend")),
+    ("conv facts accept any backend", ["conv backend"], _no_op("gdn_equiv.model.reference.get_backend")),
 ]  # fmt: skip
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdn_equiv import bench
-from gdn_equiv.cli import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
+from gdn_equiv.run import bench
+from gdn_equiv.run.cli import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
 
 QUICK = ["--quick", "--iters", "2", "--warmup", "0"]
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None

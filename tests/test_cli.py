@@ -2,7 +2,7 @@
 before any example runs, findings never lost (a report written as the run goes, the example database,
 a time budget checked per example, Ctrl-C / SIGTERM), nothing passing by mistake, and ``repro``.
 
-Most runs call :func:`gdn_equiv.cli.main` in this process (no interpreter start: a fraction of a second
+Most runs call :func:`gdn_equiv.run.cli.main` in this process (no interpreter start: a fraction of a second
 each); the signal tests run ``python -m gdn_equiv`` in a subprocess. Planted kernels come from a module
 written to a temporary directory and named as ``module:attr`` backends.
 """
@@ -24,15 +24,16 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
-from gdn_equiv import cli, registry, runner
-from gdn_equiv import properties as P
-from gdn_equiv.registry import any_examples
-from gdn_equiv.report import Check, ReportWriter
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness import registry
+from gdn_equiv.harness.registry import any_examples
+from gdn_equiv.run import cli, runner
+from gdn_equiv.run.report import Check, ReportWriter
 
 PLANTED = textwrap.dedent(
     '''
     """Planted kernels for tests/test_cli.py."""
-    from gdn_equiv.backends import get_backend
+    from gdn_equiv.model.backends import get_backend
 
     _torch = get_backend("torch").forward
 
@@ -265,7 +266,7 @@ def test_help_documents_the_exit_statuses(argv, capsys) -> None:
 
 
 def test_families_lists_every_known_family(gdn) -> None:
-    from gdn_equiv.families import known_families
+    from gdn_equiv.model.families import known_families
 
     status, out, _ = gdn("families")
     assert status == cli.EXIT_OK
@@ -275,7 +276,7 @@ def test_families_lists_every_known_family(gdn) -> None:
 
 def test_family_option_reaches_every_row(gdn, tmp_path, monkeypatch) -> None:
     """``--family all``: every family gets its rows, each carrying its family (row id, JSON, JUnit, table)."""
-    from gdn_equiv.families import known_families
+    from gdn_equiv.model.families import known_families
 
     seen: list[tuple[str, str]] = []
 
@@ -324,7 +325,7 @@ def test_run_property_draws_examples_of_the_family(monkeypatch) -> None:
 
 
 def test_property_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp_path, monkeypatch) -> None:
-    from gdn_equiv import properties as P
+    from gdn_equiv.harness import properties as P
 
     def never_applies(example: object, **_: object) -> None:
         raise P.NotApplicable("planted: never applies")
@@ -341,7 +342,7 @@ def test_property_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp
 def test_an_example_built_to_meet_the_premise_that_does_not_is_a_failure(gdn, tmp_path, monkeypatch) -> None:
     """P3 draws states built fusable from the spec's conditions: a property (or guard) that calls them
     not applicable compared nothing on them, and that fails the row rather than thinning it out."""
-    from gdn_equiv import properties as P
+    from gdn_equiv.harness import properties as P
 
     def never_applies(example: object, **_: object) -> None:
         raise P.NotApplicable("planted: the guard refuses")
@@ -385,7 +386,7 @@ def test_necessity_search_with_no_applicable_example_is_not_exercised_and_fails(
 def test_necessity_search_that_finds_nothing_fails_on_a_built_in_backend(gdn, tmp_path, monkeypatch) -> None:
     """On torch every condition is known to be necessary: a search that finds nothing is a regression,
     the same verdict as the pytest gate's (one search, one answer)."""
-    from gdn_equiv import properties as P
+    from gdn_equiv.harness import properties as P
 
     monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
     status, out, _ = gdn("check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3")
@@ -397,7 +398,7 @@ def test_necessity_search_that_finds_nothing_fails_on_a_built_in_backend(gdn, tm
 
 def test_necessity_search_that_finds_nothing_on_a_plug_in_says_so(gdn, tmp_path, planted, monkeypatch) -> None:
     """On a plug-in kernel a condition may be stricter than it needs: "none found" is reported, not passed."""
-    from gdn_equiv import properties as P
+    from gdn_equiv.harness import properties as P
 
     monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
     status, out, _ = gdn(
@@ -570,7 +571,7 @@ def test_an_interrupt_that_was_swallowed_still_ends_the_run_before_the_next_exam
     """The signal handler remembers the interrupt; the runner checks before every example, so code
     under test that swallows the ``KeyboardInterrupt`` (here: the handler ran, nothing was raised)
     cannot keep a fuzz run going."""
-    from gdn_equiv.report import clear_interrupts, note_interrupt
+    from gdn_equiv.run.report import clear_interrupts, note_interrupt
 
     calls = []
 
@@ -683,7 +684,7 @@ def test_a_failure_file_with_conv_facts_reads_back_as_written(tmp_path, biased_e
     """A conv's registered facts (``extras``: ``(("head_dim", 1), ("norm", "l2"))``) come back from JSON
     as lists of pairs; the file checker once read ``tuple[str, Any]`` as "a tuple of strings" and refused
     every failure file of an example with a conv norm (what a kernel repo's CI replays)."""
-    from gdn_equiv.report import read_failure
+    from gdn_equiv.run.report import read_failure
 
     spec = dataclasses.replace(biased_example.config.k_conv, extras=(("head_dim", 1), ("norm", "l2")))
     example = dataclasses.replace(biased_example, config=dataclasses.replace(biased_example.config, k_conv=spec))
@@ -727,7 +728,7 @@ def test_a_fuzz_budget_too_short_for_the_plan_is_refused_naming_the_minimum(gdn,
 def test_a_row_the_budget_did_not_reach_fails_the_run(gdn, tmp_path, monkeypatch) -> None:
     """The first row's example outlasts the whole budget (the budget is checked before each example):
     the second row never starts, stays "not reached" in the report, and the run fails saying so."""
-    from gdn_equiv import properties as P
+    from gdn_equiv.harness import properties as P
 
     def slow(example: object, **kwargs: object) -> object:
         time.sleep(2.5)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gdn_equiv import cli, families
+from gdn_equiv.model import families
+from gdn_equiv.run import cli
 
 HEADER = ("family", "fla layer", "mask", "q / k / v channels", "activation", "targets", "what it is")
 

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import registered
-from gdn_equiv.cells import check_cell
-from gdn_equiv.compare import Mismatch
-from gdn_equiv.conformance import check_forward, check_gradients
-from gdn_equiv.coverage import conv_call_regions
-from gdn_equiv.planted import COMBINATION_BACKENDS
+from gdn_equiv.harness.cells import check_cell
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.conformance import check_forward, check_gradients
+from gdn_equiv.harness.coverage import conv_call_regions
+from gdn_equiv.harness.planted import COMBINATION_BACKENDS
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.backends import registered
 from gdn_equiv.strategies import ConvCall, conv_calls, examples
 from gdn_equiv.strategies.combinations import ZERO_SCALE_RATE, Cell, all_cells, cell_call, feasible
 from gdn_equiv.suite.test_combinations import combination_calls
-from gdn_equiv.testing import first_hit
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -98,9 +98,9 @@ def test_zero_input_scale_is_an_edge_case_not_a_quarter_of_the_draws() -> None:
 
 
 def test_a_layer_examples_conv_call_in_every_cell_catches_the_no_final_kernel() -> None:
-    from gdn_equiv.cells import check_example_in_every_cell
-    from gdn_equiv.example import Example
-    from gdn_equiv.families import get_family
+    from gdn_equiv.harness.cells import check_example_in_every_cell
+    from gdn_equiv.model.example import Example
+    from gdn_equiv.model.families import get_family
 
     backend = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
     family = get_family("gated_deltanet")

@@ -1,4 +1,4 @@
-"""``gdn-equiv check``'s conformance row, ``P7-conv-conformance`` (:mod:`gdn_equiv.conformance`): the
+"""``gdn-equiv check``'s conformance row, ``P7-conv-conformance`` (:mod:`gdn_equiv.harness.conformance`): the
 pytest suite's conv-level checks run on each example's fused conv call, so ``check`` and ``fuzz`` are no
 weaker than ``pytest --pyargs gdn_equiv.suite`` on final states, varlen, the step kernel and
 continuations (issue: four kernels the pytest suite catches passed ``check --skip-necessity``)."""
@@ -11,15 +11,15 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 
-from gdn_equiv import properties as P
-from gdn_equiv import runner
-from gdn_equiv.backends import Backend, registered
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.conformance import NotAConvCall, conv_call_of
-from gdn_equiv.diagnose import fused_conv_call
-from gdn_equiv.example import build_layer, materialize
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.conformance import NotAConvCall, conv_call_of
+from gdn_equiv.harness.diagnose import fused_conv_call
+from gdn_equiv.harness.testing import MISS_BOUND
+from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
+from gdn_equiv.model.example import build_layer, materialize
+from gdn_equiv.run import runner
 from gdn_equiv.strategies import examples
-from gdn_equiv.testing import MISS_BOUND
 
 # ---- kernels with one defect each, of the kinds only a conv-level check sees well --------------------
 
@@ -91,7 +91,7 @@ def test_the_conformance_row_passes_the_builtin_backends(backend: str) -> None:
 @given(examples(backends=("torch",), max_seq_len=6, family=["gated_deltanet", "kda", "gla", "lightnet"]))
 def test_the_rows_conv_call_is_the_call_the_fused_prologue_makes(example) -> None:
     """Channels, width, bias, activation, dtypes, batch/length/packing and the state agree with what the
-    layer hands its backend (:func:`gdn_equiv.diagnose.fused_conv_call`, through the layer's own code)."""
+    layer hands its backend (:func:`gdn_equiv.harness.diagnose.fused_conv_call`, through the layer's own code)."""
     try:
         call, dims, backend = conv_call_of(example)
     except NotAConvCall:
@@ -123,7 +123,7 @@ def test_fuzz_targets_wide_conv_calls_and_differences_near_their_tolerance(monke
 
     from hypothesis import settings as hsettings
 
-    from gdn_equiv import testing
+    from gdn_equiv.harness import testing
 
     examples_module = importlib.import_module("gdn_equiv.strategies.examples")  # the package exports the function
 

@@ -1,4 +1,4 @@
-"""The coverage report (``gdn-equiv coverage``, :mod:`gdn_equiv.coverage`): the regions an example is labelled
+"""The coverage report (``gdn-equiv coverage``, :mod:`gdn_equiv.harness.coverage`): the regions an example is labelled
 with, the reading and counting of Hypothesis' observability output, the refusals, and that the report fails
 when a strategy stops reaching a region.
 
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from gdn_equiv import cli
-from gdn_equiv import coverage as C
-from gdn_equiv.config import ConvSpec
-from gdn_equiv.example import Example
-from gdn_equiv.families import get_family
+from gdn_equiv.harness import coverage as C
+from gdn_equiv.model.config import ConvSpec
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families import get_family
+from gdn_equiv.run import cli
 from gdn_equiv.strategies import ConvCall
 
 # ---- labels of hand-built conv calls -----------------------------------------------------------------
@@ -241,8 +241,8 @@ def test_labelling_outside_a_hypothesis_test_does_nothing() -> None:
 
 
 def test_expected_regions_are_what_the_strategies_and_examples_can_produce() -> None:
-    from gdn_equiv.example import CACHE_KINDS, VARLEN_KINDS
-    from gdn_equiv.families import known_families
+    from gdn_equiv.model.example import CACHE_KINDS, VARLEN_KINDS
+    from gdn_equiv.model.families import known_families
     from gdn_equiv.strategies.convs import LAYOUTS
     from gdn_equiv.strategies.facts import DTYPE_NAMES
 
@@ -458,7 +458,7 @@ RUN = textwrap.dedent(
 
     from hypothesis import given, settings
 
-    from gdn_equiv.coverage import label_conv_call
+    from gdn_equiv.harness.coverage import label_conv_call
     from gdn_equiv.strategies import conv_calls
 
     # narrowed to one block of channels (the planted defect), or drawn wide (the control)
@@ -558,7 +558,7 @@ COMBINATION_RUN = textwrap.dedent(
 
     from hypothesis import given, settings, strategies as st
 
-    from gdn_equiv.coverage import label_conv_call
+    from gdn_equiv.harness.coverage import label_conv_call
     from gdn_equiv.strategies import conv_calls
 
     # the conformance tests' way (a random call, random options), as many examples as the combination

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gdn_equiv.backends.cuda_backend import _package_layout, _to_package_layout
+from gdn_equiv.model.backends.cuda_backend import _package_layout, _to_package_layout
 
 
 @given(

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
-from gdn_equiv import cli
+from gdn_equiv.run import cli
 
 NO_BIAS = textwrap.dedent(
     '''
-    from gdn_equiv.backends import get_backend
+    from gdn_equiv.model.backends import get_backend
 
     _torch = get_backend("torch").forward
 

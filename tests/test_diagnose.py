@@ -1,7 +1,7 @@
 """Issue #18: every bitwise mismatch of P3/P4 is diagnosed, distinct kinds stay distinct, and a necessity
 search without a counterexample on a plug-in kernel is a report.
 
-The diagnosis (:mod:`gdn_equiv.diagnose`) is tested on planted backends whose defect is known: one that
+The diagnosis (:mod:`gdn_equiv.harness.diagnose`) is tested on planted backends whose defect is known: one that
 rounds channels at index >= 8 one ulp up (offset), one that rounds every channel of a call wider than a
 threshold (count), one whose step kernel rounds (step), one that loses the bias of channels >= 16 (offset,
 past the tolerance), one whose backward alone is count-dependent (P4); the torch ground truth gets no kernel
@@ -18,17 +18,17 @@ import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis.database import ExampleDatabase, InMemoryExampleDatabase, MultiplexedDatabase
 
-from gdn_equiv import properties as P
-from gdn_equiv.backends import Backend, registered
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.compare import KindedMismatch, Mismatch, Report, mismatch_kind
-from gdn_equiv.diagnose import COUNT, FUSED_PATH, OFFSET, OFFSET_AND_COUNT, STEP, diagnose
-from gdn_equiv.guard import Condition
-from gdn_equiv.report import Check
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import KindedMismatch, Mismatch, Report, mismatch_kind
+from gdn_equiv.harness.diagnose import COUNT, FUSED_PATH, OFFSET, OFFSET_AND_COUNT, STEP, diagnose
+from gdn_equiv.harness.testing import MISS_BOUND, first_hit
+from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
+from gdn_equiv.model.guard import Condition
+from gdn_equiv.run.report import Check
 from gdn_equiv.strategies import examples
 from gdn_equiv.suite.test_necessity import verdict
 from gdn_equiv.targets import get_target
-from gdn_equiv.testing import MISS_BOUND, first_hit
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -296,7 +296,7 @@ class _FusedDropsBiases:
     """A planted defect in the layer's fused path (the kernel is fine)."""
 
     def _fused_prologue(self, proj, call):
-        from gdn_equiv.fused import fused_short_conv
+        from gdn_equiv.model.fused import fused_short_conv
 
         return fused_short_conv(proj.conv_in, self.convs(), with_bias=False, mask=call.conv_mask)
 
@@ -395,7 +395,7 @@ def test_a_one_ulp_finding_does_not_hide_a_real_defect():
 
 
 def test_necessity_without_counterexample_is_a_report_for_plugins_and_a_failure_for_builtins():
-    from gdn_equiv import runner
+    from gdn_equiv.run import runner
 
     lines: list[str] = []
     for backend, result in (("mypkg.kernels:conv", "none found"),):
@@ -427,7 +427,7 @@ def test_necessity_search_on_a_plugin_without_counterexample_skips_with_the_repo
 def test_check_writes_each_kind_of_failure_as_a_row_of_its_own():
     """`gdn-equiv check`'s runner: when Hypothesis reports two kinds (a harmless one-ulp offset finding and
     the lost bias), each becomes a row with its own shrunk example, not one row with the first."""
-    from gdn_equiv import runner
+    from gdn_equiv.run import runner
 
     # one run: after a failure the row searches on with the kinds it found counted as known (Hypothesis
     # alone keeps generating only up to twice the call count of its first failure, and reported both

@@ -1,4 +1,4 @@
-"""The backend registry and dispatcher (``gdn_equiv/backends/__init__.py``): registration, loading what a
+"""The backend registry and dispatcher (``gdn_equiv/model/backends/__init__.py``): registration, loading what a
 plug-in names, the step fallback for a backend without a step kernel, and the checks of what a backend
 returns. Each test here was written for a mutant that survived both the installed gate and the preset's
 tree tests (docs/mutation.md, "dispatch"): a gate run names one correct backend, so none of this is
@@ -11,7 +11,9 @@ import dataclasses
 import pytest
 import torch
 
-from gdn_equiv.backends import (
+from gdn_equiv.errors import BackendUnavailable, InvalidArgument
+from gdn_equiv.harness.testing import randn
+from gdn_equiv.model.backends import (
     Backend,
     as_backend,
     available_backends,
@@ -23,9 +25,7 @@ from gdn_equiv.backends import (
     registered,
     supported_widths,
 )
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.errors import BackendUnavailable, InvalidArgument
-from gdn_equiv.testing import randn
+from gdn_equiv.model.backends import torch_backend as tb
 
 TORCH = get_backend("torch")
 
@@ -185,7 +185,7 @@ def test_the_triton_interpreter_without_numpy_is_unavailable_naming_numpy(monkey
     counterexample" (a tox env with only the triton extra). Now the backend says why it cannot run."""
     import importlib.util
 
-    from gdn_equiv.backends import triton_backend
+    from gdn_equiv.model.backends import triton_backend
 
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed")

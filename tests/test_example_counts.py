@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gdn_equiv import registry, testing
-from gdn_equiv.families import parse_families
+from gdn_equiv.harness import registry, testing
+from gdn_equiv.model.families import parse_families
 
 ROOT = Path(__file__).resolve().parent.parent
 # the gate's layer-property tests, one per registry record (gdn_equiv/suite/test_properties.py makes them)
@@ -23,7 +23,7 @@ PROPERTIES = tuple(r.gate_test for r in registry.property_records() if r.gate_te
 COUNTED = """
 import pytest
 from hypothesis import given, settings, strategies as st
-from gdn_equiv.testing import count_example
+from gdn_equiv.harness.testing import count_example
 
 @settings(max_examples=60, database=None, deadline=None)
 @given(st.integers(0, 10**9))

@@ -8,12 +8,12 @@ import dataclasses
 
 import pytest
 
-from gdn_equiv import properties as P
-from gdn_equiv.compare import Mismatch
-from gdn_equiv.config import LayerFacts
-from gdn_equiv.example import Example
-from gdn_equiv.families.gated_deltanet import GDNConfig
-from gdn_equiv.reference import ShortConv
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.model.config import LayerFacts
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.model.reference import ShortConv
 
 EXAMPLE = Example(config=GDNConfig(hidden_size=16, head_dim=8, num_heads=2, conv_bias=True), dtype="float32")
 

@@ -1,4 +1,4 @@
-"""Teeth of the faithfulness check: each planted reference edit (gdn_equiv.planted.reference_defects) is
+"""Teeth of the faithfulness check: each planted reference edit (gdn_equiv.harness.planted.reference_defects) is
 caught by the gate's own strategy within the ci profile's examples, and the real reference passes."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import pytest
 from hypothesis import find
 from hypothesis import strategies as st
 
-from gdn_equiv.compare import Mismatch
-from gdn_equiv.faithful import check_faithful, unfaithful_reason
-from gdn_equiv.planted import reference_defects
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.faithful import check_faithful, unfaithful_reason
+from gdn_equiv.harness.planted import reference_defects
+from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.suite.test_faithful import faithful_examples
-from gdn_equiv.testing import first_hit
 
 _REASON = unfaithful_reason("gated_deltanet")
 pytestmark = [

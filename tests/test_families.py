@@ -20,10 +20,10 @@ from _gen import count_example, cu_from_lens, randn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.cache import Cache
-from gdn_equiv.compare import assert_equivalent, assert_tree_equivalent
-from gdn_equiv.example import Example, build_layer, materialize
-from gdn_equiv.families import get_family, known_families
+from gdn_equiv.harness.compare import assert_equivalent, assert_tree_equivalent
+from gdn_equiv.model.cache import Cache
+from gdn_equiv.model.example import Example, build_layer, materialize
+from gdn_equiv.model.families import get_family, known_families
 from gdn_equiv.strategies import examples, layer_configs
 
 F64 = torch.float64

@@ -18,11 +18,11 @@ import pytest
 import torch
 from torch import nn
 
-from gdn_equiv.example import Example, Inputs
-from gdn_equiv.families import fla_only
-from gdn_equiv.families.base import GDN_METHOD
-from gdn_equiv.families.fla_only import FlaOnlyFamily, _gdn2_kwargs, _kkv
-from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.model.example import Example, Inputs
+from gdn_equiv.model.families import fla_only
+from gdn_equiv.model.families.base import GDN_METHOD
+from gdn_equiv.model.families.fla_only import FlaOnlyFamily, _gdn2_kwargs, _kkv
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import FlaHandle
 from gdn_equiv.targets.fla_versions import version_row

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gdn_equiv import cli
-from gdn_equiv.families import fla_only
-from gdn_equiv.families.fla_only import FlaOnlyFamily, _gdn2_kwargs, _kkv
-from gdn_equiv.runner import search_gaps
+from gdn_equiv.model.families import fla_only
+from gdn_equiv.model.families.fla_only import FlaOnlyFamily, _gdn2_kwargs, _kkv
+from gdn_equiv.run import cli
+from gdn_equiv.run.runner import search_gaps
 from gdn_equiv.targets import get_target
 
 _REASON = get_target("fla").unavailable()

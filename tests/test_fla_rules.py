@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import properties as P
-from gdn_equiv.example import Example
-from gdn_equiv.families import fla_only_families, get_family, known_families
+from gdn_equiv.harness import properties as P
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families import fla_only_families, get_family, known_families
 from gdn_equiv.strategies import examples, layer_configs
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import _fla_class, build_fla_layer
@@ -86,7 +86,7 @@ def test_the_small_config_breaks_no_rule_and_builds(family: str) -> None:
 
 
 def _search_strategy(family: str) -> st.SearchStrategy[Example]:
-    """What :func:`gdn_equiv.runner.search_gaps` draws for ``family`` on the fla target."""
+    """What :func:`gdn_equiv.run.runner.search_gaps` draws for ``family`` on the fla target."""
     pins = P.upstream_example_pins("fla")
     return st.one_of(
         examples(fusable=True, family=family, **pins),

@@ -3,19 +3,19 @@
 CPU (fla imports there; its layer is built but not run):
 - fla's ``_use_fused_qkv_conv``, called directly on layers built from generated configs with per-conv
   facts and on generated call facts, against the spec oracle below (a decision table written here,
-  independently of :mod:`gdn_equiv.guard`). Hypothesis finds fla 0.6.0's two SPEC §1 gaps by itself:
+  independently of :mod:`gdn_equiv.model.guard`). Hypothesis finds fla 0.6.0's two SPEC §1 gaps by itself:
   one property per value of the layer's ``conv_bias`` flag, nothing else pinned. Every family of SPEC §8
   the installed fla has: the five in-house ones and the seven fla-only records
-  (:mod:`gdn_equiv.families.fla_only`, borrowed examples, few of them: same helper, cheap CPU), each with
+  (:mod:`gdn_equiv.model.families.fla_only`, borrowed examples, few of them: same helper, cheap CPU), each with
   its version-keyed strict xfails; the fla-only records' constructor and conv mapping checked too.
 
 GPU (fla's Triton conv and norm kernels):
 - fla(auto) vs our reference (same state_dict) for output, dx and parameter gradients: fla must be as
   accurate as the reference in the same dtype, measured against the reference's fp64 twin, the bar being
   the least accurate of the plain reference and its one-ulp rounding variants
-  (:func:`gdn_equiv.example.accuracy_runs`, :func:`gdn_equiv.compare.assert_as_accurate`; an elementwise
+  (:func:`gdn_equiv.model.example.accuracy_runs`, :func:`gdn_equiv.harness.compare.assert_as_accurate`; an elementwise
   §6 tolerance does not fit a whole layer of another implementation, and one reference run is not a fair
-  bar, see :data:`gdn_equiv.compare.ACCURACY_FACTOR`);
+  bar, see :data:`gdn_equiv.harness.compare.ACCURACY_FACTOR`);
 - fla fused = fla separate, forced through the target's documented subclass, where the oracle fuses.
 ``--fla-core=fla|reference`` (or ``GDN_FLA_CORE``) picks fla's core for the forward properties
 (default ``fla``); the gradient properties always use the reference core (fla's chunked backward does
@@ -32,12 +32,13 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import properties as P
-from gdn_equiv.config import CallFacts, ConvSpec, LayerConfig
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
-from gdn_equiv.families import fla_only_families, get_family, is_fla_only, known_families
-from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.testing import MISS_BOUND
+from gdn_equiv.model.config import CallFacts, ConvSpec, LayerConfig
+from gdn_equiv.model.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
+from gdn_equiv.model.families import fla_only_families, get_family, is_fla_only, known_families
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import (
@@ -49,7 +50,6 @@ from gdn_equiv.targets.fla_target import (
     fla_layer_facts,
 )
 from gdn_equiv.targets.fla_versions import CONV_0_5, fla_version, version_row
-from gdn_equiv.testing import MISS_BOUND
 
 Tensor = torch.Tensor
 FLA = get_target("fla")
@@ -73,7 +73,7 @@ def _class_exists(family: str) -> bool:
     return True
 
 
-# the in-house families and the fla-only ones (gdn_equiv.families.fla_only) whose class the installed fla has
+# the in-house families and the fla-only ones (gdn_equiv.model.families.fla_only) whose class the installed fla has
 FAMILIES = tuple(f for f in (*known_families(), *fla_only_families()) if _REASON is None and _class_exists(f))
 FLA_ONLY = tuple(f for f in FAMILIES if is_fla_only(f))
 
@@ -407,8 +407,8 @@ def test_fla_only_families_are_fla_target_names_only(capsys: pytest.CaptureFixtu
     """``--family all`` means the twelve of SPEC §8 for ``--target fla`` and the in-house five
     elsewhere (every property iterates those); an fla-only name elsewhere is a usage error naming it;
     ``gdn-equiv families`` lists the seven marked fla-only."""
-    from gdn_equiv import cli
-    from gdn_equiv.families import parse_families
+    from gdn_equiv.model.families import parse_families
+    from gdn_equiv.run import cli
 
     assert len(parse_families("all", fla_only=True)) == 12 and parse_families("all") == known_families()
     assert parse_families("abc,gdn2", fla_only=True) == ["abc", "gdn2"]
@@ -471,7 +471,7 @@ def test_fla_short_conv_keeps_autograd_at_one_token() -> None:
     Triton conv runs under the interpreter."""
     from fla.modules import ShortConvolution
 
-    from gdn_equiv.backends import fla_backend
+    from gdn_equiv.model.backends import fla_backend
 
     if fla_backend._interpreting():
         fla_backend.interpreter_ready(fla_backend.conv_row())
@@ -600,7 +600,7 @@ def test_fla_auto_path_is_its_guard(example: Example) -> None:
 def test_gap_search_finds_both_spec_gaps_by_itself() -> None:
     """One round per new gap kind, each shrunk on the guards and then shown once: SPEC §1's two gaps
     come out with no hint where to look (the search draws from the general example strategies)."""
-    from gdn_equiv.runner import search_gaps
+    from gdn_equiv.run.runner import search_gaps
 
     # a round that finds no new kind ends the search: MissingBiasCrash needs G8 (alone, or with G9) broken
     # with the flag on and a conv without bias. Drawn freely, it took up to ~240 examples of its round,
@@ -624,7 +624,7 @@ def test_gap_search_finds_both_spec_gaps_by_itself() -> None:
 def test_gap_search_stops_mid_round_when_its_budget_is_spent() -> None:
     """The budget runs out after the round has started (a clock that jumps after its second reading):
     the round ends before its first example instead of running ``max_examples`` of them."""
-    from gdn_equiv.runner import search_gaps
+    from gdn_equiv.run.runner import search_gaps
 
     readings = iter([0.0, 0.0])
     checks = list(search_gaps("fla", max_examples=50, seconds=1.0, clock=lambda: next(readings, 1e9)))

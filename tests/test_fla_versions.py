@@ -7,11 +7,11 @@ from __future__ import annotations
 import hypothesis.errors
 import pytest
 
-from gdn_equiv import families
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families import fla_only_families, get_family, known_families
-from gdn_equiv.families.base import GAPS, QKV_HELPER, Family
-from gdn_equiv.families.gated_deltanet import FAMILY as GDN
+from gdn_equiv.model import families
+from gdn_equiv.model.families import fla_only_families, get_family, known_families
+from gdn_equiv.model.families.base import GAPS, QKV_HELPER, Family
+from gdn_equiv.model.families.gated_deltanet import FAMILY as GDN
 from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import fla_target
 from gdn_equiv.targets.fla_versions import CONV_0_5, VERSIONS, version_row

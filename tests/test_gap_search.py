@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
-from gdn_equiv import properties as P
-from gdn_equiv.compare import Report
-from gdn_equiv.example import Example
-from gdn_equiv.runner import search_gaps
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import Report
+from gdn_equiv.model.example import Example
+from gdn_equiv.run.runner import search_gaps
 
 
 @pytest.mark.slow

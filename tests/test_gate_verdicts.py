@@ -17,16 +17,16 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-from gdn_equiv import properties as P
 from gdn_equiv import pytest_plugin
-from gdn_equiv.backends import as_backend, get_backend, registered
-from gdn_equiv.backends.fla_backend import AUTOTUNE_ENV
-from gdn_equiv.compare import Mismatch
-from gdn_equiv.config import ConvSpec
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example
-from gdn_equiv.families.gated_deltanet import GDNConfig
-from gdn_equiv.registry import Draw
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.registry import Draw
+from gdn_equiv.model.backends import as_backend, get_backend, registered
+from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
+from gdn_equiv.model.config import ConvSpec
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies import examples
 from gdn_equiv.suite import test_properties as suite
 from gdn_equiv.targets import get_target

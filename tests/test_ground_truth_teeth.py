@@ -14,14 +14,14 @@ import pytest
 import torch
 from hypothesis import find
 
-from gdn_equiv.backends import get_backend, registered
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.backends import get_backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import conv_calls
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
 from gdn_equiv.suite.test_ground_truth import *  # noqa: F403
-from gdn_equiv.testing import first_hit
 
 SEARCH = first_hit()
 
@@ -106,7 +106,7 @@ def test_ground_truth_computes_each_builtin_activation_on_its_own(activation):
     """The ground truth's activations are its own (``F.relu``, its square, ``F.silu``): they agree with
     the registry's maths that the torch backend applies, and relu is not silu (it once applied silu
     to every activation but ``None``)."""
-    from gdn_equiv.ground_truth import conv1d_truth
+    from gdn_equiv.harness.ground_truth import conv1d_truth
 
     gen = torch.Generator().manual_seed(0)
     x, w, b = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((2, 5, 6), (6, 3), (6,)))

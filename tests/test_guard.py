@@ -1,7 +1,7 @@
 """P1: the guard equals the spec, on an exhaustive decision table and on generated states.
 
 The oracle below is written from SPEC §1/§5 as a table of named rules; it never calls
-``gdn_equiv.guard``. Where the guard and the oracle differ, the failure names the state and both
+``gdn_equiv.model.guard``. Where the guard and the oracle differ, the failure names the state and both
 answers.
 """
 
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.config import CallFacts, ConvFacts, LayerFacts
-from gdn_equiv.guard import Condition, Decision, decide, decide_upstream
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.model.config import CallFacts, ConvFacts, LayerFacts
+from gdn_equiv.model.guard import Condition, Decision, decide, decide_upstream
 from gdn_equiv.strategies import call_facts, layer_facts
-from gdn_equiv.testing import count_example
 
 # ---- the oracle ----------------------------------------------------------------------------
 

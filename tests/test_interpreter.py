@@ -1,4 +1,4 @@
-"""Triton's interpreter converts floats as a GPU does once :mod:`gdn_equiv.interpreter` has corrected it.
+"""Triton's interpreter converts floats as a GPU does once :mod:`gdn_equiv.harness.interpreter` has corrected it.
 
 Triton 3.9's interpreter truncated fp32→bf16 where a GPU rounds to nearest even, so the triton
 backend's correct bf16 layer failed P7 against torch on a CPU (42 of 1000 seeds of the example
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from gdn_equiv import interpreter as faithful
+from gdn_equiv.harness import interpreter as faithful
 
 pytestmark = [
     pytest.mark.triton,
@@ -202,7 +202,7 @@ def test_make_faithful_leaves_an_unknown_interpreter_alone_and_names_the_limit(
 
 
 def test_importing_and_calling_without_the_interpreter_stays_cheap() -> None:
-    code = "import sys, gdn_equiv.interpreter as i; i.make_faithful(); i.describe(); print('triton' in sys.modules)"
+    code = "import sys, gdn_equiv.harness.interpreter as i; i.make_faithful(); i.describe(); print('triton' in sys.modules)"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out
@@ -265,7 +265,7 @@ FAILED_SEEDS = (44, 54, 98, 177)
 
 
 def _example(seed: int) -> Any:
-    from gdn_equiv.example import Example
+    from gdn_equiv.model.example import Example
 
     config = {"conv_backend": "triton", "conv_bias": True, "conv_size": 5, "head_dim": 2, "hidden_size": 8}
     return Example.from_json(
@@ -277,7 +277,7 @@ def _example(seed: int) -> Any:
 @interpreting
 @pytest.mark.parametrize("seed", FAILED_SEEDS)
 def test_the_triton_layer_in_bf16_matches_torch(corrected: Any, seed: int) -> None:
-    from gdn_equiv.properties import check_backend_matches_torch
+    from gdn_equiv.harness.properties import check_backend_matches_torch
 
     check_backend_matches_torch(_example(seed), device="cpu")
 
@@ -286,8 +286,8 @@ def test_the_triton_layer_in_bf16_matches_torch(corrected: Any, seed: int) -> No
 @pytest.mark.teeth
 @pytest.mark.parametrize("seed", FAILED_SEEDS)
 def test_the_shipped_interpreter_fails_those_examples(as_shipped: Any, seed: int) -> None:
-    from gdn_equiv.compare import Mismatch
-    from gdn_equiv.properties import check_backend_matches_torch
+    from gdn_equiv.harness.compare import Mismatch
+    from gdn_equiv.harness.properties import check_backend_matches_torch
 
     with pytest.raises(Mismatch, match="triton vs torch are not close"):
         check_backend_matches_torch(_example(seed), device="cpu")

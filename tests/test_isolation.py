@@ -24,10 +24,11 @@ import pytest
 from hypothesis import find, settings
 
 import gdn_equiv
-from gdn_equiv import cli, isolation
-from gdn_equiv import properties as P
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example
+from gdn_equiv.harness import isolation
+from gdn_equiv.harness import properties as P
+from gdn_equiv.model.example import Example
+from gdn_equiv.run import cli
 
 KERNELS = textwrap.dedent(
     '''
@@ -36,7 +37,7 @@ KERNELS = textwrap.dedent(
 
     import torch
 
-    from gdn_equiv.backends import get_backend
+    from gdn_equiv.model.backends import get_backend
 
     _torch = get_backend("torch").forward
 
@@ -202,7 +203,7 @@ def test_a_suite_run_with_gdn_isolate_survives_a_crashing_kernel(tmp_path) -> No
 def test_a_worker_runs_any_importable_check_and_refuses_what_a_fresh_process_cannot_find() -> None:
     """Conformance and ground-truth checks run in a worker like the properties (by module and name, their
     arguments pickled); a function defined inside another is refused before any worker starts."""
-    from gdn_equiv import conformance, ground_truth
+    from gdn_equiv.harness import conformance, ground_truth
     from gdn_equiv.strategies import conv_calls
 
     call = find(conv_calls(), lambda _: True, settings=settings(database=None))

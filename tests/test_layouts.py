@@ -12,13 +12,13 @@ from hypothesis import find, given
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.backends import Backend, registered
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUT_TENSORS, LAYOUTS, apply_layout
 from gdn_equiv.suite import test_conformance as conformance
-from gdn_equiv.testing import first_hit
 
 # A reachability search stops at its first hit; the budget (MISS_BOUND) only bounds the tail. Measured
 # over 30 seeds (initial_state expanded, p ~ 2/15 per draw): first hits after 4-167 draws, so 300 flaked

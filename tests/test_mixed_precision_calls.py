@@ -9,12 +9,12 @@ import torch
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
-from gdn_equiv.backends import Backend, registered
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.testing import MISS_BOUND
+from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.suite import test_conformance as conformance
-from gdn_equiv.testing import MISS_BOUND
 
 SEARCH = settings(
     max_examples=300,

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.gated_deltanet import FusedGatedDeltaNet, GDNConfig
-from gdn_equiv.fused import PROLOGUES
+from gdn_equiv.model.families.gated_deltanet import FusedGatedDeltaNet, GDNConfig
+from gdn_equiv.model.fused import PROLOGUES
 
 H = 8
 SMALL = GDNConfig(hidden_size=H, head_dim=2, num_heads=2, expand_v=2, conv_size=3)
@@ -44,9 +44,9 @@ def test_the_fused_path_multiplies_a_dense_mask_into_its_input(family: str) -> N
     multiplies the mask in, as the separate convs do, so padding never reaches a valid token through
     the conv window. Padding with values of 1e4 makes a mask left out show in every valid output
     (mutation survivor fused #4: the whole-layer properties only timed out on it while shrinking)."""
-    from gdn_equiv.example import Example, build_layer
-    from gdn_equiv.families import get_family
-    from gdn_equiv.fused import fused_variant
+    from gdn_equiv.model.example import Example, build_layer
+    from gdn_equiv.model.families import get_family
+    from gdn_equiv.model.fused import fused_variant
 
     fam = get_family(family)
     layer = build_layer(

@@ -7,8 +7,8 @@ import pickle
 import pytest
 from hypothesis import given
 
-from gdn_equiv.config import CallFacts, LayerFacts
-from gdn_equiv.guard import Condition, Decision, decide
+from gdn_equiv.model.config import CallFacts, LayerFacts
+from gdn_equiv.model.guard import Condition, Decision, decide
 from gdn_equiv.strategies import call_facts, layer_facts
 
 

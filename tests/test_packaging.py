@@ -2,7 +2,7 @@
 
 pyproject.toml lists the packages by hand (``strategies/`` installs as ``gdn_equiv.strategies``, a
 renaming setuptools' package discovery cannot do), and a wheel built at 933dd7e lacked
-``gdn_equiv.families``: ``pip install .`` gave ``ModuleNotFoundError`` while the editable install CI
+``gdn_equiv.model.families``: ``pip install .`` gave ``ModuleNotFoundError`` while the editable install CI
 used worked. Here the wheel is built as ``pip install .`` builds it, offline, from a copy of the tree
 (an in-tree build leaves ``build/lib``, whose stale files a later wheel would pick up).
 """
@@ -76,7 +76,7 @@ def test_the_wheel_installs_nothing_beside_gdn_equiv(wheel: zipfile.ZipFile) -> 
     assert not stray, f"top-level names in the wheel other than gdn_equiv: {stray}"
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
-    assert "gdn-equiv = gdn_equiv.cli:main" in text and "gdn_equiv = gdn_equiv.pytest_plugin" in text, text
+    assert "gdn-equiv = gdn_equiv.run.cli:main" in text and "gdn_equiv = gdn_equiv.pytest_plugin" in text, text
 
 
 def test_package_files_finds_each_package(tmp_path: Path) -> None:

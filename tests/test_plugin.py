@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from gdn_equiv.backends import as_backend, get_backend
-from gdn_equiv.backends.torch_backend import BACKEND as TORCH
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.backends import as_backend, get_backend
+from gdn_equiv.model.backends.torch_backend import BACKEND as TORCH
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "examples" / "kernel_pkg"
@@ -225,7 +225,7 @@ def test_plugin_with_wrong_signature_is_refused_at_load_time(obj, message):
 def test_plugin_with_wrong_outputs_is_refused_naming_the_rule():
     import torch
 
-    from gdn_equiv.backends import causal_conv1d, causal_conv1d_update, registered
+    from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update, registered
 
     def fp32_state(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
         y, final = TORCH.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)

@@ -18,10 +18,10 @@ from _gen import configs, count_example, cu_from_lens, make_layer, randn, seeds,
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.cache import Cache
-from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.core import gated_delta_rule, l2norm
-from gdn_equiv.families.gated_deltanet import GDNConfig
+from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.model.cache import Cache
+from gdn_equiv.model.core import gated_delta_rule, l2norm
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
 
 F32, F64 = torch.float32, torch.float64
 # Layer-level comparisons run in fp64. Measured in fp32 (torch 2.13 CPU) they exceed the table's
@@ -578,7 +578,7 @@ def test_state_dict_round_trips_with_fla(changes):
 def test_short_conv_initialises_like_a_depthwise_nn_conv1d(kernel_size):
     """``nn.Conv1d``'s default for a depthwise conv (fan_in = kernel size): weight and bias uniform in
     ``±1/sqrt(kernel_size)``; 4,096 channels fill most of that range (mutant reference #7 used sqrt(k))."""
-    from gdn_equiv.reference import ShortConv
+    from gdn_equiv.model.reference import ShortConv
 
     torch.manual_seed(0)
     conv = ShortConv(4096, kernel_size, bias=True)
@@ -589,7 +589,7 @@ def test_short_conv_initialises_like_a_depthwise_nn_conv1d(kernel_size):
 
 def test_short_conv_refuses_an_argument_no_registered_fact_takes():
     from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.reference import ShortConv
+    from gdn_equiv.model.reference import ShortConv
 
     with pytest.raises(
         InvalidArgument, match=r"ShortConv got unknown arguments \['nrom'\]; registered conv facts take"

@@ -1,6 +1,6 @@
-"""The property registry (:mod:`gdn_equiv.registry`): every driver reads it, and every record has teeth.
+"""The property registry (:mod:`gdn_equiv.harness.registry`): every driver reads it, and every record has teeth.
 
-Each record names the planted defects it must catch (:mod:`gdn_equiv.planted`; a serving record's are planted
+Each record names the planted defects it must catch (:mod:`gdn_equiv.harness.planted`; a serving record's are planted
 engines, :mod:`gdn_equiv.serving.planted`); here each record runs on its own premise against each of them and
 must find, by itself, an example where it fails. A record added without teeth, or with teeth it does not
 catch, fails here.
@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from hypothesis import find
 
-from gdn_equiv import cli, planted, registry
-from gdn_equiv import properties as P
-from gdn_equiv.backends import registered
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness import planted, registry
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.backends import registered
+from gdn_equiv.run import cli
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.targets import get_target
-from gdn_equiv.testing import first_hit
 
 ROOT = Path(__file__).resolve().parent.parent
 #: records whose teeth live elsewhere, and why
@@ -85,7 +86,7 @@ def test_the_readme_lists_every_property_row_of_the_registry() -> None:
 
 
 def test_one_profile_table_gives_every_driver_its_example_count() -> None:
-    from gdn_equiv.testing import PROFILES
+    from gdn_equiv.harness.testing import PROFILES
 
     for name, values in PROFILES.items():
         assert registry.examples_per_row(name) == values["max_examples"]

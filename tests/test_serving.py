@@ -11,10 +11,11 @@ import torch
 from hypothesis import find
 from hypothesis import strategies as st
 
-from gdn_equiv.compare import Mismatch
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.registry import PropertyRecord
-from gdn_equiv.runner import run_property
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.registry import PropertyRecord
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.run.runner import run_property
 from gdn_equiv.serving import engines
 from gdn_equiv.serving import pool as ref
 from gdn_equiv.serving import properties as S
@@ -23,7 +24,6 @@ from gdn_equiv.serving.engines import EngineOps, engine_adapters
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.serving.records import SERVING, not_applicable
 from gdn_equiv.suite.test_serving import *  # noqa: F403
-from gdn_equiv.testing import first_hit
 
 alias_strategies()  # noqa: F405
 from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases  # noqa: E402

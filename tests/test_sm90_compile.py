@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _gen import load_script
 
-from gdn_equiv.backends import triton_backend as tb
+from gdn_equiv.model.backends import triton_backend as tb
 
 pytestmark = [
     pytest.mark.triton,

@@ -12,14 +12,15 @@ import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import register_backend
-from gdn_equiv.backends.base import Backend
-from gdn_equiv.backends.torch_backend import BACKEND as TORCH
-from gdn_equiv.config import CallFacts, LayerFacts
-from gdn_equiv.example import Example, build_layer, materialize
-from gdn_equiv.families import known_families
-from gdn_equiv.families.gated_deltanet import GDNConfig
-from gdn_equiv.guard import Decision, decide
+from gdn_equiv.harness.testing import count_example, sampled
+from gdn_equiv.model.backends import register_backend
+from gdn_equiv.model.backends.base import Backend
+from gdn_equiv.model.backends.torch_backend import BACKEND as TORCH
+from gdn_equiv.model.config import CallFacts, LayerFacts
+from gdn_equiv.model.example import Example, build_layer, materialize
+from gdn_equiv.model.families import known_families
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.model.guard import Decision, decide
 from gdn_equiv.strategies import (
     CONV_REASONS,
     REASONS,
@@ -30,7 +31,6 @@ from gdn_equiv.strategies import (
     layer_configs,
     seq_lens,
 )
-from gdn_equiv.testing import count_example, sampled
 
 # A second backend name for G5 (backends disagree): the torch kernels registered as a plug-in.
 TWIN = register_backend(
@@ -212,7 +212,7 @@ def test_bias_parity_states_shrink_to_one_odd_bias() -> None:
 
 
 def test_conv_specs_shrink_to_the_layer_defaults() -> None:
-    from gdn_equiv.config import ConvSpec
+    from gdn_equiv.model.config import ConvSpec
 
     assert find(conv_specs(), lambda s: True, settings=FIND) == ConvSpec()
 

@@ -8,15 +8,10 @@ import pytest
 import torch
 from hypothesis import find, settings
 
-from gdn_equiv import planted
-from gdn_equiv import properties as P
-from gdn_equiv.backends import Backend, registered
-from gdn_equiv.backends import torch_backend as tb
-from gdn_equiv.compare import Mismatch
-from gdn_equiv.example import Example
-from gdn_equiv.families import known_families
-from gdn_equiv.guard import Condition, Decision, decide, decide_upstream
-from gdn_equiv.planted import (
+from gdn_equiv.harness import planted
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.planted import (
     AutoIgnoresDecision,
     FallbackForgetsConvCache,
     FusedDetachesConvWeights,
@@ -26,9 +21,14 @@ from gdn_equiv.planted import (
     fused_conv,
     fused_weights,
 )
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families import known_families
+from gdn_equiv.model.guard import Condition, Decision, decide, decide_upstream
 from gdn_equiv.strategies import examples
 from gdn_equiv.targets import get_target
-from gdn_equiv.testing import first_hit
 
 pytestmark = pytest.mark.teeth
 
@@ -111,8 +111,8 @@ class FusedMasksAfterConv:
     """Multiplies a dense mask into the conv output instead of its input."""
 
     def _fused_prologue(self, proj, call):
-        from gdn_equiv.backends import causal_conv1d
-        from gdn_equiv.conv_ops import apply_conv_facts
+        from gdn_equiv.model.backends import causal_conv1d
+        from gdn_equiv.model.conv_ops import apply_conv_facts
 
         first = self.convs()[0]
         y, _ = causal_conv1d(

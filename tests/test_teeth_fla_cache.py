@@ -1,6 +1,6 @@
 """P9 for a caller's fla Cache: each property of :mod:`gdn_equiv.suite.test_callers` that drives one
 must find, by itself, an example where a planted defect shows. Layer-side defects are a
-:class:`~gdn_equiv.cache.FlaCacheView` subclass a layer subclass supplies as its ``cache_view`` (the way
+:class:`~gdn_equiv.model.cache.FlaCacheView` subclass a layer subclass supplies as its ``cache_view`` (the way
 a planted guard is supplied); the fla target's cache seam takes its converters as arguments."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import find
 from hypothesis import strategies as st
 
-from gdn_equiv.cache import Cache, FlaCacheView, layer_cache
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.cache import Cache, FlaCacheView, layer_cache
 from gdn_equiv.suite.test_callers import check_fla_cache_loop, check_round_trip, stacks
-from gdn_equiv.testing import first_hit
 
 pytestmark = [pytest.mark.teeth, pytest.mark.fla]
 

@@ -1,11 +1,11 @@
-"""The pytest helpers of :mod:`gdn_equiv.testing`: xdist GPU pinning, option parsing, profiles, counting."""
+"""The pytest helpers of :mod:`gdn_equiv.harness.testing`: xdist GPU pinning, option parsing, profiles, counting."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import settings
 
-from gdn_equiv import testing
+from gdn_equiv.harness import testing
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_an_unknown_hypothesis_profile_is_refused_naming_the_known_ones():
     import pytest
 
     from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.testing import PROFILES, default_profile
+    from gdn_equiv.harness.testing import PROFILES, default_profile
 
     with pytest.raises(InvalidArgument, match="'nosuch' is not a profile; known profiles: " + ", ".join(PROFILES)):
         default_profile({"HYPOTHESIS_PROFILE": "nosuch"})

@@ -4,7 +4,7 @@ State layout (decided here; every engine adapter maps its own onto it): ``pool [
 sequence, the last ``W-1`` inputs of that sequence in time order (column ``W-2`` is the newest), in the pool's
 dtype. This is vLLM's and sglang's ``conv_states[slot, :, :W-1]``. The torch conv backend keeps ``W`` columns
 ([B, D, W], the oldest never read by an output); the reference pads a zero column in front on the way in and
-drops it on the way out, so every number comes from :mod:`gdn_equiv.backends.torch_backend` (forward for
+drops it on the way out, so every number comes from :mod:`gdn_equiv.model.backends.torch_backend` (forward for
 prefill, update for each decode token): the ground truth's arithmetic, with pool bookkeeping around it.
 
 The accepted-token rule (S4): a step feeds ``k`` tokens per sequence and returns an output for each of them
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from gdn_equiv.backends import torch_backend as tb
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.backends import torch_backend as tb
 
 Tensor = torch.Tensor
 PAD_SLOT = -1

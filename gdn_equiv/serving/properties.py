@@ -1,7 +1,7 @@
 """S1-S7 (SPEC §11) as functions of an engine adapter and a drawn case.
 
 Each runs the adapter's own ops twice in two ways §11 says must agree, and raises
-:class:`gdn_equiv.compare.Mismatch` (through :func:`gdn_equiv.compare.assert_equivalent`) with both paths
+:class:`gdn_equiv.harness.compare.Mismatch` (through :func:`gdn_equiv.harness.compare.assert_equivalent`) with both paths
 named and the case printed; :class:`NotExercised` where the case has nothing the property can compare.
 Outputs of pad sequences are never compared (engines leave them unspecified).
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.properties import NotApplicable
+from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.harness.properties import NotApplicable
 from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.cases import Batch, HandoffCase, PackedCase, PrefixCase, SpecCase, draft_tokens, materialize
 

@@ -1,4 +1,4 @@
-"""S1-S7 in the shape the drivers' property records take (:class:`gdn_equiv.registry.PropertyRecord`).
+"""S1-S7 in the shape the drivers' property records take (:class:`gdn_equiv.harness.registry.PropertyRecord`).
 
 A row's ``backend`` is an engine path (``reference``, ``vllm-interpret``...); its draws are
 :class:`EngineCase` s (the engine's name with one drawn case), and its check runs the property on that
@@ -156,7 +156,7 @@ def _check(prop: Callable[[EngineAdapter, Any], None]) -> Callable[..., Ran]:
 def _premise(cases: Callable[[EngineAdapter], st.SearchStrategy[Any]]) -> Callable[..., st.SearchStrategy[Any]]:
     @functools.cache
     def premise(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> Any:
-        from gdn_equiv.registry import Draw  # the registry imports this module: its type, at draw time
+        from gdn_equiv.harness.registry import Draw  # the registry imports this module: its type, at draw time
 
         return cases(adapter(backend)).map(lambda c: Draw(EngineCase(backend, c), False))  # type: ignore[arg-type]
 

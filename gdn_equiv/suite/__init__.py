@@ -5,7 +5,7 @@
 - ``test_conformance``: the backend against the torch backend, call by call (forward, gradients,
   update, varlen, final state within the §6 table; fused channel slices bitwise)
 - ``test_ground_truth``: every backend, torch included, against an independently written fp64
-  ``F.conv1d`` conv (:mod:`gdn_equiv.ground_truth`): a defect shared with the torch backend shows here
+  ``F.conv1d`` conv (:mod:`gdn_equiv.harness.ground_truth`): a defect shared with the torch backend shows here
 - ``test_compare``: the comparison and its tolerance table themselves (NaN/Inf placement, each dtype's
   boundary, dtype/shape/device mismatches, nested trees, report text): every verdict above rests on it
 - ``test_callers``: the reference layers' cache bookkeeping measured from the inputs alone, and inputs

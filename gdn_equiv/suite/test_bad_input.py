@@ -1,7 +1,7 @@
 """P8: bad input gets an ``InvalidArgument`` naming the argument and the value, and nothing the caller
 holds is modified, for every family and the backend chosen by ``--gdn-backend``.
 
-Each example is a valid call with one thing made wrong (:mod:`gdn_equiv.bad_input`): hidden states,
+Each example is a valid call with one thing made wrong (:mod:`gdn_equiv.harness.bad_input`): hidden states,
 ``attention_mask``, ``cu_seqlens``, ``use_cache``, the cached state, the conv modules, the config.
 """
 
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import isolation
-from gdn_equiv import properties as P
-from gdn_equiv.bad_input import KINDS
+from gdn_equiv.harness import isolation
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.bad_input import KINDS
+from gdn_equiv.harness.testing import count_example
 from gdn_equiv.strategies import bad_calls
-from gdn_equiv.testing import count_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 )
 @given(data=st.data())
 def test_bad_input_is_refused_naming_the_value(data, kind, gdn_backend, gdn_families, device):
-    """P8, each kind of :data:`gdn_equiv.bad_input.KINDS` on its own (so every run reaches every kind),
+    """P8, each kind of :data:`gdn_equiv.harness.bad_input.KINDS` on its own (so every run reaches every kind),
     drawn on every family."""
     bad = data.draw(bad_calls(backends=(gdn_backend,), family=gdn_families, kinds=[kind]))
     count_example()

@@ -28,14 +28,14 @@ import torch
 from hypothesis import HealthCheck, Phase, find, given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.cache import Cache, check_layer_state, layer_cache
-from gdn_equiv.compare import Mismatch, assert_equivalent, assert_tree_equivalent
-from gdn_equiv.config import CallFacts
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example, Inputs, build_layer
-from gdn_equiv.families import get_family, known_families
+from gdn_equiv.harness.compare import Mismatch, assert_equivalent, assert_tree_equivalent
+from gdn_equiv.harness.testing import count_example, cu_from_lens, randn
+from gdn_equiv.model.cache import Cache, check_layer_state, layer_cache
+from gdn_equiv.model.config import CallFacts
+from gdn_equiv.model.example import Example, Inputs, build_layer
+from gdn_equiv.model.families import get_family, known_families
 from gdn_equiv.strategies import layer_configs
-from gdn_equiv.testing import count_example, cu_from_lens, randn
 
 F64 = torch.float64
 

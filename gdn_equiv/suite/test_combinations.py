@@ -14,18 +14,18 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.backends import get_backend, supported_widths
-from gdn_equiv.cells import check_cell
+from gdn_equiv.harness.cells import check_cell
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.model.backends import get_backend, supported_widths
 from gdn_equiv.strategies import conv_calls
 from gdn_equiv.strategies.combinations import conv_cells
 from gdn_equiv.strategies.convs import LAYOUTS
-from gdn_equiv.testing import count_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def combination_calls(backend: str) -> st.SearchStrategy:
-    from gdn_equiv.conv_ops import supported_activations
+    from gdn_equiv.model.conv_ops import supported_activations
 
     lo, hi = supported_widths([backend])
     widths = (lo, min(hi, 4))
@@ -71,8 +71,8 @@ LAYER_CHECKS = (
 @given(data=st.data())
 def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, device):
     """One example per cell of cache x use_cache x varlen x grad: P2's path, and P3/P4/P5 where they apply."""
-    from gdn_equiv import properties as P
-    from gdn_equiv.coverage import label_example
+    from gdn_equiv.harness import properties as P
+    from gdn_equiv.harness.coverage import label_example
     from gdn_equiv.strategies.combinations import layer_cell_examples
 
     cells = data.draw(

@@ -24,7 +24,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gdn_equiv.compare import (
+from gdn_equiv.harness.compare import (
     ACCURACY_FACTOR,
     Mismatch,
     Report,
@@ -483,7 +483,7 @@ def test_a_kinded_mismatch_names_its_kind_in_the_traceback() -> None:
     kind = "P3 output: channel offset"
     exc = mismatch_kind(kind)("output: fused vs separate are not equal!", compare(t([1.0]), t([2.0])))
     lines = traceback.format_exception_only(type(exc), exc)
-    assert lines == [f"gdn_equiv.compare.Mismatch[{kind}]: output: fused vs separate are not equal!\n"]
+    assert lines == [f"gdn_equiv.harness.compare.Mismatch[{kind}]: output: fused vs separate are not equal!\n"]
 
 
 @pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
@@ -947,7 +947,7 @@ def test_tree_cache_offsets_layers_and_presence() -> None:
 
 
 def test_tree_a_real_cache() -> None:
-    from gdn_equiv.cache import Cache
+    from gdn_equiv.model.cache import Cache
 
     def cache(bump: float) -> Cache:
         c = Cache()

@@ -18,7 +18,7 @@ sequence as one call would, so a slot the conv needs cannot be declared away.
 
 With ``--gdn-backend torch`` (the default) these compare torch with itself and only check the
 harness; they are meant for a backend under review: ``--gdn-backend mypkg.kernels:conv``. Each check
-(:mod:`gdn_equiv.conformance`) runs in a worker process under ``--gdn-isolate``, so a kernel that
+(:mod:`gdn_equiv.harness.conformance`) runs in a worker process under ``--gdn-isolate``, so a kernel that
 crashes fails its example instead of ending the run.
 """
 
@@ -30,9 +30,8 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import isolation
-from gdn_equiv.backends import get_backend, supported_widths
-from gdn_equiv.conformance import (  # noqa: F401  (re-exported: tests/ plants defects with these)
+from gdn_equiv.harness import isolation
+from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ plants defects with these)
     BLOCK_EDGES,
     _reach,
     block_edges,
@@ -43,10 +42,11 @@ from gdn_equiv.conformance import (  # noqa: F401  (re-exported: tests/ plants d
     check_gradients,
     check_update,
 )
-from gdn_equiv.coverage import label_conv_call
+from gdn_equiv.harness.coverage import label_conv_call
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.model.backends import get_backend, supported_widths
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUTS
-from gdn_equiv.testing import count_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -56,7 +56,7 @@ def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
     for packed sequences, initial states only where it supports them (its refusal is checked in
     tests/test_backends_cuda.py); every tensor in any of :data:`LAYOUTS`; every activation both it
     and the torch reference run (registered ones such as relu included)."""
-    from gdn_equiv.conv_ops import supported_activations
+    from gdn_equiv.model.conv_ops import supported_activations
 
     lo, hi = supported_widths([backend])
     varlen_state = get_backend(backend).varlen_initial_state

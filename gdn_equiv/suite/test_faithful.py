@@ -1,4 +1,4 @@
-"""Our in-house reference layers = fla's layers, on a CPU (:mod:`gdn_equiv.faithful`).
+"""Our in-house reference layers = fla's layers, on a CPU (:mod:`gdn_equiv.harness.faithful`).
 
 For every in-house family with a naive-core adapter and the installed fla version: output and
 gradients of fla's layer (its projections, convs and norms as fla wrote them, its core fla's own
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.example import Example
-from gdn_equiv.faithful import FAITHFUL_FAMILIES, check_faithful, unfaithful_reason
-from gdn_equiv.families import get_family
-from gdn_equiv.testing import count_example
+from gdn_equiv.harness.faithful import FAITHFUL_FAMILIES, check_faithful, unfaithful_reason
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families import get_family
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 

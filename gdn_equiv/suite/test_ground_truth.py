@@ -1,4 +1,4 @@
-"""Every backend, ``torch`` included, against an independently written fp64 conv (:mod:`gdn_equiv.ground_truth`).
+"""Every backend, ``torch`` included, against an independently written fp64 conv (:mod:`gdn_equiv.harness.ground_truth`).
 
 ``test_conformance`` measures a backend against the ``torch`` backend; these measure it against
 ``F.conv1d`` in fp64, sharing no code with any backend, so a defect the torch backend itself carries
@@ -14,18 +14,18 @@ import torch
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import isolation
-from gdn_equiv.backends import get_backend, supported_widths
-from gdn_equiv.compare import assert_equivalent
-from gdn_equiv.conformance import _reach
-from gdn_equiv.coverage import label_conv_call
-from gdn_equiv.ground_truth import (  # tests/ plant defects and run these by this module too
+from gdn_equiv.harness import isolation
+from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.harness.conformance import _reach
+from gdn_equiv.harness.coverage import label_conv_call
+from gdn_equiv.harness.ground_truth import (  # tests/ plant defects and run these by this module too
     check_forward,
     check_gradients,
     check_update,
 )
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.model.backends import get_backend, supported_widths
 from gdn_equiv.strategies import ConvCall, conv_calls
-from gdn_equiv.testing import count_example
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -90,7 +90,7 @@ def test_backend_update_matches_fp64_ground_truth(data, gdn_backend, device):
 @st.composite
 def _gdn_layers(draw: st.DrawFn):
     """A small Gated DeltaNet config (every switch of SPEC §2 drawn), a seed, and an input shape."""
-    from gdn_equiv.families.gated_deltanet import GDNConfig
+    from gdn_equiv.model.families.gated_deltanet import GDNConfig
 
     num_heads = draw(st.integers(1, 2))
     config = GDNConfig(
@@ -114,12 +114,12 @@ def _gdn_layers(draw: st.DrawFn):
 def test_reference_layer_matches_an_independent_fp64_transcription(case) -> None:
     """The layer every property compares paths against is itself right: Gated DeltaNet in fp64 (its convs
     on the torch backend, its chunked core, its norms and output gate) against SPEC §2 written out token by
-    token with ``F.conv1d`` and an explicit recurrence (:func:`gdn_equiv.ground_truth.gated_deltanet_truth`),
+    token with ``F.conv1d`` and an explicit recurrence (:func:`gdn_equiv.harness.ground_truth.gated_deltanet_truth`),
     within the fp64 table. Both paths share the projections, the core and the epilogue, so a defect
     there is invisible to fused-vs-separate; this is where it shows."""
-    from gdn_equiv.example import Example, build_layer
-    from gdn_equiv.ground_truth import gated_deltanet_truth
-    from gdn_equiv.testing import randn
+    from gdn_equiv.harness.ground_truth import gated_deltanet_truth
+    from gdn_equiv.harness.testing import randn
+    from gdn_equiv.model.example import Example, build_layer
 
     config, seed, batch, T = case
     count_example()

@@ -1,8 +1,8 @@
 """P6: every guard condition is necessary: Hypothesis finds, by itself, a state breaking only that
 condition where forcing the fused path is wrong (different output, gradients or cache, or a crash).
 
-The search is the one ``gdn-equiv check`` runs (:func:`gdn_equiv.runner.find_counterexample`, its states
-and budget from the condition's record in :mod:`gdn_equiv.registry`), so the two drivers give one verdict:
+The search is the one ``gdn-equiv check`` runs (:func:`gdn_equiv.run.runner.find_counterexample`, its states
+and budget from the condition's record in :mod:`gdn_equiv.harness.registry`), so the two drivers give one verdict:
 
 - a counterexample: the test passes;
 - none found on a built-in backend (torch, triton, cuda), where every condition is known to be
@@ -23,9 +23,10 @@ from collections.abc import Callable
 
 import pytest
 
-from gdn_equiv import registry, runner
-from gdn_equiv.report import Check
-from gdn_equiv.testing import count_example
+from gdn_equiv.harness import registry
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.run import runner
+from gdn_equiv.run.report import Check
 
 
 def verdict(check: Check, report: Callable[[str], None] = print) -> None:

@@ -1,7 +1,7 @@
 """P2-P5: the path taken, fused == separate (forward bitwise, gradients), and exact fallback.
 
 Each test draws whole examples (config, dtype, shapes, cache and varlen state, grad/train) and
-runs one property from :mod:`gdn_equiv.properties` on the backend chosen by ``--gdn-backend``, on the
+runs one property from :mod:`gdn_equiv.harness.properties` on the backend chosen by ``--gdn-backend``, on the
 layers of the target chosen by ``--gdn-target``: ours (``gdn_equiv``), or fla's (``fla``, its own
 guard deciding and its own separate path as the unfused layer; ``--fla-core`` picks its core).
 
@@ -20,13 +20,13 @@ import pytest
 from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import isolation, registry
-from gdn_equiv import properties as P
-from gdn_equiv.coverage import label_example
-from gdn_equiv.example import Example
-from gdn_equiv.registry import Draw
+from gdn_equiv.harness import isolation, registry
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.coverage import label_example
+from gdn_equiv.harness.registry import Draw
+from gdn_equiv.harness.testing import count_example
+from gdn_equiv.model.example import Example
 from gdn_equiv.targets import Target, get_target
-from gdn_equiv.testing import count_example
 
 # slow: on a GPU each is tens of seconds cold (Triton compiles), so under xdist they start first
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
@@ -48,7 +48,7 @@ NOT_APPLICABLE = "gdn-equiv:not applicable"
 
 def exercised(test: Callable[..., None]) -> Callable[..., None]:
     """Fail the Hypothesis ``test`` after its run when none of its examples met the premise (all raised
-    :class:`~gdn_equiv.properties.NotApplicable`): "not exercised" is an environment or strategy problem,
+    :class:`~gdn_equiv.harness.properties.NotApplicable`): "not exercised" is an environment or strategy problem,
     never a pass. Outside ``@given``, so it judges the whole run; the signature pytest sees is the test's."""
 
     @functools.wraps(test)
@@ -116,7 +116,7 @@ def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv"
 # strategies once (plug-ins register their activations and facts before the tests start).
 @functools.cache
 def premise(name: str, backend: str, families: tuple[str, ...], target: str = "gdn_equiv") -> st.SearchStrategy[Draw]:
-    """The draws of the property ``name``: its record's premise (:mod:`gdn_equiv.registry`, what
+    """The draws of the property ``name``: its record's premise (:mod:`gdn_equiv.harness.registry`, what
     ``gdn-equiv check`` draws too), over the gate's families, any dtype. fla refuses to train a layer whose
     core mode is ``recurrent`` (``fused_recurrent``: "Only chunk mode is supported in training."), a config
     refusal of fla's, not a finding: left out of fla's draws."""

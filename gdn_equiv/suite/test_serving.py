@@ -14,12 +14,9 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv._source import alias_strategies
+from gdn_equiv.harness.testing import count_example
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving import records
-from gdn_equiv.testing import count_example
-
-alias_strategies()
 from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases  # noqa: E402
 
 

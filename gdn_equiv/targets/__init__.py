@@ -23,9 +23,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from gdn_equiv.config import CallFacts, LayerFacts
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example, Inputs
+from gdn_equiv.model.config import CallFacts, LayerFacts
+from gdn_equiv.model.example import Example, Inputs
 
 Tensor = torch.Tensor
 PROLOGUES = ("auto", "fused", "separate")
@@ -48,7 +48,7 @@ class Handle(Protocol):
         ...
 
     def run(self, inputs: Inputs, prologue: str = "auto") -> tuple[Tensor, Any]:
-        """``(output [B, T, H], cache)``; the cache is a :class:`gdn_equiv.cache.Cache` or ``None``.
+        """``(output [B, T, H], cache)``; the cache is a :class:`gdn_equiv.model.cache.Cache` or ``None``.
 
         ``inputs`` is not modified (its cache is cloned first)."""
         ...

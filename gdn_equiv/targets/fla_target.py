@@ -22,7 +22,7 @@ How the suite drives fla without touching its guard:
   calls, one per conv). Anything else is reported as what was seen, so a forced ``"fused"`` that
   never reaches the fused conv cannot pass for fused.
 - A constructor of fla's that refuses a config (an ``assert`` in ``__init__``, a module it builds) is
-  re-raised as :class:`gdn_equiv.properties.UpstreamRefused` naming the class, its arguments and fla's
+  re-raised as :class:`gdn_equiv.harness.properties.UpstreamRefused` naming the class, its arguments and fla's
   message: a search records it and goes on. The family records list what each version refuses
   (``fla_rules``) and :meth:`FlaTarget.example_pins` has the strategies draw only that.
 - ``prologue="auto"`` runs fla's own guard, unmodified. ``"fused"`` / ``"separate"`` replace the
@@ -42,7 +42,7 @@ How the suite drives fla without touching its guard:
   records which core ran.
 - Caches: fla's own ``fla.models.utils.Cache``. A populated cache from the example (filled by our
   reference, same weights), or a caller's own fla cache, is copied into a fresh one (the inputs' cache
-  is never written); the cache a run returns is copied back into a :class:`gdn_equiv.cache.Cache` so
+  is never written); the cache a run returns is copied back into a :class:`gdn_equiv.model.cache.Cache` so
   the suite compares one type.
 """
 
@@ -60,15 +60,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from gdn_equiv.backends.fla_backend import pin_loaded_fla
-from gdn_equiv.cache import Cache, layer_cache
-from gdn_equiv.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
-from gdn_equiv.core import gated_delta_rule, l2norm
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.families import get_family, is_fla_only, known_families
-from gdn_equiv.properties import UpstreamRefused
-from gdn_equiv.reference import ShortConvLayer
+from gdn_equiv.harness.properties import UpstreamRefused
+from gdn_equiv.model.backends.fla_backend import pin_loaded_fla
+from gdn_equiv.model.cache import Cache, layer_cache
+from gdn_equiv.model.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
+from gdn_equiv.model.core import gated_delta_rule, l2norm
+from gdn_equiv.model.example import Example, Inputs, build_layer, materialize
+from gdn_equiv.model.families import get_family, is_fla_only, known_families
+from gdn_equiv.model.reference import ShortConvLayer
 from gdn_equiv.targets import fla_versions
 from gdn_equiv.targets.fla_versions import FlaVersion, version_row
 
@@ -308,9 +308,9 @@ def reference_core(
     dt_bias: Tensor | None = None,
     **unused: Any,
 ) -> tuple[Tensor, Tensor | None]:
-    """fla's ``chunk_gated_delta_rule`` signature over :func:`gdn_equiv.core.gated_delta_rule`.
+    """fla's ``chunk_gated_delta_rule`` signature over :func:`gdn_equiv.model.core.gated_delta_rule`.
 
-    The maths and casts are those of :meth:`gdn_equiv.reference.GatedDeltaNet._recurrence`.
+    The maths and casts are those of :meth:`gdn_equiv.model.reference.GatedDeltaNet._recurrence`.
     """
     if not state_v_first:
         raise InvalidArgument("the reference core keeps the state v-first (fla passes state_v_first=True)")
@@ -369,7 +369,7 @@ def _to_fla_cache(cache: Any) -> Any:
     """A fresh ``fla.models.utils.Cache`` holding copies of ``cache``'s layer states and token counts.
 
     ``cache`` is our :class:`Cache` or a caller's fla cache (read as our layers read one,
-    :func:`gdn_equiv.cache.layer_cache`); either way fla's layer writes into the copy, never into it."""
+    :func:`gdn_equiv.model.cache.layer_cache`); either way fla's layer writes into the copy, never into it."""
     source = layer_cache(cache)
     if source is None:
         return None

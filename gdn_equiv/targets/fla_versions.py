@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.families.base import GAPS, GDN_METHOD, QKV_HELPER, FlaRule
+from gdn_equiv.model.families.base import GAPS, GDN_METHOD, QKV_HELPER, FlaRule
 
 
 def fla_version() -> str | None:
@@ -124,7 +124,7 @@ class FlaVersion:
 
 def _record(family: Any) -> Any:
     if isinstance(family, str):
-        from gdn_equiv.families import get_family
+        from gdn_equiv.model.families import get_family
 
         return get_family(family)
     return family

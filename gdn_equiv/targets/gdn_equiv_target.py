@@ -1,4 +1,4 @@
-"""The in-house target: each family's fused-prologue layer (:mod:`gdn_equiv.fused`) on any
+"""The in-house target: each family's fused-prologue layer (:mod:`gdn_equiv.model.fused`) on any
 registered conv backend.
 
 Option ``defect``: a class mixed in front of the family's fused layer (a planted defect: another
@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.backends import count_launches
-from gdn_equiv.config import CallFacts, LayerFacts
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.example import Example, Inputs, build_layer, materialize
-from gdn_equiv.families import get_family
-from gdn_equiv.guard import Decision
+from gdn_equiv.model.backends import count_launches
+from gdn_equiv.model.config import CallFacts, LayerFacts
+from gdn_equiv.model.example import Example, Inputs, build_layer, materialize
+from gdn_equiv.model.families import get_family
+from gdn_equiv.model.guard import Decision
 
 Tensor = torch.Tensor
 

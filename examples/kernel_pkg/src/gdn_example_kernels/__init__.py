@@ -1,6 +1,6 @@
 """A depthwise causal conv written the way a kernel repo would ship one, to gate with gdn-equiv.
 
-:data:`CORRECT` follows the backend protocol of gdn-equiv (SPEC §3, ``gdn_equiv.backends.ConvBackend``):
+:data:`CORRECT` follows the backend protocol of gdn-equiv (SPEC §3, ``gdn_equiv.model.backends.ConvBackend``):
 an object with ``forward`` and ``update``. :mod:`gdn_example_kernels.broken` plants one defect each.
 Arithmetic is per channel and elementwise (fp32, fp64 for fp64 operands), so a channel's result does
 not depend on which channels share the call: the property the fused q|k|v prologue relies on.

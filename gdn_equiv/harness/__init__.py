@@ -1,0 +1,1 @@
+"""The harness: properties, the comparison, conformance, ground truth, bad input, diagnosis, isolation."""

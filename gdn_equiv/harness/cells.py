@@ -1,0 +1,84 @@
+"""The conformance check of one conv call in one cell of the combination grid
+(:data:`gdn_equiv.strategies.combinations.CONV_DIMENSIONS`): the final state requested or not, gradients
+taken or not, as the cell says. The other checks (:mod:`gdn_equiv.harness.conformance`) always ask for the final
+state, so a kernel whose code path without it is wrong passes them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from gdn_equiv.harness.conformance import _close, _forward, _slots, _state_name
+from gdn_equiv.harness.coverage import label_conv_call
+from gdn_equiv.model.backends import get_backend
+
+if TYPE_CHECKING:
+    from gdn_equiv.model.example import Example
+    from gdn_equiv.strategies import ConvCall
+    from gdn_equiv.strategies.combinations import Cell
+
+__all__ = ["check_cell", "check_example_in_every_cell"]
+
+
+def _run(call: ConvCall, backend: str, device: str, *, final: bool, grad: bool, unused: int) -> dict:
+    t = call.tensors(device, grad=grad)
+    y, state = _forward(call, t, backend, final=final)
+    out = {"y": y, "final_state": state}
+    if grad:
+        names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
+        cot = call.cotangents(device, unused_state_slots=unused)
+        outputs, cotangents = [y], [cot["dy"]]
+        if final:
+            outputs.append(state)
+            cotangents.append(cot["dfinal"])
+        grads = torch.autograd.grad(outputs, [t[n] for n in names], cotangents, allow_unused=True)
+        out.update({f"grad.{n}": g for n, g in zip(names, grads, strict=True)})
+    return out
+
+
+def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
+    """y, the final state's declared slots (when the cell requests it; ``None`` when it does not) and,
+    under gradients, every input's gradient from ``dy`` (and ``d final_state``) == the torch backend's,
+    within §6."""
+    label_conv_call(call, grad=cell.grad, final_state=cell.final_state)
+    unused = get_backend(backend).unused_state_slots
+    got = _run(call, backend, device, final=cell.final_state, grad=cell.grad, unused=unused)
+    ref = _run(call, "torch", device, final=cell.final_state, grad=cell.grad, unused=unused)
+    context = f"{call}, {cell}"
+    if not cell.final_state and got["final_state"] is not None:
+        raise AssertionError(f"backend {backend!r} returned a final state that was not asked for\nExample: {context}")
+    s = _slots(backend, call.W)
+    for name, value in got.items():
+        if name == "final_state":
+            if cell.final_state:
+                _close(value[..., s], ref[name][..., s], _state_name(backend, call.W, name), backend, context)
+            continue
+        _close(value, ref[name], name, backend, context)
+
+
+def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> None:
+    """The conv call of a layer example (:func:`gdn_equiv.harness.conformance.conv_call_of`, dense) moved into
+    every feasible cell of the combination grid on its backend, each checked by :func:`check_cell`:
+    the form a registry row (``check``/``fuzz``) can run. Lengths inside each region come from the
+    example's seed. :class:`gdn_equiv.harness.properties.NotApplicable` where the layer makes no such call."""
+    import dataclasses
+    import random
+
+    from gdn_equiv.harness.conformance import NotAConvCall, conv_call_of
+    from gdn_equiv.harness.properties import NotApplicable
+    from gdn_equiv.model.backends import supported_widths
+    from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
+
+    try:
+        call, _, backend = conv_call_of(example)
+    except NotAConvCall as exc:
+        raise NotApplicable(str(exc)) from None
+    lo, hi = supported_widths([backend])
+    widths = (lo, min(hi, 4))
+    base = dataclasses.replace(call, seq_lens=(), B=max(1, call.B))
+    rng = random.Random(example.seed)
+    varlen_state = get_backend(backend).varlen_initial_state
+    for cell in all_cells():
+        if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None:
+            check_cell(cell_call(rng, base, cell, widths), cell, backend, device)

@@ -1,0 +1,282 @@
+"""Conv-backend conformance checks, one ``causal_conv1d`` call each (SPEC §3, P7), and the same checks
+on the fused conv call of a layer example.
+
+The functions ``check_*(call, backend, device)`` compare the backend under review with the ``torch``
+ground truth on one :class:`~gdn_equiv.strategies.ConvCall`: forward and final state, gradients,
+the step kernel, a continuation from a final state, decoding after a prefill (all within the §6
+table), and a call over concatenated channels against one call per slice (bitwise: the promise the
+fused prologue rests on). :mod:`gdn_equiv.suite.test_conformance` draws the calls (every layout,
+block edges, the backend's reach); :func:`check_layer_conv_call` runs them on the conv call a layer
+example makes (:func:`conv_call_of`), so ``gdn-equiv check`` and ``fuzz`` have the same conformance
+rows as the pytest suite (``P7-conv-conformance``, replayable from a failure JSON like every other row).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import torch
+
+from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.harness.coverage import label_conv_call
+from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update, get_backend
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torch import Tensor
+
+    from gdn_equiv.model.example import Example
+    from gdn_equiv.strategies import ConvCall
+
+
+def _forward(call: ConvCall, tensors: dict, backend: str, *, final: bool = True):
+    t = tensors
+    return causal_conv1d(
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], final, t["cu_seqlens"], backend=backend
+    )
+
+
+def _close(actual, expected, name: str, backend: str, call: object) -> None:
+    assert_equivalent(actual, expected, name=name, paths=(backend, "torch"), exact=False, context=call)
+
+
+def _slots(backend: str, W: int) -> slice:
+    """The state slots ``backend`` declares meaningful (``Backend.unused_state_slots``)."""
+    return get_backend(backend).state_slots(W)
+
+
+def _state_name(backend: str, W: int, name: str) -> str:
+    s = _slots(backend, W)
+    return name if s.start == 0 else f"{name}[..., {s.start}:{W}]"
+
+
+def _reach(backend: str) -> dict:
+    """How wide and long the calls may get: where real kernels change code path (block edges up to the
+    PR's 6,144 fused channels, tile edges in time) on a GPU, and on a CPU up to 1,025 channels; Triton
+    kernels (ours and fla's) run in the interpreter there, too slow for them, so they keep the small
+    shapes."""
+    if torch.cuda.is_available():
+        return {"wide_channels": 6145, "long_seq_len": 257}
+    if backend in ("triton", "fla-triton"):
+        return {}
+    return {"wide_channels": 1025, "long_seq_len": 129}
+
+
+# ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them)
+
+
+def check_forward(call: ConvCall, backend: str, device: str) -> None:
+    """y and the final state's declared slots == the torch backend's, within §6."""
+    tensors = call.tensors(device)
+    y, final = _forward(call, tensors, backend)
+    y_ref, final_ref = _forward(call, tensors, "torch")
+    _close(y, y_ref, "y", backend, call)
+    s = _slots(backend, call.W)
+    _close(final[..., s], final_ref[..., s], _state_name(backend, call.W, "final_state"), backend, call)
+
+
+def _grads(
+    call: ConvCall, backend: str, device: str, unused_state_slots: int, run: Callable[..., tuple] | None = None
+) -> tuple[Tensor, Tensor, dict[str, Tensor | None]]:
+    """``run(call, tensors, backend)`` (default: one call) on fresh leaves: y, the final state, and the
+    gradient of every input from ``dy`` and ``d final_state`` (zero on the ``unused_state_slots``)."""
+    t = call.tensors(device, grad=True)
+    names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
+    y, final = (run or _forward)(call, t, backend)
+    if not y.requires_grad:
+        raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
+    cot = call.cotangents(device, unused_state_slots=unused_state_slots)
+    # with respect to the tensors as passed (an expanded one's gradient before autograd sums its copies:
+    # a sum of rounded fp16/bf16 terms that cancel would judge the summation, not the kernel)
+    inputs = [t[n] for n in names]
+    grads = torch.autograd.grad((y, final), inputs, (cot["dy"], cot["dfinal"]), allow_unused=True)
+    return y, final, dict(zip(names, grads, strict=True))
+
+
+def check_gradients(call: ConvCall, backend: str, device: str) -> None:
+    """Gradients of every input (through its layout) from ``dy`` and ``d final_state`` (zero on the slots
+    the backend declares unused) == torch's, within §6."""
+    unused = get_backend(backend).unused_state_slots  # the reviewed backend's convention, for both
+    *_, grads = _grads(call, backend, device, unused)
+    *_, grads_ref = _grads(call, "torch", device, unused)
+    for name, g in grads.items():
+        _close(g, grads_ref[name], f"grad.{name}", backend, call)
+
+
+def check_update(call: ConvCall, backend: str, device: str) -> None:
+    """The single-step ``update`` on ``x[:, 0]``: y and the new state's declared slots == torch's; the
+    state passed in is unchanged."""
+    t = call.tensors(device)
+    x, state = t["x"][:, 0], t["initial_state"]
+    before = state.clone()
+    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=backend)
+    assert_equivalent(state, before, name="state after update", paths=("after", "before"), context=call)
+    y_ref, new_ref = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend="torch")
+    _close(y, y_ref, "update.y", backend, call)
+    s = _slots(backend, call.W)
+    _close(new_state[..., s], new_ref[..., s], _state_name(backend, call.W, "update.new_state"), backend, call)
+
+
+def _continued(call: ConvCall, t: dict, backend: str, split: int):
+    """``x[:, :split]``, then ``x[:, split:]`` from the first call's final state as the backend returned it."""
+    x, w, b = t["x"], t["weight"], t["bias"]
+    y1, f1 = causal_conv1d(x[:, :split], w, b, call.activation, t["initial_state"], True, None, backend=backend)
+    y2, final = causal_conv1d(x[:, split:], w, b, call.activation, f1, True, None, backend=backend)
+    return torch.cat([y1, y2], 1), final
+
+
+def check_continuation(call: ConvCall, split: int, backend: str, device: str) -> None:
+    """Two calls, ``x[:, :split]`` then ``x[:, split:]`` from the first call's final state (all ``W`` slots
+    as the backend returned them) == the same two calls on torch: y, the gradients of every input through
+    both calls, and the last final state's declared slots. (Two torch calls, not one: a gradient summed
+    from two calls is rounded twice in fp16/bf16.)"""
+    context = f"{call}, split at {split}"
+    unused = get_backend(backend).unused_state_slots
+
+    def continued(c: ConvCall, t: dict, name: str) -> tuple:
+        return _continued(c, t, name, split)
+
+    y, final, got = _grads(call, backend, device, unused, continued)
+    y_ref, final_ref, grads_ref = _grads(call, "torch", device, unused, continued)
+    _close(y, y_ref, "continued.y", backend, context)
+    s = _slots(backend, call.W)
+    _close(final[..., s], final_ref[..., s], _state_name(backend, call.W, "continued.final_state"), backend, context)
+    for n, g in got.items():
+        _close(g, grads_ref[n], f"continued.grad.{n}", backend, context)
+
+
+def _decoded(call: ConvCall, t: dict, backend: str, split: int):
+    x, w, b, h0 = t["x"], t["weight"], t["bias"], t["initial_state"]
+    if split > 0:
+        y_pre, state = causal_conv1d(x[:, :split], w, b, call.activation, h0, True, None, backend=backend)
+        ys = [y_pre]
+    else:
+        state = h0 if h0 is not None else x.new_zeros(call.B, call.D, call.W)
+        ys = []
+    for i in range(split, call.T):
+        assert state is not None  # asked for (output_final_state=True)
+        y_i, state = causal_conv1d_update(x[:, i], state, w, b, call.activation, backend=backend)
+        ys.append(y_i.unsqueeze(1))
+    return torch.cat(ys, 1), state
+
+
+def check_decode_continuation(call: ConvCall, split: int, backend: str, device: str) -> None:
+    """A prefill of ``x[:, :split]`` (none when ``split == 0``: the initial state, or zeros), then one
+    ``update`` per remaining token from the state the previous call returned == the same on torch: every
+    y and the last state's declared slots."""
+    context = f"{call}, prefill of {split}"
+    t = call.tensors(device)
+    with torch.no_grad():
+        y, state = _decoded(call, t, backend, split)
+        y_ref, state_ref = _decoded(call, t, "torch", split)
+    _close(y, y_ref, "decoded.y", backend, context)
+    s = _slots(backend, call.W)
+    _close(state[..., s], state_ref[..., s], _state_name(backend, call.W, "decoded.state"), backend, context)
+
+
+def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: str) -> None:
+    """One call over ``sum(dims)`` channels == one call per channel slice of the same (laid out) ``x``:
+    y and dx bitwise."""
+    D = sum(dims)
+    wide = dataclasses.replace(call, D=D)
+    label_conv_call(wide, grad=True, final_state=False)  # the call the kernel sees (dx, no final state)
+    context = f"{wide}, slices {dims}"
+    t = wide.tensors(device, grad=True)
+    x = t["x"]
+    w, b = t["weight"].detach(), None if t["bias"] is None else t["bias"].detach()
+    dy = wide.cotangents(device)["dy"]
+    y_fused, _ = causal_conv1d(x, w, b, call.activation, backend=backend)
+    (dx_fused,) = torch.autograd.grad(y_fused, [x], dy)
+    ys, start = [], 0
+    for n in dims:
+        c = slice(start, start + n)
+        ys.append(causal_conv1d(x[..., c], w[c], None if b is None else b[c], call.activation, backend=backend)[0])
+        start += n
+    y_split = torch.cat(ys, -1)
+    (dx_split,) = torch.autograd.grad(y_split, [x], dy)
+    assert_equivalent(y_fused, y_split, name="y", paths=("fused", "split"), context=context)
+    assert_equivalent(dx_fused, dx_split, name="dx", paths=("fused", "split"), context=context)
+
+
+#: channel counts where kernels change code path (block sizes); a fused call just past one, split
+#: into calls that stay at or under it, is where "fused == split" breaks for such a kernel
+BLOCK_EDGES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)
+
+
+def block_edges(backend: str) -> tuple[int, ...]:
+    """The edges a backend's conformance sweeps: up to its reach (6,144 on a GPU, 1,024 on a CPU, 32 for
+    kernels that run in the Triton interpreter here)."""
+    reach = _reach(backend).get("wide_channels", 33)
+    return tuple(e for e in BLOCK_EDGES if e < reach)
+
+
+# ---- the checks on a layer example's fused conv call -----------------------------------------------
+
+
+class NotAConvCall(Exception):
+    """The example makes no conv call these checks can run (no short convs, a width or activation the
+    backend does not run): the property is not applicable, as the layer properties' premises are."""
+
+
+def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
+    """The conv call the example's fused prologue would make, as plain data: every slot's channels side
+    by side; the q conv's width, activation and parameter dtype; a bias where the layer's ``conv_bias``
+    says so and every conv has one (upstream's rule for the fused call); the example's dtype, batch,
+    length and seed; ``cu_seqlens`` varlen as packed sequences; an initial state when the example
+    continues a populated cache (a padding mask only zeroes inputs: dense here). Returns the call, the
+    slots' channel counts and the backend."""
+    from gdn_equiv.model.backends import supported_widths
+    from gdn_equiv.model.conv_ops import supported_activations
+    from gdn_equiv.strategies import ConvCall
+
+    config = example.config
+    if not config.use_short_conv:
+        raise NotAConvCall("use_short_conv=False: the layer makes no conv call")
+    first = config.SLOTS[0]
+    q = config.conv_spec(first)
+    backend, W = config.slot_backend(first), config.slot_kernel_size(first)
+    lo, hi = supported_widths([backend])
+    if not lo <= W <= hi:
+        raise NotAConvCall(f"backend {backend!r} runs kernel widths {lo}..{hi}, not {W}")
+    if q.activation not in supported_activations([backend, "torch"]):
+        raise NotAConvCall(f"backend {backend!r} does not run activation {q.activation!r}")
+    varlen = example.varlen == "cu_seqlens"
+    state = example.cache == "populated" and (not varlen or get_backend(backend).varlen_initial_state)
+    dims = tuple(config.conv_channels(n) for n in config.SLOTS)
+    param_dtype = q.dtype if q.dtype not in (None, example.dtype) else None
+    call = ConvCall(
+        B=1 if varlen else example.batch,
+        T=example.seq_len,
+        D=sum(dims),
+        W=W,
+        dtype=example.dtype,
+        bias=config.conv_bias and all(config.slot_bias(n) for n in config.SLOTS),
+        activation=q.activation,
+        initial_state=state,
+        seq_lens=tuple(example.seq_lens) if varlen else (),
+        seed=example.seed,
+        param_dtype=param_dtype,
+    )
+    return call, dims, backend
+
+
+def check_layer_conv_call(
+    call: ConvCall, dims: tuple[int, ...], backend: str, *, seed: int, grad: bool, device: str = "cpu"
+) -> None:
+    """Every conformance check on a layer's fused conv call (:func:`conv_call_of`) on its backend:
+    forward and final state; gradients (``grad``); the step kernel from a state (unchanged after);
+    a continuation from the final state and decoding after a prefill, each at a split point drawn from
+    ``seed`` (dense calls of two tokens or more); and the call sliced by slot (``dims``), bitwise."""
+    label_conv_call(call, grad=grad, final_state=True)
+    check_forward(call, backend, device)
+    if grad:
+        check_gradients(call, backend, device)
+    # packed sequences: the checks below run on the same tokens as one sequence
+    dense = dataclasses.replace(call, seq_lens=(), initial_state=call.initial_state and not call.seq_lens)
+    check_update(dataclasses.replace(dense, initial_state=True), backend, device)
+    if dense.T >= 2:
+        check_continuation(dense, 1 + seed % (dense.T - 1), backend, device)
+    check_decode_continuation(dense, seed % dense.T, backend, device)
+    check_fused_slices(dataclasses.replace(dense, initial_state=False), list(dims), backend, device)

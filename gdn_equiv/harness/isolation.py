@@ -1,0 +1,286 @@
+"""Examples run in a worker process, so that a kernel that kills the process is a finding (SPEC §10).
+
+A plug-in kernel may segfault, call ``os._exit`` or hang. Run in the test process, that ends the run
+and loses the example; run here, in a worker, it is a failure of that one example:
+:class:`WorkerDied` (:class:`WorkerTimedOut` past the per-example time limit) raised in the parent,
+inside the Hypothesis test function, so Hypothesis records the input, shrinks it by replaying
+candidates (each in a live worker: a dead one is replaced before the next example) and saves it in
+the example database. The run goes on with the next row.
+
+Every check that calls the kernel under test runs this way: the layer properties of
+:mod:`gdn_equiv.harness.properties` (P2-P5, P8), the conformance checks of :mod:`gdn_equiv.harness.conformance` and
+the ground-truth checks of :mod:`gdn_equiv.harness.ground_truth`. The worker gets the function by module and
+name (so it must be a module-level function a fresh process can import) and its arguments, pickled
+(an ``Example``, a ``ConvCall``, a ``BadCall``, a backend name, a target); it sends back the
+value, or the exception it raised (:class:`~gdn_equiv.harness.properties.NotApplicable`, a ``Mismatch``:
+re-raised here as they are), and the comparison reports it made (for ``check``'s worst-difference
+column). Backends are loaded in the worker by name, so a backend must be a name a fresh process can
+resolve (built-in, entry point or ``module:attr``), not one registered at run time.
+
+Workers start from a fork server that has imported torch and gdn_equiv once, so replacing a dead
+worker costs milliseconds, not an interpreter start: shrinking a crash replays many candidates.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import math
+import multiprocessing
+import os
+import pickle
+import signal
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.backends import BUILTIN_BACKENDS
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "WorkerDied",
+    "WorkerPool",
+    "WorkerTimedOut",
+    "call",
+    "configure",
+    "is_plugin",
+]
+
+DEFAULT_TIMEOUT = 60.0  # seconds per example: a cold GPU's first triton compile fits well inside
+START_TIMEOUT = 120.0  # a worker that is not ready by then is our failure, not the example's
+# what the worker must see as the parent does (the fork server may have started before they were set)
+_ENV_PREFIXES = ("GDN_", "TRITON_", "CUDA_VISIBLE_DEVICES")
+
+
+class WorkerDied(AssertionError):
+    """The worker running an example died: killed by a signal or exited. A failure of that example."""
+
+
+class WorkerTimedOut(WorkerDied):
+    """The worker running an example ran past the per-example time limit (and was killed)."""
+
+
+def is_plugin(backend: str) -> bool:
+    """Whether ``backend`` is a plug-in (anything but our built-ins): ``check``/``fuzz`` isolate those by default."""
+    return backend not in BUILTIN_BACKENDS
+
+
+def _resolve(address: str) -> Callable[..., Any]:
+    """The function at ``module:qualname``."""
+    module, _, name = address.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _address(fn: Callable[..., Any] | str) -> str:
+    """``module:qualname`` of ``fn`` (a bare name is a function of :mod:`gdn_equiv.harness.properties`), refused
+    unless a fresh process can import it there: the worker must find the same function."""
+    if isinstance(fn, str):
+        return fn if ":" in fn else f"gdn_equiv.harness.properties:{fn}"
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not name or module == "__main__" or "<locals>" in name:
+        raise InvalidArgument(
+            f"{fn!r} cannot run in a worker process: only a module-level function of an importable module can "
+            f"(got module {module!r}, name {name!r})"
+        )
+    return f"{module}:{name}"
+
+
+def _serve(conn: Any, env: dict[str, str], threads: int, setup: tuple[str, ...]) -> None:
+    """The worker: run requests until the parent closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends us
+    os.environ.update(env)
+    import torch
+
+    from gdn_equiv._source import alias_strategies
+    from gdn_equiv.harness.compare import observe
+
+    torch.set_num_threads(threads)
+    alias_strategies()  # a ConvCall arrives as gdn_equiv.strategies.convs.ConvCall, also from a source tree
+    from gdn_equiv.harness.interpreter import make_faithful
+
+    make_faithful()  # a fresh process: Triton's interpreter rounds as the parent's does (as a GPU does)
+    try:
+        for step in setup:
+            _resolve(step)()
+    except Exception:
+        conn.send(("setup failed", traceback.format_exc()))
+        return
+    conn.send("ready")  # the time limit starts with the examples, not with the imports
+    while True:
+        try:
+            where, args, kwargs = conn.recv()
+        except (EOFError, OSError):
+            return
+        with observe() as reports:
+            try:
+                reply: tuple[Any, ...] = ("ok", _resolve(where)(*args, **kwargs))
+            except Exception as exc:
+                reply = ("raised", _portable(exc), traceback.format_exc())
+        conn.send((*reply, list(reports)))
+
+
+def _portable(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling, else a ``RuntimeError`` that names it."""
+    try:
+        return pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__qualname__}: {exc}")
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" not in methods:
+        return multiprocessing.get_context("spawn")
+    from gdn_equiv.model.families import _BUILTIN as FAMILIES
+
+    ctx = multiprocessing.get_context("forkserver")
+    families = [spec.partition(":")[0] for spec in FAMILIES.values()]
+    checks = [
+        "gdn_equiv.harness.properties",
+        "gdn_equiv.harness.conformance",
+        "gdn_equiv.harness.ground_truth",
+        "gdn_equiv.harness.bad_input",
+    ]
+    ctx.set_forkserver_preload(["torch", *checks, "gdn_equiv.model.backends.torch_backend", *families])
+    return ctx
+
+
+def _how(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class WorkerPool:
+    """One worker process at a time (examples run one after another), replaced when it dies.
+
+    ``call(fn, *args, **kwargs)`` runs ``fn(*args, **kwargs)`` in the worker (``fn`` a module-level
+    function, or the name of one of :mod:`gdn_equiv.harness.properties`) and returns its value or raises its
+    exception; a death raises :class:`WorkerDied`, an example that takes longer than ``timeout``
+    seconds :class:`WorkerTimedOut`. ``deaths`` counts both. ``setup``: ``module:function`` names each
+    worker calls (no arguments) before its first example, for process state a run needs that a fresh
+    process lacks (fla's kernels made ready for Triton's interpreter).
+    """
+
+    def __init__(self, *, timeout: float = DEFAULT_TIMEOUT, setup: tuple[str, ...] = ()) -> None:
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            raise InvalidArgument(f"the per-example timeout must be a finite number of seconds > 0, got {timeout!r}")
+        self.timeout = float(timeout)
+        self.setup = tuple(setup)
+        self.deaths = 0
+        self.started = 0
+        self._process: Any = None
+        self._conn: Any = None
+
+    def _start(self) -> None:
+        import torch
+
+        ctx = _context()
+        parent, child = ctx.Pipe()
+        env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        process = ctx.Process(
+            target=_serve,
+            args=(child, env, torch.get_num_threads(), self.setup),
+            daemon=True,
+            name="gdn-equiv-worker",
+        )
+        process.start()
+        child.close()
+        self._process, self._conn = process, parent
+        self.started += 1
+        try:
+            said = parent.recv() if parent.poll(START_TIMEOUT) else None
+        except (EOFError, OSError):
+            said = None
+        if said != "ready":
+            how = _how(self._discard(kill=True))
+            detail = f":\n{said[1]}" if isinstance(said, tuple) else ""
+            raise RuntimeError(f"a gdn-equiv worker process did not start ({how}){detail}")
+
+    def _discard(self, *, kill: bool) -> int | None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if conn is not None:
+            conn.close()
+        if process is None:
+            return None
+        if kill and process.is_alive():
+            process.kill()
+        process.join(5)
+        return process.exitcode
+
+    def call(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
+        from gdn_equiv.harness import compare
+
+        where = _address(fn)
+        if self._process is None or not self._process.is_alive():
+            self._discard(kill=True)
+            self._start()
+        what = f"{where.partition(':')[2]} on {_describe(args)}"
+        try:
+            self._conn.send((where, args, kwargs))
+            if not self._conn.poll(self.timeout):
+                self._discard(kill=True)
+                self.deaths += 1
+                raise WorkerTimedOut(f"the example ran past the {self.timeout:g} s time limit (worker killed): {what}")
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            self.deaths += 1
+            raise WorkerDied(f"the worker running the example {_how(self._discard(kill=True))}: {what}") from None
+        *result, reports = reply
+        for observer in compare._OBSERVERS:  # the reports the worker's comparisons made, as if made here
+            observer.extend(reports)
+        if result[0] == "ok":
+            return result[1]
+        _, exc, text = result
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"raised in the worker process:\n{text}")
+        raise exc
+
+    def close(self) -> None:
+        self._discard(kill=True)
+
+
+_POOL: WorkerPool | None = None
+
+
+def configure(timeout: float | None, *, setup: tuple[str, ...] = ()) -> WorkerPool | None:
+    """Switch isolation on for :func:`call` with this per-example ``timeout`` (``None``: off) and each
+    worker's ``setup`` (see :class:`WorkerPool`). The pytest plugin does this for ``--gdn-isolate``;
+    ``check``/``fuzz`` too, for ``--isolate``."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.close()
+    _POOL = None if timeout is None else WorkerPool(timeout=timeout, setup=setup)
+    return _POOL
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``: in a worker when isolation is on (:func:`configure`), else here. ``fn``
+    is a module-level function (a property, a conformance or ground-truth check) that calls the
+    kernel under test, so a fresh process can find it."""
+    if _POOL is None:
+        return fn(*args, **kwargs)
+    return _POOL.call(fn, *args, **kwargs)
+
+
+def _describe(args: tuple[Any, ...]) -> str:
+    """The example a call runs, in words: its ``short()`` where it has one (Example, BadCall), else its repr."""
+    if not args:
+        return "no arguments"
+    first = args[0]
+    text = first.short() if callable(getattr(first, "short", None)) else repr(first)
+    return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+@atexit.register
+def _shutdown() -> None:
+    if _POOL is not None:
+        _POOL.close()

@@ -1,0 +1,226 @@
+"""Planted defects the property records name as their teeth (:mod:`gdn_equiv.harness.registry`).
+
+Each is a defect a user could ship: a class mixed in front of a family's fused layer (the ``gdn_equiv``
+target's ``defect=`` option) or a conv backend. Nothing here patches the guard or the code under test;
+the defect is the implementation. ``tests/test_registry.py`` runs every record against each of its teeth
+and requires a catch; ``tests/test_teeth.py`` holds the family-specific ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from gdn_equiv.model.backends import Backend, causal_conv1d
+from gdn_equiv.model.backends import torch_backend as tb
+from gdn_equiv.model.conv_ops import apply_conv_facts
+from gdn_equiv.model.guard import decide
+
+__all__ = ["BACKENDS", "COMBINATION_BACKENDS", "LAYER_DEFECTS", "fused_biases", "fused_conv", "fused_weights"]
+
+
+def fused_conv(
+    layer: Any,
+    proj: Any,
+    call: Any,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    activation: Any = "own",
+    sizes: list[int] | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """The fused conv as the real fused path runs it, with the weight, bias, activation or split sizes
+    a planted defect chooses."""
+    first = layer.convs()[0]
+    x = proj.conv_in if call.conv_mask is None else proj.conv_in * call.conv_mask.unsqueeze(-1)
+    act = first.activation if activation == "own" else activation
+    y, _ = causal_conv1d(x, weight, bias, act, backend=first.backend)
+    y = apply_conv_facts(y, first.extras())
+    return tuple(t.contiguous() for t in torch.split(y, sizes or [c.channels for c in layer.convs()], dim=-1))
+
+
+def fused_weights(layer: Any) -> torch.Tensor:
+    return torch.cat([c.weight[:, 0] for c in layer.convs()], dim=0)
+
+
+def fused_biases(layer: Any) -> torch.Tensor | None:
+    return torch.cat([c.bias for c in layer.convs()]) if layer.conv_bias else None
+
+
+class GuardIgnoresVarlen:
+    """The guard fuses packed sequences: one conv over the packed tokens leaks state across them."""
+
+    guard = staticmethod(lambda layer, call: decide(layer, dataclasses.replace(call, varlen=False)))
+
+
+class AutoIgnoresDecision:
+    """``prologue='auto'`` always runs the separate convs: outputs stay right, the fusion never happens."""
+
+    def _prologue(self, proj: Any, call: Any, use_cache: Any, prologue: str = "auto", **kwargs: Any) -> Any:
+        return super()._prologue(proj, call, use_cache, "separate" if prologue == "auto" else prologue, **kwargs)  # type: ignore[misc]
+
+
+class FusedDropsVBias:
+    """The fused conv adds q's and k's biases but not v's."""
+
+    def _fused_prologue(self, proj: Any, call: Any) -> Any:
+        *rest, last = self.convs()  # type: ignore[attr-defined]
+        bias = torch.cat([*(c.bias for c in rest), torch.zeros_like(last.bias)]) if self.conv_bias else None  # type: ignore[attr-defined]
+        return fused_conv(self, proj, call, fused_weights(self), bias)
+
+
+class FusedDetachesConvWeights:
+    """The fused conv's weights are detached: no gradient reaches the conv parameters."""
+
+    def _fused_prologue(self, proj: Any, call: Any) -> Any:
+        return fused_conv(self, proj, call, fused_weights(self).detach(), fused_biases(self))
+
+
+class FallbackForgetsConvCache:
+    """The separate path writes no conv state into the cache."""
+
+    def _separate_prologue(self, proj: Any, call: Any, use_cache: Any) -> Any:
+        outs, states = super()._separate_prologue(proj, call, use_cache)  # type: ignore[misc]
+        return outs, tuple(None for _ in states)
+
+
+#: name -> class mixed in front of the family's fused layer (``get_target("gdn_equiv", defect=...)``)
+LAYER_DEFECTS: dict[str, type] = {
+    "guard-ignores-cu-seqlens": GuardIgnoresVarlen,
+    "auto-ignores-decision": AutoIgnoresDecision,
+    "fused-drops-v-bias": FusedDropsVBias,
+    "fused-detaches-weights": FusedDetachesConvWeights,
+    "fallback-forgets-conv-cache": FallbackForgetsConvCache,
+}
+
+
+def _scaled(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """Every output 1% too large: past every tolerance of the table, bitwise self-consistent."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return y * 1.01, final
+
+
+def _wide_rounding(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """Channel-count-dependent arithmetic: calls wider than 16 channels (the fused one) scale by 1 + 2^-20."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return (y * (1 + 2**-20) if x.shape[-1] > 16 else y), final
+
+
+#: name -> a defective conv backend (register it with :func:`gdn_equiv.model.backends.registered`)
+BACKENDS: dict[str, Backend] = {
+    "planted-scaled": Backend("planted-scaled", forward=_scaled, update=tb.update),
+    "planted-wide-rounding": Backend("planted-wide-rounding", forward=_wide_rounding, update=tb.update),
+}
+
+
+# ---- defects only where regions meet (gdn_equiv.suite.test_combinations reaches them by construction)
+
+
+def _grad_taken(*tensors: Any) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _short_state_grad(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """A kernel whose backward-saving variant loads the initial state one slot off, a code path taken only
+    when ``T < W`` (the window reaches into the state), an initial state is given, gradients are taken and
+    no ``cu_seqlens`` is given: each region on its own runs the right code."""
+    T, W = x.shape[1], weight.shape[-1]
+    if T < W and initial_state is not None and cu_seqlens is None and _grad_taken(x, weight, initial_state):
+        initial_state = torch.cat([initial_state[..., 1:], initial_state[..., -1:]], dim=-1)
+    return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+def _short_state_grad_no_final(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """As :func:`_short_state_grad`, and only in the variant that writes no final state (the one a layer
+    runs on a prefill without ``use_cache``): every conformance check that asks for the final state
+    runs the right code."""
+    if output_final_state:
+        return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return _short_state_grad(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+#: name -> a conv backend wrong only at a combination of regions
+COMBINATION_BACKENDS: dict[str, Backend] = {
+    "planted-short-state-grad": Backend("planted-short-state-grad", forward=_short_state_grad, update=tb.update),
+    "planted-short-state-grad-no-final": Backend(
+        "planted-short-state-grad-no-final", forward=_short_state_grad_no_final, update=tb.update
+    ),
+}
+BACKENDS.update(COMBINATION_BACKENDS)
+#: two planted backends by ``module:attr`` (``--backend gdn_equiv.harness.planted:wide_rounding``): a process that
+#: cannot share this one's registration (a HypoFuzz worker, a team's second host) loads them by name
+wide_rounding = BACKENDS["planted-wide-rounding"]
+scaled = BACKENDS["planted-scaled"]
+#: the same, importable as ``--gdn-backend gdn_equiv.harness.planted:SHORT_STATE_GRAD`` (a fresh process)
+SHORT_STATE_GRAD = COMBINATION_BACKENDS["planted-short-state-grad"]
+SHORT_STATE_GRAD_NO_FINAL = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
+
+
+# ---- in-house reference layers that silently differ from fla's (gdn_equiv.harness.faithful must catch them)
+
+
+def _gated_deltanet() -> type:
+    from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet
+
+    return GatedDeltaNet
+
+
+def _tiled_heads(layer: Any, q: Any, k: Any, v: Any) -> Any:
+    q = q.unflatten(-1, (layer.num_heads, layer.head_k_dim))
+    k = k.unflatten(-1, (layer.num_heads, layer.head_k_dim))
+    v = v.unflatten(-1, (layer.num_v_heads, layer.head_v_dim))
+    group = layer.num_v_heads // layer.num_heads
+    return q.repeat(1, 1, group, 1), k.repeat(1, 1, group, 1), v  # fla: head i_hv reads i_hv // group
+
+
+def reference_defects() -> dict[str, type]:
+    """name -> a Gated DeltaNet reference layer with one edit upstream does not have."""
+    import torch.nn.functional as F
+
+    from gdn_equiv.model.families.gated_deltanet import compute_dtype, delta_rule
+    from gdn_equiv.model.reference import repad
+
+    base = _gated_deltanet()
+
+    class WrongHeadGrouping(base):  # type: ignore[misc, valid-type]
+        """GVA value head ``i`` reads q/k head ``i % H`` (tiled) instead of fla's ``i // (HV // H)``."""
+
+        def _recurrence(self, xs: Any, proj: Any, call: Any) -> Any:
+            q, k, v = _tiled_heads(self, *xs)
+            cdt = compute_dtype(q)
+            g = -torch.exp(self.A_log.to(cdt)) * F.softplus(proj["a"].to(cdt) + self.dt_bias.to(cdt))
+            return delta_rule(self, q, k, v, g, proj["b"], call)
+
+    class VConvNoActivation(base):  # type: ignore[misc, valid-type]
+        """The v conv's default activation is none (fla's ShortConvolution defaults to silu)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if self.use_short_conv:
+                self.v_conv1d.activation = None
+
+    class GateBeforeNorm(base):  # type: ignore[misc, valid-type]
+        """The output gate multiplies before the RMSNorm instead of inside it (after normalising)."""
+
+        def _epilogue(self, o: Any, proj: Any, call: Any) -> Any:
+            if not self.use_gate:
+                return super()._epilogue(o, proj, call)
+            g = proj["g"].unflatten(-1, (self.num_v_heads, self.head_v_dim))
+            o = self.o_norm(o * F.silu(g.to(o.dtype)), None)
+            return repad(self.o_proj(o.flatten(-2)), call)
+
+    return {
+        "reference-wrong-head-grouping": WrongHeadGrouping,
+        "reference-v-conv-no-activation": VConvNoActivation,
+        "reference-gate-before-norm": GateBeforeNorm,
+    }

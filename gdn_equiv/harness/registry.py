@@ -1,0 +1,381 @@
+"""The properties as records (SPEC §5; STYLE: "a property is a record, like a family").
+
+``gdn-equiv check`` and ``fuzz``, the pytest gate (:mod:`gdn_equiv.suite`), the example-count tests and
+the README's table read these records, so the drivers cannot disagree on what a property draws, where it
+applies, how many examples a profile gives it or how a necessity search is budgeted. A record holds:
+
+- ``check``: the property function of one :class:`~gdn_equiv.model.example.Example` in :mod:`gdn_equiv.harness.properties`
+  (``None`` for a P6 necessity search, whose predicate is :func:`gdn_equiv.harness.properties.forced_fusion_error`);
+- ``premise``: the strategy of :class:`Draw` s it runs on; a draw built to meet the premise (``must_apply``)
+  that the property calls not applicable is a failure (a guard that refuses what the spec fuses would
+  otherwise leave P3/P4 nothing to compare);
+- ``per_dtype``: whether its rows split by dtype (the P6 searches draw every dtype in one row);
+- ``not_applicable``: why a row of it cannot be asked on this machine (``n/a`` with that reason), or ``None``;
+- ``teeth``: the planted defects (:mod:`gdn_equiv.harness.planted`) it must catch;
+- ``serving``: an S1-S7 record (SPEC §11, :mod:`gdn_equiv.serving.records`): its rows are per engine path
+  (``reference``, ``vllm-cpu-torch``...), not per family x conv backend; its teeth are planted engines
+  (:data:`gdn_equiv.serving.planted.PLANTED`).
+
+Adding a property is its function, its record here and its teeth; every driver then runs it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from hypothesis import strategies as st
+
+from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
+from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.guard import Condition
+
+__all__ = [
+    "DTYPES",
+    "NECESSITY",
+    "PLUGIN_NECESSITY_STATES",
+    "Draw",
+    "PropertyRecord",
+    "Row",
+    "asked_rows",
+    "examples_per_row",
+    "get_record",
+    "necessity_budget",
+    "necessity_name",
+    "necessity_records",
+    "property_records",
+    "records",
+    "serving_records",
+]
+
+#: the dtypes a per-dtype property's rows are drawn in (conv weights may still carry another, G9)
+DTYPES = ("float32", "float16", "bfloat16")
+NECESSITY = "P6-necessity"
+#: states a necessity search on a plug-in kernel may draw before it says "none found": there a miss is a
+#: possible answer (a condition stricter than that kernel needs), and its cost is the whole budget
+PLUGIN_NECESSITY_STATES = 300
+#: the longest sequence a layer property draws: several chunks of the chunked core (64), so a defect
+#: at a chunk boundary is in reach of every driver
+MAX_SEQ_LEN = 140
+
+
+class Draw(NamedTuple):
+    """One drawn example and whether it was built to meet the property's premise."""
+
+    example: Example
+    must_apply: bool
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the ledger: what a run was asked to check (SPEC §10)."""
+
+    name: str  # the property's
+    family: str
+    backend: str
+    dtype: str = "any"
+    target: str = "gdn_equiv"
+
+
+def _no_reason(backend: str) -> str | None:
+    return None
+
+
+def _other_backend(backend: str) -> str | None:
+    if backend == "torch":
+        return "same backend: compares the backend with torch, and it is torch (the fp64 ground-truth row checks torch)"
+    return None
+
+
+def _second_backend(backend: str) -> str | None:
+    if not _other_builtins(backend):
+        return f"G5 needs a second available built-in conv backend besides {backend!r} (none here)"
+    return None
+
+
+def _other_builtins(backend: str) -> tuple[str, ...]:
+    # the built-in kernels, which differ numerically; a plug-in registered by a test (a bitwise twin of
+    # torch, say) would make the search look for a difference that cannot exist
+    return tuple(b for b in available_backends() if b != backend and b in BUILTIN_BACKENDS)
+
+
+@dataclass(frozen=True)
+class PropertyRecord:
+    name: str
+    summary: str
+    premise: Callable[..., st.SearchStrategy[Draw]]
+    check: Callable[..., Any] | None = None
+    per_dtype: bool = True
+    condition: Condition | None = None
+    not_applicable: Callable[[str], str | None] = _no_reason
+    teeth: tuple[str, ...] = field(default=())
+    #: the pytest gate's test of this record, generated in ``gdn_equiv.suite.<gate_module>`` (None: the
+    #: gate checks it elsewhere, e.g. P7 in its conformance and ground-truth modules on conv calls drawn
+    #: directly, wider than a layer's, and P6 in ``test_necessity``, parametrized over the records)
+    gate_test: str | None = None
+    gate_module: str = "test_properties"
+    #: drawn from the families the target fuses at all (P3/P4 on an fla version that fuses few)
+    needs_fusion: bool = False
+    #: an S1-S7 record: one row per engine path (its ``backend``), family ``-``, any dtype
+    serving: bool = False
+
+    @property
+    def function(self) -> str:
+        """The name of the function of :mod:`gdn_equiv.harness.properties` a reproducer calls."""
+        return (self.check or P.forced_fusion_error).__name__
+
+    def strategy(
+        self, backend: str, family: str | tuple[str, ...], dtype: str | None = None, max_seq_len: int = MAX_SEQ_LEN
+    ) -> st.SearchStrategy[Draw]:
+        """The draws of this property for one backend and family (or families), of ``dtype`` (default any)."""
+        return self.premise(backend, _families(family), dtype, max_seq_len)
+
+
+def _families(family: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (family,) if isinstance(family, str) else tuple(family)
+
+
+def _kwargs(dtype: str | None, max_seq_len: int) -> dict[str, Any]:
+    return {"max_seq_len": max_seq_len, **({"dtypes": (dtype,)} if dtype is not None else {})}
+
+
+@functools.cache
+def any_examples(
+    backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
+) -> st.SearchStrategy[Draw]:
+    from gdn_equiv.strategies import examples
+
+    drawn = examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
+    return drawn.map(lambda e: Draw(e, False))
+
+
+@functools.cache
+def _no_short_conv(
+    backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
+) -> st.SearchStrategy[Draw]:
+    from gdn_equiv.strategies import examples
+
+    kwargs = _kwargs(dtype, max_seq_len)
+    drawn = examples(backends=(backend,), fusable=None, use_short_conv=False, family=families, **kwargs)
+    return drawn.map(lambda e: Draw(e, True))
+
+
+def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
+    """Mostly states the spec fuses (built to apply: P3/P4 must compare them), a third refused for one
+    condition alone (a guard that fuses too often must meet them; not applicable where it refuses)."""
+
+    @functools.cache
+    def premise(
+        backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
+    ) -> st.SearchStrategy[Draw]:
+        from gdn_equiv.strategies import examples
+
+        kwargs = {**_kwargs(dtype, max_seq_len), **({"grad": True} if grad else {})}
+        # one condition broken alone, among those the pins leave breakable (one backend: never G5)
+        one_reason = examples(backends=(backend,), fusable=False, max_reasons=1, family=families, **kwargs)
+        fusable = examples(backends=(backend,), fusable=True, family=families, **kwargs).map(lambda e: Draw(e, True))
+        return st.one_of(fusable, fusable, one_reason.map(lambda e: Draw(e, False)))
+
+    return premise
+
+
+@functools.cache
+def _refused(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> st.SearchStrategy[Draw]:
+    from gdn_equiv.strategies import examples
+
+    drawn = examples(backends=(backend,), fusable=False, family=families, **_kwargs(dtype, max_seq_len))
+    return drawn.map(lambda e: Draw(e, True))
+
+
+def _violating(condition: Condition) -> Callable[..., st.SearchStrategy[Draw]]:
+    """States breaking ``condition`` alone (G5: between this backend and another built-in one)."""
+
+    @functools.cache
+    def premise(
+        backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
+    ) -> st.SearchStrategy[Draw]:
+        from gdn_equiv.strategies import violating
+
+        backends = (backend, *_other_builtins(backend)) if condition is Condition.G5 else (backend,)
+        per_family = [violating(condition, backends=backends, family=f, max_seq_len=max_seq_len) for f in families]
+        return st.one_of(per_family).map(lambda e: Draw(e, False))
+
+    return premise
+
+
+def _example_records() -> list[PropertyRecord]:
+    return [
+        PropertyRecord(
+            "P2-path-taken",
+            "prologue='auto' takes the fused path exactly when the guard fuses (one conv launch vs one per slot)",
+            any_examples,
+            P.check_path_taken,
+            teeth=("auto-ignores-decision",),
+            gate_test="test_auto_launches_one_conv_iff_guard_fuses",
+        ),
+        PropertyRecord(
+            "P2-no-short-conv",
+            "a layer without short convs describes none, holds none and launches none",
+            _no_short_conv,
+            P.check_path_taken,
+            gate_test="test_a_layer_without_short_convs_runs_and_describes_none",
+        ),
+        PropertyRecord(
+            "P3-forward-exact",
+            "guard true => fused and separate outputs bitwise equal",
+            _either_side(grad=False),
+            P.check_forward_exact,
+            teeth=("guard-ignores-cu-seqlens", "fused-drops-v-bias", "backend:planted-wide-rounding"),
+            gate_test="test_fused_forward_is_bitwise_equal",
+            needs_fusion=True,
+        ),
+        PropertyRecord(
+            "P4-gradients",
+            "dx and non-conv gradients bitwise; conv weight/bias gradients within the tolerance table",
+            _either_side(grad=True),
+            P.check_gradients,
+            teeth=("fused-detaches-weights",),
+            gate_test="test_fused_gradients_match",
+            needs_fusion=True,
+        ),
+        PropertyRecord(
+            "P5-fallback-exact",
+            "guard false => output, gradients and cache bitwise the reference layer's",
+            _refused,
+            P.check_fallback_exact,
+            teeth=("fallback-forgets-conv-cache",),
+            gate_test="test_fallback_is_the_reference",
+        ),
+        PropertyRecord(
+            "P7-backend-vs-torch",
+            "the layer on the backend = the layer on torch, within the tolerance table",
+            any_examples,
+            P.check_backend_matches_torch,
+            not_applicable=_other_backend,
+            teeth=("backend:planted-scaled",),
+        ),
+        PropertyRecord(
+            "P7-conv-conformance",
+            "the backend's conv call = torch's: forward, final state, gradients, step, continuation, slices",
+            any_examples,
+            P.check_conv_conformance,
+            not_applicable=_other_backend,
+            teeth=("backend:planted-scaled", "backend:planted-wide-rounding"),
+        ),
+        PropertyRecord(
+            "P7-ground-truth",
+            "the backend's conv call (torch included) = an independent fp64 F.conv1d, within the tolerance table",
+            any_examples,
+            P.check_conv_ground_truth,
+            teeth=("backend:planted-scaled",),
+        ),
+    ]
+
+
+def _serving_records() -> list[PropertyRecord]:
+    """S1-S7 (SPEC §11); the pytest gate runs them in ``gdn_equiv.suite.test_serving``, over its engine paths."""
+    from gdn_equiv.serving.records import SERVING, row_not_applicable
+
+    return [
+        PropertyRecord(
+            name,
+            summary,
+            premise,
+            check,
+            per_dtype=False,
+            not_applicable=row_not_applicable(check.__name__),
+            teeth=teeth,
+            gate_module="test_serving",
+            serving=True,
+        )
+        for name, summary, premise, check, teeth in SERVING
+    ]
+
+
+def _necessity_records() -> list[PropertyRecord]:
+    return [
+        PropertyRecord(
+            necessity_name(c),
+            f"a state breaking {c.id} alone ({c.short}) where forcing the fused path is wrong",
+            _violating(c),
+            None,
+            per_dtype=False,
+            condition=c,
+            not_applicable=_second_backend if c is Condition.G5 else _no_reason,
+        )
+        for c in Condition
+    ]
+
+
+def necessity_name(condition: Condition) -> str:
+    return f"{NECESSITY}-{condition.id}"
+
+
+def property_records() -> list[PropertyRecord]:
+    """The example properties of layers (P2-P5, P7), in the order the drivers run them."""
+    return [r for r in records().values() if r.condition is None and not r.serving]
+
+
+def serving_records() -> list[PropertyRecord]:
+    """S1-S7 (SPEC §11), asked per serving engine path; the drivers run them after the layer properties."""
+    return [r for r in records().values() if r.serving]
+
+
+def necessity_records() -> list[PropertyRecord]:
+    """One P6 search per guard condition, registered facts' conditions (G10) included."""
+    return [r for r in records().values() if r.condition is not None]
+
+
+@functools.cache
+def records() -> dict[str, PropertyRecord]:
+    """Every record by name, in run order: the live table (a test may put a record of its own in it)."""
+    return {r.name: r for r in (*_example_records(), *_serving_records(), *_necessity_records())}
+
+
+def get_record(name: str) -> PropertyRecord:
+    return records()[name]
+
+
+def examples_per_row(profile: str) -> int:
+    """The one profile table (:data:`gdn_equiv.harness.testing.PROFILES`): examples a property row draws."""
+    return int(PROFILES[profile]["max_examples"])
+
+
+def necessity_budget(backend: str) -> int:
+    """States a P6 search may draw before it answers "none found". On a built-in backend every condition
+    is known to be necessary, so the search must hit: it may take up to ``MISS_BOUND`` states (it stops
+    at its first hit; first hits have a heavy tail) and a miss is a failure. On a plug-in a miss is an
+    answer (the condition may be stricter than the kernel needs), so the bound is small."""
+    return MISS_BOUND if backend in BUILTIN_BACKENDS else PLUGIN_NECESSITY_STATES
+
+
+def asked_rows(
+    records: Sequence[PropertyRecord],
+    *,
+    families: Sequence[str],
+    backends: Sequence[str],
+    dtypes: Sequence[str],
+    target: str = "gdn_equiv",
+    engines: Sequence[str] = ("reference",),
+) -> list[tuple[Row, PropertyRecord, str | None]]:
+    """Every row a run over ``records`` is asked for, in run order, with its record and, where the row
+    cannot be asked on this machine, the reason (``n/a``). Serving records are asked once per engine
+    path of ``engines`` (family ``-``), after the layer rows."""
+    rows = []
+    for family in families:
+        for backend in backends:
+            for record in records:
+                if record.serving:
+                    continue
+                reason = record.not_applicable(backend)
+                for dtype in dtypes if record.per_dtype else ("any",):
+                    rows.append((Row(record.name, family, backend, dtype, target), record, reason))
+    for engine in engines:
+        for record in records:
+            if record.serving:
+                rows.append((Row(record.name, "-", engine, "any", target), record, record.not_applicable(engine)))
+    return rows
