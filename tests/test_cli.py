@@ -216,7 +216,7 @@ def test_absent_device_is_an_environment_problem(gdn) -> None:
 
 
 def test_fla_target_without_fla_is_an_environment_problem(gdn, monkeypatch) -> None:
-    from gdn_equiv.targets import fla_versions
+    from gdn_equiv.model import fla_versions
 
     monkeypatch.setattr(fla_versions, "fla_version", lambda: None)
     status, _, err = gdn("check", "--target", "fla", "--examples", "1")
@@ -225,7 +225,7 @@ def test_fla_target_without_fla_is_an_environment_problem(gdn, monkeypatch) -> N
 
 
 def test_fla_version_the_adapter_does_not_know_is_an_environment_problem(gdn, monkeypatch) -> None:
-    from gdn_equiv.targets import fla_versions
+    from gdn_equiv.model import fla_versions
 
     monkeypatch.setattr(fla_versions, "fla_version", lambda: "0.5.1")
     status, _, err = gdn("check", "--target", "fla", "--examples", "1")

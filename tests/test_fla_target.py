@@ -34,11 +34,13 @@ from hypothesis import strategies as st
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import assert_run_as_accurate
 from gdn_equiv.harness.testing import MISS_BOUND
 from gdn_equiv.model.config import CallFacts, ConvSpec, LayerConfig
-from gdn_equiv.model.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
+from gdn_equiv.model.example import Example, Run, accuracy_runs, unit_cotangent_backward
 from gdn_equiv.model.families import fla_only_families, get_family, is_fla_only, known_families
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.model.fla_versions import CONV_0_5, fla_version, version_row
 from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import (
@@ -49,7 +51,6 @@ from gdn_equiv.targets.fla_target import (
     fla_guard,
     fla_layer_facts,
 )
-from gdn_equiv.targets.fla_versions import CONV_0_5, fla_version, version_row
 
 Tensor = torch.Tensor
 FLA = get_target("fla")

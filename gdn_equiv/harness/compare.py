@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 
 import torch
 
+from gdn_equiv.model.example import Run
+
 Tensor = torch.Tensor
 
 # dtype -> (rtol, atol). The starting values of SPEC §6; no change yet.
@@ -504,3 +506,19 @@ def worst(reports: list[Report], current: Report | None = None) -> Report | None
 
 def _severity(report: Report) -> tuple[bool, float, float]:
     return (not report.ok, report.tol_used, report.max_abs)
+
+
+def assert_run_as_accurate(
+    actual: Run, refs: list[Run], truth: Run, *, paths: tuple[str, str] = ("actual", "reference"), context: Any = None
+) -> None:
+    """Another implementation's run (output, dx, parameter gradients by name, as :func:`run_layer` returns)
+    against the bar of :func:`accuracy_runs`: each tensor no further from the truth than
+    ``ACCURACY_FACTOR`` x the least accurate reference run's (:func:`gdn_equiv.harness.compare.assert_as_accurate`).
+    Gradients are judged for the names ``actual`` carries (none for a forward-only run)."""
+    def judge(value: torch.Tensor | None, bar: list[torch.Tensor | None], true: torch.Tensor | None, name: str) -> None:
+        assert_as_accurate(value, least_accurate(bar, true), true, name=name, paths=paths, context=context)
+
+    judge(actual[0], [r[0] for r in refs], truth[0], "output")
+    judge(actual[1], [r[1] for r in refs], truth[1], "dx")
+    for name, grad in actual[2].items():
+        judge(grad, [r[2][name] for r in refs], truth[2][name], f"d{name}")

@@ -227,8 +227,7 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
     length and seed; ``cu_seqlens`` varlen as packed sequences; an initial state when the example
     continues a populated cache (a padding mask only zeroes inputs: dense here). Returns the call, the
     slots' channel counts and the backend."""
-    from gdn_equiv.model.backends import supported_widths
-    from gdn_equiv.model.conv_ops import supported_activations
+    from gdn_equiv.model.backends import supported_activations, supported_widths
     from gdn_equiv.strategies import ConvCall
 
     config = example.config

@@ -226,14 +226,8 @@ def check_faithful(example: Example, *, defaults: bool = False, layer_cls: type 
     accurate of our same-dtype runs (the project's bar for a whole layer of another implementation:
     :func:`gdn_equiv.model.example.accuracy_runs`). Raises :class:`gdn_equiv.harness.compare.Mismatch` on the first
     tensor past it; returns every compared tensor's distances."""
-    from gdn_equiv.harness.compare import ACCURACY_FACTOR, least_accurate
-    from gdn_equiv.model.example import (
-        accuracy_runs,
-        assert_run_as_accurate,
-        materialize,
-        run_layer,
-        unit_cotangent_backward,
-    )
+    from gdn_equiv.harness.compare import ACCURACY_FACTOR, assert_run_as_accurate, least_accurate
+    from gdn_equiv.model.example import accuracy_runs, materialize, run_layer, unit_cotangent_backward
 
     reason = unfaithful_reason(example.family)
     if reason is not None:

@@ -10,7 +10,6 @@ and the example, or :class:`NotApplicable` when the example does not meet its pr
 from __future__ import annotations
 
 import dataclasses
-import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -599,29 +598,6 @@ class GapNeedlessFallback(UpstreamGap):
 
 class GapNoFusedPrologue(UpstreamGap):
     """The target version has no fused prologue for this family at all (it never fuses; speed only)."""
-
-
-class UpstreamRefused(Exception):
-    """An upstream constructor refused the arguments a family record built from a drawn config: not a
-    finding about the prologue and not gdn-equiv's own error; a search records it and goes on.
-
-    ``family``: the family; ``constructor``: what refused (a class name); ``arguments``: what it was
-    given; ``error``: what it raised (its message is upstream's words)."""
-
-    def __init__(self, family: str, constructor: str, arguments: dict[str, Any], error: BaseException) -> None:
-        self.family, self.constructor, self.arguments, self.error = family, constructor, dict(arguments), error
-        super().__init__(
-            f"{constructor} refused the arguments of a {family!r} config: {type(error).__name__}: {error}; "
-            f"arguments: {self.arguments}"
-        )
-
-    @property
-    def kind(self) -> str:
-        """What identifies the refusal (a search reports each once): the class, the error type and the
-        message with its numbers and addresses masked ("Rotary dimension must be even, got 1" and "got 3"
-        are one rule, whatever the config)."""
-        message = re.sub(r"\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "0x#", str(self.error)))
-        return f"{self.constructor}: {type(self.error).__name__}: {message}"
 
 
 def upstream_example_pins(target: str, **options: Any) -> dict[str, Any]:

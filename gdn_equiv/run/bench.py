@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.targets.fla_versions import fla_version  # the fla rows' label (and the command line's)
+from gdn_equiv.model.fla_versions import fla_version  # the fla rows' label (and the command line's)
 
 Tensor = torch.Tensor
 FORMAT = "gdn-equiv-bench/1"
@@ -268,7 +268,7 @@ def fla_autotune() -> str:
 def fla_fuses(family_name: str) -> bool:
     """Whether the installed fla has a fused prologue for this family (the fla adapter's version
     table), which the adapter can then force."""
-    from gdn_equiv.targets.fla_versions import version_row
+    from gdn_equiv.model.fla_versions import version_row
 
     return version_row().fuses(family_name)
 

@@ -37,6 +37,7 @@ from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.model.guard import Condition
 from gdn_equiv.run.report import Check, Failure, interrupt_pending
+from gdn_equiv.targets import UpstreamRefused
 
 alias_strategies()  # the CLI imports gdn_equiv.strategies from here, installed or not
 
@@ -413,7 +414,7 @@ def search_gaps(
 
     The examples are drawn as the target asks (:func:`gdn_equiv.harness.properties.upstream_example_pins`: fla's
     version, so only configs its classes accept). A constructor that still refuses one
-    (:class:`~gdn_equiv.harness.properties.UpstreamRefused`: a rule the family records miss, a newer upstream)
+    (:class:`~gdn_equiv.targets.UpstreamRefused`: a rule the family records miss, a newer upstream)
     is a row of its own, ``upstream refused``, once per distinct refusal, with the example and upstream's
     message; the example counts as not applicable and the search goes on. The summary row of a search
     that ran no example is ``not reached`` when the budget was spent before it, else ``not exercised``;
@@ -441,13 +442,13 @@ def search_gaps(
     }
     clean = Check(f"P1-{target}-guard-vs-spec", "-", **row)
     found: list[tuple[type, Example]] = []
-    refusals: dict[str, Check] = {}  # by P.UpstreamRefused.kind, in the order first seen
+    refusals: dict[str, Check] = {}  # by UpstreamRefused.kind, in the order first seen
     reported = 0  # refusal rows yielded so far
 
     def spent() -> bool:
         return seconds is not None and clock() - started >= seconds
 
-    def refused(exc: P.UpstreamRefused, example: Example) -> None:
+    def refused(exc: UpstreamRefused, example: Example) -> None:
         clean.not_applicable += 1
         if exc.kind in refusals:
             refusals[exc.kind].examples += 1
@@ -482,7 +483,7 @@ def search_gaps(
             clean.examples += 1
             try:
                 decision = check(example, device=device, target=target, demonstrate=False, **options)
-            except P.UpstreamRefused as exc:
+            except UpstreamRefused as exc:
                 refused(exc, example)
                 return
             except P.UpstreamGap as exc:
@@ -516,7 +517,7 @@ def search_gaps(
             except P.UpstreamGap as shown:
                 shown_kind = type(shown)
                 message = f"{type(shown).__name__}: {shown}"
-            except P.UpstreamRefused as exc:  # built on the run's device, the constructor said no
+            except UpstreamRefused as exc:  # built on the run's device, the constructor said no
                 message = f"{kind.__name__}: not run: {exc}"
             if cut_short:
                 message += " (the time budget ended its shrinking: the example is not minimal)"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def combination_calls(backend: str) -> st.SearchStrategy:
-    from gdn_equiv.model.conv_ops import supported_activations
+    from gdn_equiv.model.backends import supported_activations
 
     lo, hi = supported_widths([backend])
     widths = (lo, min(hi, 4))

@@ -56,7 +56,7 @@ def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
     for packed sequences, initial states only where it supports them (its refusal is checked in
     tests/test_backends_cuda.py); every tensor in any of :data:`LAYOUTS`; every activation both it
     and the torch reference run (registered ones such as relu included)."""
-    from gdn_equiv.model.conv_ops import supported_activations
+    from gdn_equiv.model.backends import supported_activations
 
     lo, hi = supported_widths([backend])
     varlen_state = get_backend(backend).varlen_initial_state
