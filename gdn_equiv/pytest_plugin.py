@@ -20,7 +20,7 @@ why (a run that skipped it would pass having checked nothing it was asked to). `
 every check that calls the kernel under test in a worker process (:mod:`gdn_equiv.harness.isolation`).
 
 The helpers live in :mod:`gdn_equiv.harness.testing`; this module only connects them to pytest hooks.
-Importing it must stay cheap (no torch): pytest imports every installed plugin at start-up.
+pytest imports every installed plugin at start-up: importing this one imports gdn_equiv (torch included).
 """
 
 from __future__ import annotations
@@ -35,8 +35,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from gdn_equiv._source import alias_strategies
-from gdn_equiv.harness import testing
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness import interpreter, isolation, testing
+from gdn_equiv.model.backends import fla_backend, get_backend
+from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
+from gdn_equiv.model.families import parse_families
+from gdn_equiv.targets import get_target
+from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -151,14 +156,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     # Before anything can initialise CUDA: each xdist worker sees one GPU.
     testing.pin_xdist_worker_device()
-    alias_strategies()
     cache = testing.project_triton_cache(config.rootpath, os.environ, gpu=_cuda_available())
     if cache is not None:  # before any kernel compiles; xdist workers inherit it
         os.environ["TRITON_CACHE_DIR"] = cache
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         # no GPU: triton kernels run under the interpreter (set before triton is imported)
         os.environ["TRITON_INTERPRET"] = "1"
-    __import__("gdn_equiv.harness.interpreter").harness.interpreter.make_faithful()  # before any kernel runs (SPEC §10)
+    interpreter.make_faithful()  # before any kernel runs (SPEC §10)
     threads = testing.worker_threads(os.environ)
     if threads is not None:
         import torch
@@ -167,7 +171,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import settings
 
     testing.register_profiles()
-    from gdn_equiv.errors import InvalidArgument
 
     try:
         settings.load_profile(testing.default_profile())
@@ -184,9 +187,6 @@ def _isolate(config: pytest.Config, targets: list[str]) -> None:
     if timeout is not None and not config.getoption("gdn_isolate"):
         raise pytest.UsageError("--gdn-example-timeout needs --gdn-isolate")
     if config.getoption("gdn_isolate"):
-        from gdn_equiv.errors import InvalidArgument
-        from gdn_equiv.harness import isolation
-
         # a fresh worker process lacks what this one did to run fla under the interpreter
         setup = (f"{__name__}:{fla_interpreter_ready.__name__}",) if "fla" in targets and _interpreting() else ()
         try:
@@ -197,8 +197,6 @@ def _isolate(config: pytest.Config, targets: list[str]) -> None:
 
 def _load_backends(config: pytest.Config) -> None:
     """A backend that cannot load (unknown name, import error, wrong signature) stops the run at once."""
-    from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.model.backends import get_backend
 
     for name in _names(config, "gdn_backend", "torch"):
         try:
@@ -216,8 +214,6 @@ def _load_targets(config: pytest.Config) -> list[str]:
 
     ``--fla-core reference`` restates Gated DeltaNet's core only: with the fla target, another family
     would run with fla's core, not the one asked for; refused, as ``gdn-equiv check`` refuses it."""
-    from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.targets import get_target
 
     names = _names(config, "gdn_target", "gdn_equiv")
     for name in names:
@@ -226,8 +222,6 @@ def _load_targets(config: pytest.Config) -> list[str]:
         except InvalidArgument as exc:
             raise pytest.UsageError(f"--gdn-target: {exc}") from exc
     if "fla" in names and fla_core(config) == "reference":
-        from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
-
         other = [f for f in families(config) if f not in REFERENCE_CORE_FAMILIES]
         if other:
             raise pytest.UsageError(
@@ -241,8 +235,6 @@ def _runnable_here(config: pytest.Config, targets: list[str]) -> None:
     """A backend or target that cannot run on this machine ends the session before the first test, with
     exit status 3 and one line naming it and why (SPEC §10): a run that skipped them would pass having
     checked nothing it was asked to check."""
-    from gdn_equiv.model.backends import get_backend
-
     problems = []
     for name in _names(config, "gdn_backend", "torch"):
         reason = get_backend(name).unavailable()
@@ -259,8 +251,6 @@ def _runnable_here(config: pytest.Config, targets: list[str]) -> None:
 def _target_unavailable(config: pytest.Config, name: str) -> str | None:
     """Why ``name``'s layers cannot run here (``None``: they can), and for fla under Triton's interpreter,
     this process made ready for them (:func:`fla_interpreter_ready`)."""
-    from gdn_equiv.targets import get_target
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fla's import warns about deprecations and a missing GPU
         reason = get_target(name).unavailable()
@@ -273,7 +263,6 @@ def _target_unavailable(config: pytest.Config, name: str) -> str | None:
             "fla's own cores do not run under Triton's interpreter (no CUDA device here); --fla-core reference "
             "--gdn-family gated_deltanet runs fla's layer (its guard, prologue, convs and norms) with our core"
         )
-    from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
 
     if os.environ.setdefault(AUTOTUNE_ENV, "first") != "first":
         return f"{AUTOTUNE_ENV}={os.environ[AUTOTUNE_ENV]} asks fla to autotune, which Triton's interpreter cannot"
@@ -283,11 +272,10 @@ def _target_unavailable(config: pytest.Config, name: str) -> str | None:
 
 def fla_interpreter_ready() -> None:
     """fla's Triton kernels made runnable under the interpreter in this process: the conv's autotuned
-    kernels pinned to one config and int32 masks accepted (:func:`gdn_equiv.model.backends.fla_backend.interpreter_ready`);
+    kernels pinned to one config and int32 masks accepted
+    (:func:`gdn_equiv.model.backends.fla_backend.interpreter_ready`);
     the fla target pins the rest of fla's kernels as it builds layers (``GDN_EQUIV_FLA_AUTOTUNE=first``,
     set by the plugin). Each ``--gdn-isolate`` worker calls it too."""
-    from gdn_equiv.model.backends import fla_backend
-
     fla_backend.interpreter_ready(fla_backend.conv_row())
 
 
@@ -302,8 +290,6 @@ def fla_core(config: pytest.Config) -> str:
 
 def families(config: pytest.Config) -> list[str]:
     """The families of ``--gdn-family`` (default: all), checked."""
-    from gdn_equiv.model.families import parse_families
-
     return parse_families(config.getoption("gdn_family") or "all")
 
 

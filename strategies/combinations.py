@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from hypothesis import strategies as st
 
 from .convs import ConvCall
+from .examples import attention_mask_lens, examples
 
 __all__ = [
     "CONV_DIMENSIONS",
@@ -157,8 +158,6 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
     packing, with ``use_cache`` and ``grad`` pinned, then moved into the cell: a length against the q
     conv's width, packed (``cu_seqlens``: a sequence of that length beside another, possibly empty) or
     masked rows, an empty cache or one populated by a prefix."""
-    from .examples import attention_mask_lens
-
     out = []
     for cell in layer_cells():
         pins: dict[str, Any] = {"cache": False, "varlen": False, "use_short_conv": True}
@@ -192,6 +191,4 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
 
 @functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.model.sampling.sampled
 def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any]:
-    from .examples import examples
-
     return examples(fusable=None, **dict(kwargs))

@@ -11,6 +11,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from gdn_equiv.model.conv_ops import activation_names
 from gdn_equiv.model.example import DTYPES
 from gdn_equiv.model.sampling import sampled
 
@@ -223,8 +224,6 @@ def _packed_lens(max_seq_len: int) -> st.SearchStrategy[list[int]]:
 
 
 def _nonempty_activations(activations: Sequence[str | None]) -> Sequence[str | None]:
-    from gdn_equiv.model.conv_ops import activation_names
-
     if not activations:
         raise InvalidArgument("activations must not be empty")
     unknown = [a for a in activations if a not in activation_names()]

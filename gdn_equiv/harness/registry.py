@@ -4,8 +4,9 @@
 the README's table read these records, so the drivers cannot disagree on what a property draws, where it
 applies, how many examples a profile gives it or how a necessity search is budgeted. A record holds:
 
-- ``check``: the property function of one :class:`~gdn_equiv.model.example.Example` in :mod:`gdn_equiv.harness.properties`
-  (``None`` for a P6 necessity search, whose predicate is :func:`gdn_equiv.harness.properties.forced_fusion_error`);
+- ``check``: the property function of one :class:`~gdn_equiv.model.example.Example` in
+  :mod:`gdn_equiv.harness.properties` (``None`` for a P6 necessity search, whose predicate is
+  :func:`gdn_equiv.harness.properties.forced_fusion_error`);
 - ``premise``: the strategy of :class:`Draw` s it runs on; a draw built to meet the premise (``must_apply``)
   that the property calls not applicable is a failure (a guard that refuses what the spec fuses would
   otherwise leave P3/P4 nothing to compare);
@@ -25,14 +26,12 @@ from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
-from gdn_equiv._source import alias_strategies
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.guard import Condition
-
-alias_strategies()  # the drivers import gdn_equiv.strategies through here, installed or not
+from gdn_equiv.strategies import examples, violating
 
 __all__ = [
     "DTYPES",
@@ -144,8 +143,6 @@ def _kwargs(dtype: str | None, max_seq_len: int) -> dict[str, Any]:
 def any_examples(
     backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
 ) -> st.SearchStrategy[Draw]:
-    from gdn_equiv.strategies import examples
-
     drawn = examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
     return drawn.map(lambda e: Draw(e, False))
 
@@ -154,8 +151,6 @@ def any_examples(
 def _no_short_conv(
     backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
 ) -> st.SearchStrategy[Draw]:
-    from gdn_equiv.strategies import examples
-
     kwargs = _kwargs(dtype, max_seq_len)
     drawn = examples(backends=(backend,), fusable=None, use_short_conv=False, family=families, **kwargs)
     return drawn.map(lambda e: Draw(e, True))
@@ -169,8 +164,6 @@ def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
     def premise(
         backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
     ) -> st.SearchStrategy[Draw]:
-        from gdn_equiv.strategies import examples
-
         kwargs = {**_kwargs(dtype, max_seq_len), **({"grad": True} if grad else {})}
         # one condition broken alone, among those the pins leave breakable (one backend: never G5)
         one_reason = examples(backends=(backend,), fusable=False, max_reasons=1, family=families, **kwargs)
@@ -182,8 +175,6 @@ def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
 
 @functools.cache
 def _refused(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> st.SearchStrategy[Draw]:
-    from gdn_equiv.strategies import examples
-
     drawn = examples(backends=(backend,), fusable=False, family=families, **_kwargs(dtype, max_seq_len))
     return drawn.map(lambda e: Draw(e, True))
 
@@ -195,8 +186,6 @@ def _violating(condition: Condition) -> Callable[..., st.SearchStrategy[Draw]]:
     def premise(
         backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
     ) -> st.SearchStrategy[Draw]:
-        from gdn_equiv.strategies import violating
-
         backends = (backend, *_other_builtins(backend)) if condition is Condition.G5 else (backend,)
         per_family = [violating(condition, backends=backends, family=f, max_seq_len=max_seq_len) for f in families]
         return st.one_of(per_family).map(lambda e: Draw(e, False))

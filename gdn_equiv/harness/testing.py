@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gdn_equiv.errors import InvalidArgument
+
 if TYPE_CHECKING:
     import torch
 
@@ -163,8 +165,6 @@ def default_profile(env: Mapping[str, str] = os.environ) -> str:
     if env.get("HYPOTHESIS_PROFILE"):
         name = env["HYPOTHESIS_PROFILE"]
         if name not in PROFILES:
-            from gdn_equiv.errors import InvalidArgument
-
             raise InvalidArgument(
                 f"HYPOTHESIS_PROFILE={name!r} is not a profile; known profiles: {', '.join(PROFILES)}"
             )

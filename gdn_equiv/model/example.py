@@ -19,6 +19,8 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model.cache import Cache
 from gdn_equiv.model.config import CallFacts, ConvSpec, LayerConfig
 from gdn_equiv.model.families import DEFAULT_FAMILY, get_family
+from gdn_equiv.model.fused import FusedPrologue
+from gdn_equiv.model.reference import ShortConv
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 VARLEN_KINDS = ("none", "cu_seqlens", "mask")
@@ -133,8 +135,6 @@ class Inputs:
 def fp64_twin(layer: torch.nn.Module) -> torch.nn.Module:
     """A copy of the reference ``layer`` in fp64 with ``torch`` convs: the truth that cross-implementation
     checks measure accuracy against (:func:`gdn_equiv.harness.compare.assert_as_accurate`)."""
-    from gdn_equiv.model.reference import ShortConv
-
     twin = copy.deepcopy(layer).double()
     for module in twin.modules():
         if isinstance(module, ShortConv):
@@ -303,6 +303,4 @@ def materialize(example: Example, layer: torch.nn.Module, device: str | torch.de
 
 
 def _separate(layer: torch.nn.Module) -> dict[str, Any]:
-    from gdn_equiv.model.fused import FusedPrologue
-
     return {"prologue": "separate"} if isinstance(layer, FusedPrologue) else {}

@@ -26,20 +26,26 @@ from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from gdn_equiv._source import alias_strategies
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.compare import Mismatch, Report, observe, worst
-from gdn_equiv.harness.registry import MAX_SEQ_LEN, Draw, PropertyRecord, get_record, necessity_budget, necessity_name
+from gdn_equiv.harness.registry import (
+    MAX_SEQ_LEN,
+    Draw,
+    PropertyRecord,
+    get_record,
+    necessity_budget,
+    necessity_name,
+    property_records,
+)
 from gdn_equiv.harness.testing import fuzzing
 from gdn_equiv.model.backends import BUILTIN_BACKENDS
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.model.guard import Condition
 from gdn_equiv.run.report import Check, Failure, interrupt_pending
+from gdn_equiv.strategies import examples
 from gdn_equiv.targets import UpstreamRefused
-
-alias_strategies()  # the CLI imports gdn_equiv.strategies from here, installed or not
 
 __all__ = [
     "Check",
@@ -345,8 +351,6 @@ def find_counterexample(
 
 def replayable_functions() -> tuple[str, ...]:
     """The property functions a failure JSON may name (what :func:`replay` will call)."""
-    from gdn_equiv.harness.registry import property_records
-
     return tuple(
         dict.fromkeys(
             (*(r.function for r in property_records()), P.forced_fusion_error.__name__, P.check_target_guard.__name__)
@@ -420,8 +424,6 @@ def search_gaps(
     that ran no example is ``not reached`` when the budget was spent before it, else ``not exercised``;
     one whose every example was refused is ``not exercised``.
     """
-    from gdn_equiv.strategies import examples
-
     pins = P.upstream_example_pins(target, **options)
     # a third of the draws break one guard condition alone: the states where a guard's mistake on that
     # condition shows (another broken condition can make both guards fall back). SPEC §1's two gaps are

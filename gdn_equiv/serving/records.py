@@ -15,14 +15,12 @@ from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
-from gdn_equiv._source import alias_strategies
+from gdn_equiv.harness.registry import Draw
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.planted import PLANTED
-
-alias_strategies()
-from gdn_equiv.strategies import pools  # noqa: E402
+from gdn_equiv.strategies import pools
 
 __all__ = ["SERVING", "EngineCase", "adapter", "not_applicable"]
 
@@ -71,8 +69,6 @@ def _check(prop: Callable[[EngineAdapter, Any], None]) -> Callable[..., Ran]:
 def _premise(cases: Callable[[EngineAdapter], st.SearchStrategy[Any]]) -> Callable[..., st.SearchStrategy[Any]]:
     @functools.cache
     def premise(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> Any:
-        from gdn_equiv.harness.registry import Draw  # the registry imports this module: its type, at draw time
-
         return cases(adapter(backend)).map(lambda c: Draw(EngineCase(backend, c), False))  # type: ignore[arg-type]
 
     return premise

@@ -13,13 +13,10 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv._source import alias_strategies
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.engines import engine_adapters
-
-alias_strategies()
-from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases  # noqa: E402
+from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
 
 ENGINES = engine_adapters()
 

@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
+from gdn_equiv.harness import properties as P
 from gdn_equiv.harness import registry
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
-from gdn_equiv.model.guard import Condition
+from gdn_equiv.model.example import build_layer
+from gdn_equiv.model.guard import Condition, decide
 from gdn_equiv.run import runner
 from gdn_equiv.run.report import FAILING, UNREACHED, Check, ReportWriter, merge
 
@@ -126,7 +128,6 @@ def test_one_profile_table() -> None:
 def test_a_row_that_compared_nothing_is_not_a_pass() -> None:
     """All drawn examples inapplicable: not exercised; a budget gone before the first: not reached; an
     example built to apply that did not: a failure."""
-    from gdn_equiv.harness import properties as P
 
     def never(example: object, **_: object) -> None:
         raise P.NotApplicable("planted")
@@ -143,8 +144,6 @@ def test_a_row_that_compared_nothing_is_not_a_pass() -> None:
 
 
 def test_a_necessity_row_on_a_built_in_backend_that_finds_nothing_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gdn_equiv.harness import properties as P
-
     monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
     check = runner.find_counterexample(Condition.G8, "torch", max_examples=3, shrink=False)
     assert check.result == "FAIL" and "known to be necessary" in check.failure
@@ -161,8 +160,6 @@ def test_records_and_rows_are_frozen() -> None:
 
 
 def test_every_example_property_splits_by_dtype_and_names_a_replayable_function() -> None:
-    from gdn_equiv.harness import properties as P
-
     for record in registry.property_records():
         assert record.per_dtype, record.name
         assert getattr(P, record.function) is record.check
@@ -189,9 +186,6 @@ def test_each_premise_draws_what_its_record_says(name: str) -> None:
     apply are states the spec fuses (P4's with gradients), P5's are states it refuses, the no-short-conv
     row's layers have none, and every draw is of the row's backend, family and dtype."""
     from hypothesis import find
-
-    from gdn_equiv.model.example import build_layer
-    from gdn_equiv.model.guard import decide
 
     record = registry.get_record(name)
     strategy = record.strategy("torch", "kda", "float16", max_seq_len=8)

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from gdn_equiv._source import entry_point_specs
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.model.backends.base import (
     Backend,
@@ -80,8 +81,6 @@ def _load_object(spec: str) -> object:
 
 
 def _entry_point_specs() -> dict[str, str]:
-    from gdn_equiv._source import entry_point_specs
-
     return entry_point_specs("gdn_equiv.backends")
 
 

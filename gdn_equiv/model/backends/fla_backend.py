@@ -53,6 +53,7 @@ import torch
 
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.model.backends.base import Backend
+from gdn_equiv.model.fla_versions import fla_version, version_row
 
 if TYPE_CHECKING:
     from gdn_equiv.model.fla_versions import FlaConv
@@ -72,14 +73,10 @@ def _interpreting() -> bool:
 def conv_row(version: str | None = None) -> FlaConv:
     """The conv of ``version``'s row (default: the installed fla); :class:`InvalidArgument` naming the
     version and the known ones otherwise."""
-    from gdn_equiv.model.fla_versions import version_row
-
     return version_row(version).conv
 
 
 def _version() -> str | None:
-    from gdn_equiv.model.fla_versions import fla_version
-
     return fla_version()
 
 

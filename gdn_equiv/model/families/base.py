@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.model.config import LayerConfig
 from gdn_equiv.model.fla_versions import FlaRule, FlaRules, fla_refusal
+from gdn_equiv.model.fused import fused_variant
 from gdn_equiv.model.reference import ShortConvLayer
 
 
@@ -142,8 +143,6 @@ class Family:
 
     @property
     def fused_cls(self) -> type[ShortConvLayer]:
-        from gdn_equiv.model.fused import fused_variant
-
         return fused_variant(self.layer_cls)  # type: ignore[arg-type]  # classes hash; mypy sees nn.Module.__hash__
 
     @property

@@ -34,9 +34,28 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from gdn_equiv.harness import registry
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness import coverage, interpreter, isolation, registry, testing
+from gdn_equiv.harness.interpreter import describe
 from gdn_equiv.harness.testing import PROFILES
-from gdn_equiv.model.families import DEFAULT_FAMILY
+from gdn_equiv.model.backends import available_backends, get_backend, known_backends
+from gdn_equiv.model.families import DEFAULT_FAMILY, fla_only_families, get_family, known_families, parse_families
+from gdn_equiv.run import bench, runner
+from gdn_equiv.run.report import (
+    INTERNAL_ERROR_FILE,
+    Check,
+    InvalidFailureFile,
+    ReportWriter,
+    caused_by_interrupt,
+    clear_interrupts,
+    format_table,
+    note_interrupt,
+    read_failure,
+    stdout_closed,
+)
+from gdn_equiv.run.runner import default_device, without_seed_hints
+from gdn_equiv.targets import get_target
+from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
 
 if TYPE_CHECKING:
     from gdn_equiv.model.guard import Condition
@@ -175,8 +194,6 @@ def _device(name: str, flag: str = "--device") -> str:
 def _backends(option: str, *, flag: str = "--backend", baselines: tuple[str, ...] = ()) -> list[str]:
     """Each comma-separated name (or ``module:attr`` spec) loaded and asked whether it can run here,
     so that a typo costs a second, not a run of failing rows."""
-    from gdn_equiv.model.backends import get_backend, known_backends
-
     names = [n.strip() for n in option.split(",")]
     if not option.strip() or not all(names):
         raise UsageError(
@@ -198,8 +215,6 @@ def _backends(option: str, *, flag: str = "--backend", baselines: tuple[str, ...
 
 def _families(option: str, *, fla_only: bool = False) -> list[str]:
     """``--family``: in-house families; with ``fla_only`` (``--target fla``) the fla-only ones too."""
-    from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.model.families import parse_families
 
     try:
         return parse_families(option, fla_only=fla_only)
@@ -273,8 +288,6 @@ def _make_dirs(outputs: dict[str, Path | None]) -> None:
 def _target_problem(target: str) -> str | None:
     """Why ``target`` cannot be run here, or ``None`` (for fla: not installed, or a version its
     adapter's table does not know, named with the known ones)."""
-    from gdn_equiv.targets import get_target
-
     return get_target(target).unavailable()
 
 
@@ -310,8 +323,6 @@ def plan_run(args: argparse.Namespace) -> Plan:
         target_options = {"core": args.fla_core or "fla"} if args.target == "fla" else {}
         families = _families(args.family if args.family is not None else DEFAULT_FAMILY, fla_only=args.target == "fla")
         if args.fla_core == "reference":
-            from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
-
             other = [f for f in families if f not in REFERENCE_CORE_FAMILIES]
             if other:  # refused here, not at the first gap found (H200, 2026-12-04: every non-GDN demo failed)
                 raise UsageError(
@@ -369,8 +380,6 @@ def plan_run(args: argparse.Namespace) -> Plan:
 def ledger_rows(plan: Plan) -> list[Check]:
     """The ledger: every row the plan asks for, in run order; a row that cannot run here carries its
     ``n/a`` result and reason (SPEC §10)."""
-    from gdn_equiv.run.report import Check
-
     if plan.target != "gdn_equiv":
         name = f"P1-{plan.target}-guard-vs-spec"
         options = {k: str(v) for k, v in plan.target_options.items()}
@@ -393,8 +402,6 @@ def ledger_rows(plan: Plan) -> list[Check]:
 
 def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, float | None]:
     """``--isolate`` (default: on when a backend is a plug-in) and ``--example-timeout``, checked."""
-    from gdn_equiv.harness import isolation
-
     timeout = args.example_timeout
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UsageError(f"--example-timeout must be a finite number of seconds > 0, got {timeout}")
@@ -430,8 +437,6 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
     """Each asked row's result as it finishes (with each further kind of failure as a row of its own).
     With a ``deadline`` (fuzz) every row gets a share: row i may run until ``start + (i + 1) x budget /
     rows``, so time a quick row leaves passes to the next, and no row is left without one."""
-    from gdn_equiv.run import runner
-
     if plan.target != "gdn_equiv":
         # one gap search per family; a time budget is shared out evenly over the families left
         for i, family in enumerate(plan.families):
@@ -490,8 +495,6 @@ def _progress(check: Check) -> None:
 
 
 def _writer(plan: Plan) -> ReportWriter:
-    from gdn_equiv.run.report import ReportWriter
-
     plan.meta = {
         "mode": plan.command,
         "target": plan.target,
@@ -519,15 +522,11 @@ def _database(plan: Plan) -> object:
 def _run(plan: Plan, header: str, deadline: float | None = None) -> int:
     """Run the plan's rows and compute the exit status from the ledger: 0 only when every asked row
     ran at least one applicable example (or cannot be asked here, with the reason) and none failed."""
-    from gdn_equiv.run.runner import without_seed_hints
-
     with without_seed_hints():
         return _run_ledger(plan, header, deadline)
 
 
 def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
-    from gdn_equiv.harness import isolation
-    from gdn_equiv.harness.interpreter import describe
 
     started = time.perf_counter()
     print(header, flush=True)
@@ -560,7 +559,6 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
         writer.meta["seconds"] = round(time.perf_counter() - started, 1)
         summary = writer.finish("complete")
     rows = writer.rows
-    from gdn_equiv.run.report import format_table
 
     print()
     print(format_table(rows))
@@ -617,8 +615,6 @@ class ReproPlan:
 
 
 def plan_repro(args: argparse.Namespace) -> ReproPlan:
-    from gdn_equiv.run import runner
-    from gdn_equiv.run.report import InvalidFailureFile, read_failure
 
     try:
         failure = read_failure(Path(args.file), functions=runner.replayable_functions())
@@ -640,8 +636,6 @@ def plan_repro(args: argparse.Namespace) -> ReproPlan:
 
 
 def cmd_repro(plan: ReproPlan) -> int:
-    from gdn_equiv.run import runner
-
     return runner.replay(plan.failure)
 
 
@@ -689,7 +683,6 @@ def _bench_fla_problem(what: str, device: str, families: list[str]) -> str | Non
             f"{_one_line(reason)}; without the adapter fla's path could be forced only by patching fla, so this "
             "fla is timed by 'bench prologue' only"
         )
-    from gdn_equiv.run import bench
 
     if not any(bench.fla_fuses(f) for f in families):
         chosen = ",".join(families)
@@ -701,9 +694,6 @@ def plan_bench(args: argparse.Namespace) -> Any:
     """``bench`` arguments, every one checked; fla and the plot are left out with a note where they
     cannot run and were not asked for by name."""
     import torch
-
-    from gdn_equiv.model.backends import available_backends
-    from gdn_equiv.run import bench
 
     what = args.what
     if args.from_report is not None:
@@ -801,8 +791,6 @@ _BENCH_RUN_OPTIONS = ("family", "backend", "dtype", "iters", "warmup", "shape", 
 def _bench_replay(args: argparse.Namespace) -> BenchReplay:
     import json
 
-    from gdn_equiv.run import bench
-
     given = [f"--{name}" for name in _BENCH_RUN_OPTIONS if getattr(args, name) is not None]
     if args.quick:
         given.append("--quick")
@@ -829,8 +817,6 @@ def _bench_replay(args: argparse.Namespace) -> BenchReplay:
 def _plot_unless_matplotlib_missing(args: argparse.Namespace, path: Path | None) -> Path | None:
     """``path``, or None (the plot skipped) where matplotlib is missing and no ``--plot`` asked for one;
     an explicit ``--plot`` without matplotlib is refused."""
-    from gdn_equiv.run import bench
-
     if matplotlib_missing := bench.matplotlib_missing():
         if args.plot is not None:
             raise EnvironmentProblem(f"--plot {args.plot!r}: {matplotlib_missing}")
@@ -839,8 +825,6 @@ def _plot_unless_matplotlib_missing(args: argparse.Namespace, path: Path | None)
 
 
 def cmd_bench(plan: Any) -> int:
-    from gdn_equiv.run import bench
-
     if isinstance(plan, BenchReplay):
         print(f"gdn-equiv bench: {plan.source} ({plan.report.get('status')}, {len(plan.report['rows'])} rows)")
         print()
@@ -864,8 +848,6 @@ def cmd_bench(plan: Any) -> int:
 
 def _bench_outcome(report: dict[str, Any], plot: Path | None, json_path: Path | None) -> int:
     """The plot, the report's path, the findings and the exit status of a bench report."""
-    from gdn_equiv.run import bench
-
     if plot is not None:
         bench.write_plot(report, plot)
         print(f"plot: {plot}")
@@ -883,8 +865,6 @@ def _bench_outcome(report: dict[str, Any], plot: Path | None, json_path: Path | 
 def cmd_families(args: argparse.Namespace) -> int:
     """One aligned row per family: its fla layer, mask handling, conv channels and activations (for its
     default config), the targets that run it, and what it computes."""
-    from gdn_equiv.model.families import fla_only_families, get_family, known_families
-
     fla_only = fla_only_families()
     rows = [["family", "fla layer", "mask", "q / k / v channels", "activation", "targets", "what it is"]]
     for name in [*known_families(), *fla_only]:
@@ -927,8 +907,6 @@ def plan_coverage(args: argparse.Namespace) -> CoveragePlan:
     """``coverage`` arguments: ``--observed`` (default: Hypothesis' own ``observed`` directory) read in
     full, so a missing directory, one without test cases or a line that is not JSON is refused before
     anything is printed."""
-    from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.harness import coverage
 
     observed = args.observed
     if observed is None:  # where Hypothesis writes: its storage directory, .hypothesis unless set
@@ -947,8 +925,6 @@ def cmd_coverage(plan: CoveragePlan) -> int:
     reached. Without it the report only informs: a rare region (1,025+ channels is one conformance draw in
     75 on a CPU) can miss one randomized ``ci`` run without anything being wrong."""
     import json
-
-    from gdn_equiv.harness import coverage
 
     tally = coverage.tally(plan.observations)
     print(coverage.format_report(tally))
@@ -1140,8 +1116,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _prepare_process(args: argparse.Namespace) -> None:
     if hasattr(args, "device") and args.device is None:
-        from gdn_equiv.run.runner import default_device
-
         args.device = default_device()
     if getattr(args, "device", "cpu") == "cpu":
         import torch
@@ -1152,7 +1126,7 @@ def _prepare_process(args: argparse.Namespace) -> None:
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")
         torch.set_num_threads(1)  # examples are tiny; threads cost more than they give
-    __import__("gdn_equiv.harness.interpreter").harness.interpreter.make_faithful()  # before any kernel runs (SPEC §10)
+    interpreter.make_faithful()  # before any kernel runs (SPEC §10)
 
 
 @contextmanager
@@ -1161,7 +1135,6 @@ def _signals_as_interrupt() -> Iterator[None]:
     raises ``KeyboardInterrupt`` and is remembered, so the runners stop before their next example even
     if that exception was swallowed on its way up (seen once under load: a fuzz run went on for 30 s
     after its SIGINT)."""
-    from gdn_equiv.run.report import clear_interrupts, note_interrupt
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         note_interrupt(signum)
@@ -1190,8 +1163,6 @@ def _hypothesis_profile(name: str | None) -> Iterator[None]:
         return
     from hypothesis import settings
 
-    from gdn_equiv.harness import testing
-
     testing.register_profiles()
     previous = settings.get_current_profile_name()
     settings.load_profile(name)
@@ -1202,8 +1173,6 @@ def _hypothesis_profile(name: str | None) -> Iterator[None]:
 
 
 def _save_traceback(report: Path) -> Path | None:
-    from gdn_equiv.run.report import INTERNAL_ERROR_FILE
-
     try:
         report.mkdir(parents=True, exist_ok=True)
         path = report / INTERNAL_ERROR_FILE
@@ -1231,8 +1200,6 @@ def _report_so_far(command: str, report: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gdn_equiv.run.report import caused_by_interrupt, stdout_closed
-
     parser = build_parser()
     args = parser.parse_args(argv)  # a malformed option exits with argparse's own status 2
     prog = f"gdn-equiv {args.command}"
