@@ -410,14 +410,15 @@ def test_fla_only_families_are_fla_target_names_only(capsys: pytest.CaptureFixtu
     ``gdn-equiv families`` lists the seven marked fla-only."""
     from gdn_equiv.model.families import parse_families
     from gdn_equiv.run import cli
+    from gdn_equiv.run.cli import common as cli_common
 
     assert len(parse_families("all", fla_only=True)) == 12 and parse_families("all") == known_families()
     assert parse_families("abc,gdn2", fla_only=True) == ["abc", "gdn2"]
-    with pytest.raises(cli.UsageError, match=r"--family 'gdn2'.*fla-only.*--target fla.*gated_deltanet"):
-        cli._families("gdn2")
-    with pytest.raises(cli.UsageError, match=r"unknown family 'gdn3'.*gated_deltanet.*abc"):
-        cli._families("gdn3", fla_only=True)
-    assert cli.main(["families"]) == cli.EXIT_OK
+    with pytest.raises(cli_common.UsageError, match=r"--family 'gdn2'.*fla-only.*--target fla.*gated_deltanet"):
+        cli_common._families("gdn2")
+    with pytest.raises(cli_common.UsageError, match=r"unknown family 'gdn3'.*gated_deltanet.*abc"):
+        cli_common._families("gdn3", fla_only=True)
+    assert cli.main(["families"]) == cli_common.EXIT_OK
     marked = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "[fla-only" in line]
     assert marked == fla_only_families()
 

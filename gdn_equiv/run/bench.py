@@ -86,7 +86,7 @@ QUICK_WARMUP = {"layer": 1, "prologue": 1}
 
 @dataclass
 class BenchPlan:
-    """A ``bench`` run with every argument checked (by :func:`gdn_equiv.run.cli.plan_bench`)."""
+    """A ``bench`` run with every argument checked (by :func:`gdn_equiv.run.cli.bench.plan_bench`)."""
 
     what: str
     families: list[str]
