@@ -13,7 +13,9 @@ except the importer's own packages, which are already loading). ``strategies/`` 
 The rules (``--check``):
 - no circles: no two modules reach each other through their imports, wherever in the file they sit;
 - no upward arrows: a module imports only its own room or a lower one (:data:`LAYERS`);
-- no function-local imports of the project's own modules: a file's header shows what it depends on.
+- no function-local imports of the project's own modules: a file's header shows what it depends on; except
+  a module that itself imports an optional extra (:data:`EXTRAS`) at its top, imported lazily with a comment
+  saying so (``# lazily: ...``) on the line of the import or the one above.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 
+#: the optional extras (pyproject's extras and plug-in engines): a module that imports one at its top may be
+#: imported lazily, so that gdn_equiv runs without the extra
+EXTRAS = {"triton", "fla", "causal_conv1d", "vllm", "sglang", "redis", "matplotlib", "hypofuzz"}
+
+
 @dataclass(frozen=True)
 class Import:
     importer: str
@@ -58,6 +65,7 @@ class Picture:
     floors: int = 0
     upward: list[tuple[Import, str, str]] = field(default_factory=list)
     in_function: list[Import] = field(default_factory=list)
+    lazy_extras: list[Import] = field(default_factory=list)
 
     def rooms(self) -> dict[str, int]:
         """Modules per package (``gdn_equiv.model.families`` and ``gdn_equiv.model`` apart)."""
@@ -142,8 +150,16 @@ def picture(root: Path = ROOT) -> Picture:
     modules = set(files)
     packages = {m for m, p in files.items() if p.name == "__init__.py"}
     edges: list[Import] = []
+    sources: dict[str, list[str]] = {}
+    extra_bound: set[str] = set()
     for module, path in files.items():
-        tree = ast.parse(path.read_text(), str(path))
+        text = path.read_text()
+        sources[module] = text.splitlines()
+        tree = ast.parse(text, str(path))
+        for node, in_function in _imports(tree):
+            roots = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not in_function and not getattr(node, "level", 0) and any(r.split(".")[0] in EXTRAS for r in roots):
+                extra_bound.add(module)
         own_packages = {module.rsplit(".", i)[0] for i in range(1, module.count(".") + 1)} | {module}
         for node, in_function in _imports(tree):
             for target in _resolve(module, module in packages, node, modules):
@@ -159,9 +175,14 @@ def picture(root: Path = ROOT) -> Picture:
         graph[e.importer].add(e.target)
     pic.circles = _circles(sorted(modules), graph)
     pic.floors = _floors(sorted(modules), graph, pic.circles)
-    for e in edges:
+    for e in edges:  # one arrow per import statement (not one more per package __init__ it also runs)
         lo, hi = layer_of(e.importer), layer_of(e.target)
-        if hi is not None and lo is not None and hi > lo:
+        if (
+            hi is not None
+            and lo is not None
+            and hi > lo
+            and not any(u.importer == e.importer and u.line == e.line for u, _, _ in pic.upward)
+        ):
             pic.upward.append((e, room_of(e.importer), room_of(e.target)))
     # function-local imports are counted once per import statement, not per package __init__ it also runs
     seen = set()
@@ -169,7 +190,11 @@ def picture(root: Path = ROOT) -> Picture:
     for e in edges:
         if e.in_function and (e.importer, e.line) not in seen:
             seen.add((e.importer, e.line))
-            pic.in_function.append(e)
+            said = " ".join(sources[e.importer][max(0, e.line - 2) : e.line])
+            if e.target in extra_bound and "# lazily" in said:
+                pic.lazy_extras.append(e)
+            else:
+                pic.in_function.append(e)
     return pic
 
 
@@ -266,6 +291,7 @@ def summary(pic: Picture) -> dict[str, object]:
         "floors": pic.floors,
         "upward_arrows": [f"{e.importer}:{e.line} -> {e.target} ({lo} -> {hi})" for e, lo, hi in pic.upward],
         "in_function_imports": len(pic.in_function),
+        "lazy_extra_imports": [f"{e.importer}:{e.line} -> {e.target}" for e in pic.lazy_extras],
         "in_function_by_module": dict(sorted(_count(e.importer for e in pic.in_function).items())),
     }
 
@@ -313,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"function-local imports of the project's own modules: {len(pic.in_function)}")
     for m, n in s["in_function_by_module"].items():  # type: ignore[attr-defined]
         print(f"  {m:40} {n}")
+    print(f"lazy imports of modules that import an optional extra (allowed, with a comment): {len(pic.lazy_extras)}")
+    for e in pic.lazy_extras:
+        print(f"  {e.importer}:{e.line} -> {e.target}")
     return 0
 
 

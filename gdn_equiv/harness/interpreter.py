@@ -26,8 +26,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from gdn_equiv.harness import _interpreter_kernels as kernels
-
 __all__ = ["describe", "make_faithful", "probe"]
 
 NAN = -1  # expected bits meaning "any NaN": GPUs and torch disagree on the NaN they produce
@@ -143,6 +141,8 @@ def _mismatches() -> dict[str, str]:
     interpreter = _triton()
     if interpreter is None:
         return {}
+    # lazily: the probe kernels import triton, an optional extra
+    from gdn_equiv.harness import _interpreter_kernels as kernels
 
     found: dict[str, str] = {}
     for what, name, src_dtype, dst_dtype, cases in CHECKS:

@@ -45,7 +45,6 @@ from types import ModuleType
 import torch
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.backends import _triton_kernels
 from gdn_equiv.model.backends.base import Backend, compute_dtype, token_sequence_ids
 from gdn_equiv.model.conv_ops import apply_activation, canonical_activation
 
@@ -146,6 +145,9 @@ def unavailable() -> str | None:
 def _kernels() -> ModuleType:
     global _KERNELS
     if _KERNELS is None:
+        # lazily: the kernels module imports triton, an optional extra
+        from gdn_equiv.model.backends import _triton_kernels
+
         _KERNELS = _triton_kernels
     return _KERNELS
 
