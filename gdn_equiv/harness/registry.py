@@ -26,12 +26,12 @@ from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
+from gdn_equiv import strategies  # read per draw (strategies.examples), so that a replaced strategy is used
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.strategies import examples, violating
 
 __all__ = [
     "DTYPES",
@@ -143,7 +143,7 @@ def _kwargs(dtype: str | None, max_seq_len: int) -> dict[str, Any]:
 def any_examples(
     backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
 ) -> st.SearchStrategy[Draw]:
-    drawn = examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
+    drawn = strategies.examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
     return drawn.map(lambda e: Draw(e, False))
 
 
@@ -152,7 +152,7 @@ def _no_short_conv(
     backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
 ) -> st.SearchStrategy[Draw]:
     kwargs = _kwargs(dtype, max_seq_len)
-    drawn = examples(backends=(backend,), fusable=None, use_short_conv=False, family=families, **kwargs)
+    drawn = strategies.examples(backends=(backend,), fusable=None, use_short_conv=False, family=families, **kwargs)
     return drawn.map(lambda e: Draw(e, True))
 
 
@@ -166,8 +166,10 @@ def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
     ) -> st.SearchStrategy[Draw]:
         kwargs = {**_kwargs(dtype, max_seq_len), **({"grad": True} if grad else {})}
         # one condition broken alone, among those the pins leave breakable (one backend: never G5)
-        one_reason = examples(backends=(backend,), fusable=False, max_reasons=1, family=families, **kwargs)
-        fusable = examples(backends=(backend,), fusable=True, family=families, **kwargs).map(lambda e: Draw(e, True))
+        one_reason = strategies.examples(backends=(backend,), fusable=False, max_reasons=1, family=families, **kwargs)
+        fusable = strategies.examples(backends=(backend,), fusable=True, family=families, **kwargs).map(
+            lambda e: Draw(e, True)
+        )
         return st.one_of(fusable, fusable, one_reason.map(lambda e: Draw(e, False)))
 
     return premise
@@ -175,7 +177,7 @@ def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
 
 @functools.cache
 def _refused(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> st.SearchStrategy[Draw]:
-    drawn = examples(backends=(backend,), fusable=False, family=families, **_kwargs(dtype, max_seq_len))
+    drawn = strategies.examples(backends=(backend,), fusable=False, family=families, **_kwargs(dtype, max_seq_len))
     return drawn.map(lambda e: Draw(e, True))
 
 
@@ -187,7 +189,9 @@ def _violating(condition: Condition) -> Callable[..., st.SearchStrategy[Draw]]:
         backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
     ) -> st.SearchStrategy[Draw]:
         backends = (backend, *_other_builtins(backend)) if condition is Condition.G5 else (backend,)
-        per_family = [violating(condition, backends=backends, family=f, max_seq_len=max_seq_len) for f in families]
+        per_family = [
+            strategies.violating(condition, backends=backends, family=f, max_seq_len=max_seq_len) for f in families
+        ]
         return st.one_of(per_family).map(lambda e: Draw(e, False))
 
     return premise

@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from gdn_equiv import targets  # targets.get_target read per call: a test plants a defect through it
 from gdn_equiv.model.backends import get_backend
 from gdn_equiv.model.backends.fla_backend import _module, autotune_mode, conv_row
 from gdn_equiv.model.example import Example
@@ -56,7 +57,6 @@ from gdn_equiv.model.fla_versions import (
     version_row,
 )
 from gdn_equiv.run.report import caused_by_interrupt, interrupt_pending
-from gdn_equiv.targets import get_target
 
 Tensor = torch.Tensor
 FORMAT = "gdn-equiv-bench/1"
@@ -280,7 +280,7 @@ def _layer_subject(
 
     config = family_config(family_name, quick, backend)
     example = Example(config=config, family=family_name, dtype=dtype, batch=B, seq_len=T, grad=True, train=True)
-    handle = get_target(target_name).build(example, device)
+    handle = targets.get_target(target_name).build(example, device)
     inputs = handle.inputs()
     x = inputs.x.requires_grad_()
     dy = _randn(tuple(x.shape), _generator(device), device, x.dtype)
@@ -319,7 +319,7 @@ def _layer_subject(
                     del calls[path, "fwd_bwd"]
                 meta["note"] = f"{why}; no fwd+bwd timing (the reference core restates Gated DeltaNet's only)"
             else:
-                handles["fwd_bwd"] = get_target("fla", core="reference").build(example, device)
+                handles["fwd_bwd"] = targets.get_target("fla", core="reference").build(example, device)
                 grad_of["fwd_bwd"] = [x, *_parameters(handles["fwd_bwd"].layer)]
                 meta["core"] = "fla; fwd+bwd: the reference core inside fla's layer"
                 meta["note"] = why

@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
+from gdn_equiv.model import fla_versions  # fla_versions.fla_version read per call (tests plant a version)
 from gdn_equiv.model.backends.base import Backend
-from gdn_equiv.model.fla_versions import fla_version, version_row
 
 if TYPE_CHECKING:
     from gdn_equiv.model.fla_versions import FlaConv
@@ -73,11 +73,11 @@ def _interpreting() -> bool:
 def conv_row(version: str | None = None) -> FlaConv:
     """The conv of ``version``'s row (default: the installed fla); :class:`InvalidArgument` naming the
     version and the known ones otherwise."""
-    return version_row(version).conv
+    return fla_versions.version_row(version).conv
 
 
 def _version() -> str | None:
-    return fla_version()
+    return fla_versions.fla_version()
 
 
 def _module(path: str) -> ModuleType:

@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gdn_equiv.model.families import fla_only_families, get_family, known_families
+from gdn_equiv.model import families as registry  # registry.get_family read per call (a test plants a failing one)
 from gdn_equiv.run.cli.common import EXIT_OK, _one_line, subcommand
 
 
 def cmd_families(args: argparse.Namespace) -> int:
     """One aligned row per family: its fla layer, mask handling, conv channels and activations (for its
     default config), the targets that run it, and what it computes."""
-    fla_only = fla_only_families()
+    fla_only = registry.fla_only_families()
     rows = [["family", "fla layer", "mask", "q / k / v channels", "activation", "targets", "what it is"]]
-    for name in [*known_families(), *fla_only]:
+    for name in [*registry.known_families(), *fla_only]:
         try:
-            family: Any = get_family(name)
+            family: Any = registry.get_family(name)
         except ImportError as exc:  # a family whose module (or its extra) is not installed
             rows.append([name, "-", "-", "-", "-", "-", f"cannot be loaded here: {_one_line(str(exc))}"])
             continue
