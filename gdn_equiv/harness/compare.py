@@ -513,9 +513,10 @@ def assert_run_as_accurate(
     actual: Run, refs: list[Run], truth: Run, *, paths: tuple[str, str] = ("actual", "reference"), context: Any = None
 ) -> None:
     """Another implementation's run (output, dx, parameter gradients by name, as :func:`run_layer` returns)
-    against the bar of :func:`accuracy_runs`: each tensor no further from the truth than
-    ``ACCURACY_FACTOR`` x the least accurate reference run's (:func:`gdn_equiv.harness.compare.assert_as_accurate`).
+    against the bar of :func:`gdn_equiv.model.example.accuracy_runs`: each tensor no further from the truth
+    than ``ACCURACY_FACTOR`` x the least accurate reference run's (:func:`assert_as_accurate`).
     Gradients are judged for the names ``actual`` carries (none for a forward-only run)."""
+
     def judge(value: torch.Tensor | None, bar: list[torch.Tensor | None], true: torch.Tensor | None, name: str) -> None:
         assert_as_accurate(value, least_accurate(bar, true), true, name=name, paths=paths, context=context)
 
