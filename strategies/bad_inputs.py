@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
+from gdn_equiv import strategies  # strategies.examples read per draw: the package (still loading here) holds it
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.bad_input import KINDS, PROLOGUES, BadCall, applies
 from gdn_equiv.model.example import Example
-from gdn_equiv.strategies import examples
 
 
 @st.composite
@@ -32,7 +32,7 @@ def bad_calls(
     kind = draw(st.sampled_from(kinds))
     needs = KINDS[kind].needs.split()
     example: Example = draw(
-        examples(
+        strategies.examples(
             backends=backends,
             family=family,
             max_seq_len=max_seq_len,

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
+from gdn_equiv import strategies  # strategies.examples read per draw: the package (still loading here) holds it
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model.backends import available_backends, supported_widths
 from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.strategies import examples
 
 _OTHER_DTYPE = {"float32": "float64", "float64": "float32", "float16": "float32", "bfloat16": "float32"}
 
@@ -38,7 +38,9 @@ def violating(
     Shrinks towards the smallest fusable example with the smallest change: q's conv is the one
     changed, towards no bias and no cache.
     """
-    base: Example = draw(examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len, family=family))
+    base: Example = draw(
+        strategies.examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len, family=family)
+    )
     c = base.config
     name = draw(st.sampled_from(c.SLOTS))
     if condition is Condition.G1:

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from gdn_equiv.model.example import Example
-    from gdn_equiv.strategies import ConvCall
 
 
 def _forward(call: ConvCall, tensors: dict, backend: str, *, final: bool = True):
