@@ -1,6 +1,6 @@
 """The wheel users install holds every package of the tree.
 
-A wheel built at 933dd7e lacked ``gdn_equiv.families`` (pyproject.toml then listed the packages by hand):
+A wheel built at 933dd7e lacked the families subpackage (pyproject.toml then listed the packages by hand):
 ``pip install .`` gave ``ModuleNotFoundError`` while the editable install CI used worked. setup.py now finds
 them (``strategies/`` installs as ``gdn_equiv.strategies``, pyproject's package-dir). Here the wheel is built
 as ``pip install .`` builds it, offline, from a copy of the tree (an in-tree build leaves ``build/lib``, whose
