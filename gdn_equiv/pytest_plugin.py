@@ -10,18 +10,19 @@ already did). Installed in an environment, the plugin stays passive for unrelate
 only adds its command-line options. It switches on (profiles, xdist GPU pinning, the triton
 interpreter without a GPU, NaN poisoning of fresh CUDA memory, skips for ``gpu``/``fla``/
 ``cuda_backend`` tests, the example-count line) when the run asks for it: ``--gdn-backend`` or
-``--gdn-target`` or ``--gdn-engine`` given, a test path inside the ``gdn_equiv`` package (``--pyargs gdn_equiv.suite``),
-or ``gdn_equiv_suite = true`` in the ini file (as this repository's ``pyproject.toml`` does).
+``--gdn-target`` or ``--gdn-serving-engine`` given, a test path inside the ``gdn_equiv`` package
+(``--pyargs gdn_equiv.suite``), or ``gdn_equiv_suite = true`` in the ini file (as this repository's
+``pyproject.toml`` does).
 
 Switched on, it keeps SPEC §10's verdict promises before the first test: names (``--gdn-backend``,
-``--gdn-target``, ``--gdn-family``, ``--gdn-engine``) are checked (an unknown one is pytest's usage error),
+``--gdn-target``, ``--gdn-family``, ``--gdn-serving-engine``) are checked (an unknown one is pytest's usage error),
 and a backend, target or serving engine that cannot run on this machine ends the session with status 3 and
 one line naming it and why (a run that skipped it would pass having checked nothing it was asked to).
 ``--gdn-isolate`` runs every check that calls the kernel under test in a worker process
 (:mod:`gdn_equiv.harness.isolation`).
 
 The helpers live in :mod:`gdn_equiv.harness.testing`; this module only connects them to pytest hooks.
-Importing it must stay cheap (no torch): pytest imports every installed plugin at start-up.
+pytest imports every installed plugin at start-up: importing this one imports gdn_equiv (torch included).
 """
 
 from __future__ import annotations
@@ -37,12 +38,22 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from gdn_equiv.harness import testing
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness import interpreter, isolation, testing
+from gdn_equiv.model.backends import fla_backend, get_backend
+from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
+from gdn_equiv.model.families import parse_families
+from gdn_equiv.targets import get_target
+from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hypothesis.utils.dynamicvariables import DynamicVariable
+from gdn_equiv.run import fuzz_engines
+from gdn_equiv.run.fuzz_engines import hypofuzz_compat
+from gdn_equiv.serving.engines import engine_adapters
+from gdn_equiv.serving.records import engine_paths, not_applicable
 
 MARKERS = {
     "gpu": "needs a CUDA device (skipped with a reason without one)",
@@ -128,7 +139,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --gdn-isolate: an example running longer fails and its worker is killed (default 60)",
     )
     group.addoption(
-        "--gdn-engine",
+        "--gdn-serving-engine",
         default=None,
         help="comma list of serving engines the S1-S7 tests (gdn_equiv.suite.test_serving) run on: reference "
         "(the in-house pool), vllm, sglang (each path its version table lists) or one path (vllm-cpu-torch, "
@@ -148,7 +159,7 @@ def wanted(config: pytest.Config) -> bool:
     """Whether this run is a gdn-equiv run (see the module docstring)."""
     if config.getini("gdn_equiv_suite"):
         return True
-    if any(config.getoption(o) is not None for o in ("gdn_backend", "gdn_target", "gdn_engine")):
+    if any(config.getoption(o) is not None for o in ("gdn_backend", "gdn_target", "gdn_serving_engine")):
         return True
     return any(_SUITE_ARG.search(str(arg).split("::")[0]) for arg in config.args)
 
@@ -172,7 +183,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         # no GPU: triton kernels run under the interpreter (set before triton is imported)
         os.environ["TRITON_INTERPRET"] = "1"
-    __import__("gdn_equiv.harness.interpreter").harness.interpreter.make_faithful()  # before any kernel runs (SPEC §10)
+    interpreter.make_faithful()  # before any kernel runs (SPEC §10)
     threads = testing.worker_threads(os.environ)
     if threads is not None:
         import torch
@@ -181,7 +192,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import settings
 
     testing.register_profiles()
-    from gdn_equiv.errors import InvalidArgument
 
     try:
         settings.load_profile(testing.default_profile())
@@ -190,7 +200,6 @@ def pytest_configure(config: pytest.Config) -> None:
     _use_database(config)
     if "hypofuzz" in sys.modules and sys.modules["hypofuzz"].detection.in_hypofuzz_run():
         # a HypoFuzz worker started some other way than fork keeps no patch of its parent's
-        from gdn_equiv.fuzz_engines import hypofuzz_compat
 
         hypofuzz_compat()
     _load_backends(config)
@@ -209,9 +218,6 @@ def _use_database(config: pytest.Config) -> None:
         return
     from hypothesis import settings
 
-    from gdn_equiv import fuzz_engines
-    from gdn_equiv.errors import InvalidArgument
-
     try:
         database = fuzz_engines.open_database(value)
     except InvalidArgument as exc:
@@ -226,9 +232,6 @@ def _isolate(config: pytest.Config, targets: list[str]) -> None:
     if timeout is not None and not config.getoption("gdn_isolate"):
         raise pytest.UsageError("--gdn-example-timeout needs --gdn-isolate")
     if config.getoption("gdn_isolate"):
-        from gdn_equiv.errors import InvalidArgument
-        from gdn_equiv.harness import isolation
-
         # a fresh worker process lacks what this one did to run fla under the interpreter
         setup = (f"{__name__}:{fla_interpreter_ready.__name__}",) if "fla" in targets and _interpreting() else ()
         try:
@@ -239,8 +242,6 @@ def _isolate(config: pytest.Config, targets: list[str]) -> None:
 
 def _load_backends(config: pytest.Config) -> None:
     """A backend that cannot load (unknown name, import error, wrong signature) stops the run at once."""
-    from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.model.backends import get_backend
 
     for name in _names(config, "gdn_backend", "torch"):
         try:
@@ -258,8 +259,6 @@ def _load_targets(config: pytest.Config) -> list[str]:
 
     ``--fla-core reference`` restates Gated DeltaNet's core only: with the fla target, another family
     would run with fla's core, not the one asked for; refused, as ``gdn-equiv check`` refuses it."""
-    from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.targets import get_target
 
     names = _names(config, "gdn_target", "gdn_equiv")
     for name in names:
@@ -268,8 +267,6 @@ def _load_targets(config: pytest.Config) -> list[str]:
         except InvalidArgument as exc:
             raise pytest.UsageError(f"--gdn-target: {exc}") from exc
     if "fla" in names and fla_core(config) == "reference":
-        from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
-
         other = [f for f in families(config) if f not in REFERENCE_CORE_FAMILIES]
         if other:
             raise pytest.UsageError(
@@ -280,38 +277,34 @@ def _load_targets(config: pytest.Config) -> list[str]:
 
 
 def _load_engines(config: pytest.Config) -> dict[str, list[str]]:
-    """``--gdn-engine``: each name known (else a usage error naming the known ones), with its engine paths."""
-    if config.getoption("gdn_engine") is None:
+    """``--gdn-serving-engine``: each name known (else a usage error naming the known ones), with its engine paths."""
+    if config.getoption("gdn_serving_engine") is None:
         return {}
-    from gdn_equiv.serving.records import engine_paths
 
     asked = {}
-    for name in _names(config, "gdn_engine", "reference"):
+    for name in _names(config, "gdn_serving_engine", "reference"):
         try:
             asked[name] = engine_paths(name)
         except KeyError as exc:
-            raise pytest.UsageError(f"--gdn-engine: {exc.args[0]}") from None
+            raise pytest.UsageError(f"--gdn-serving-engine: {exc.args[0]}") from None
     return asked
 
 
 def serving_engines(config: pytest.Config) -> list[str]:
-    """The engine paths the serving tests run on: those of ``--gdn-engine`` (checked at configure time), else
+    """The engine paths the serving tests run on: those of ``--gdn-serving-engine`` (checked at configure time), else
     every path the version tables list (the reference first)."""
-    if config.getoption("gdn_engine") is None:
-        from gdn_equiv.serving.engines import engine_adapters
-
+    if config.getoption("gdn_serving_engine") is None:
         return [a.name for a in engine_adapters()]
-    from gdn_equiv.serving.records import engine_paths
 
-    return list(dict.fromkeys(p for name in _names(config, "gdn_engine", "reference") for p in engine_paths(name)))
+    return list(
+        dict.fromkeys(p for name in _names(config, "gdn_serving_engine", "reference") for p in engine_paths(name))
+    )
 
 
 def _runnable_here(config: pytest.Config, targets: list[str], engines: dict[str, list[str]]) -> None:
     """A backend or target that cannot run on this machine ends the session before the first test, with
     exit status 3 and one line naming it and why (SPEC §10): a run that skipped them would pass having
     checked nothing it was asked to check."""
-    from gdn_equiv.model.backends import get_backend
-
     problems = []
     for name in _names(config, "gdn_backend", "torch"):
         reason = get_backend(name).unavailable()
@@ -322,14 +315,12 @@ def _runnable_here(config: pytest.Config, targets: list[str], engines: dict[str,
         if reason is not None:
             problems.append(f"--gdn-target {name!r} cannot run here: {reason}")
     if engines:
-        from gdn_equiv.serving.records import not_applicable
-
         for name, paths in engines.items():
             # an engine is asked when one of its paths runs here; the others' tests skip with their reasons
             reasons = {p: not_applicable(p) for p in paths}
             if all(reasons.values()):
                 why = "; ".join(f"{p}: {r}" for p, r in reasons.items()) if len(paths) > 1 else reasons[paths[0]]
-                problems.append(f"--gdn-engine {name!r} cannot run here: {why}")
+                problems.append(f"--gdn-serving-engine {name!r} cannot run here: {why}")
     if problems:
         pytest.exit("gdn-equiv: " + "; ".join(" ".join(p.split()) for p in problems), returncode=3)
 
@@ -337,8 +328,6 @@ def _runnable_here(config: pytest.Config, targets: list[str], engines: dict[str,
 def _target_unavailable(config: pytest.Config, name: str) -> str | None:
     """Why ``name``'s layers cannot run here (``None``: they can), and for fla under Triton's interpreter,
     this process made ready for them (:func:`fla_interpreter_ready`)."""
-    from gdn_equiv.targets import get_target
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fla's import warns about deprecations and a missing GPU
         reason = get_target(name).unavailable()
@@ -351,7 +340,6 @@ def _target_unavailable(config: pytest.Config, name: str) -> str | None:
             "fla's own cores do not run under Triton's interpreter (no CUDA device here); --fla-core reference "
             "--gdn-family gated_deltanet runs fla's layer (its guard, prologue, convs and norms) with our core"
         )
-    from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
 
     if os.environ.setdefault(AUTOTUNE_ENV, "first") != "first":
         return f"{AUTOTUNE_ENV}={os.environ[AUTOTUNE_ENV]} asks fla to autotune, which Triton's interpreter cannot"
@@ -361,11 +349,10 @@ def _target_unavailable(config: pytest.Config, name: str) -> str | None:
 
 def fla_interpreter_ready() -> None:
     """fla's Triton kernels made runnable under the interpreter in this process: the conv's autotuned
-    kernels pinned to one config and int32 masks accepted (:func:`gdn_equiv.model.backends.fla_backend.interpreter_ready`);
+    kernels pinned to one config and int32 masks accepted
+    (:func:`gdn_equiv.model.backends.fla_backend.interpreter_ready`);
     the fla target pins the rest of fla's kernels as it builds layers (``GDN_EQUIV_FLA_AUTOTUNE=first``,
     set by the plugin). Each ``--gdn-isolate`` worker calls it too."""
-    from gdn_equiv.model.backends import fla_backend
-
     fla_backend.interpreter_ready(fla_backend.conv_row())
 
 
@@ -380,8 +367,6 @@ def fla_core(config: pytest.Config) -> str:
 
 def families(config: pytest.Config) -> list[str]:
     """The families of ``--gdn-family`` (default: all), checked."""
-    from gdn_equiv.model.families import parse_families
-
     return parse_families(config.getoption("gdn_family") or "all")
 
 
@@ -404,9 +389,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gdn_families" in metafunc.fixturenames and metafunc.config.getoption("gdn_split_families"):
         names = families(metafunc.config)
         metafunc.parametrize("gdn_families", [(n,) for n in names], ids=names, scope="session")
-    if "gdn_engine" in metafunc.fixturenames:
+    if "gdn_serving_engine" in metafunc.fixturenames:
         names = serving_engines(metafunc.config)
-        metafunc.parametrize("gdn_engine", names, ids=names, indirect=True, scope="module")
+        metafunc.parametrize("gdn_serving_engine", names, ids=names, indirect=True, scope="module")
     if "gdn_family" in metafunc.fixturenames:
         names = families(metafunc.config)
         metafunc.parametrize("gdn_family", names, ids=names, scope="session")
@@ -427,8 +412,8 @@ def gdn_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def gdn_engine(request: pytest.FixtureRequest) -> str:
-    """A serving engine path (``--gdn-engine``, default every path): the serving tests' adapter by name."""
+def gdn_serving_engine(request: pytest.FixtureRequest) -> str:
+    """A serving engine path (``--gdn-serving-engine``, default every path): the serving tests' adapter by name."""
     return cast("str", request.param)
 
 

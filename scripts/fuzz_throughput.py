@@ -28,11 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from gdn_equiv import fuzz_engines
+from gdn_equiv.run import fuzz_engines
 
 ASK = ["--family", "gated_deltanet", "--dtype", "float32", "--no-isolate"]
 #: the planted backends P2-P5 catch, with the property that catches each
-DEFECTS = {"gdn_equiv.planted:wide_rounding": "P3-forward-exact"}
+DEFECTS = {"gdn_equiv.harness.planted:wide_rounding": "P3-forward-exact"}
 GATE = ["P2-path-taken", "P2-no-short-conv", "P3-forward-exact", "P4-gradients", "P5-fallback-exact"]
 
 

@@ -47,7 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # target -> the tests of the whole tree that exercise it ("tree"); "suite" is the installed gate
 PRESETS: dict[str, tuple[str, list[str]]] = {
-    "guard": ("gdn_equiv/model/guard.py", ["tests/test_guard.py", "tests/test_teeth.py", "tests/test_fused_equivalence.py"]),
+    "guard": (
+        "gdn_equiv/model/guard.py",
+        ["tests/test_guard.py", "tests/test_teeth.py", "tests/test_fused_equivalence.py"],
+    ),
     "fused": (
         "gdn_equiv/model/fused.py",
         ["tests/test_fused_equivalence.py", "tests/test_teeth.py", "tests/test_families.py"],

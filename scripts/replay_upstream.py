@@ -167,7 +167,7 @@ def install(python: str, wheels: list[Path], site: Path) -> None:
 
 # ---- what the run adds to the backend, from outside it ---------------------------------------
 
-# The fla-triton backend (gdn_equiv/model/backends/fla_backend.py, through gdn_equiv/targets/fla_versions.py)
+# The fla-triton backend (gdn_equiv/model/backends/fla_backend.py, through gdn_equiv/model/fla_versions.py)
 # matches fla versions exactly, and a build
 # here says 0.5.2+<label>. A build whose tree has every module of a known row's conv layout runs under
 # that row: a -p plugin written into the run directory adds the build's version to the table with the
@@ -177,7 +177,7 @@ def install(python: str, wheels: list[Path], site: Path) -> None:
 _PLUGIN = """# written by scripts/replay_upstream.py (see its comments): run fla {version} under row {row!r}
 import dataclasses
 
-from gdn_equiv.targets import fla_versions
+from gdn_equiv.model import fla_versions
 
 _table = fla_versions.VERSIONS
 if {version!r} not in _table:
@@ -203,7 +203,7 @@ def pytest_collection_modifyitems(config, items):
 def conv_layouts(python: str) -> dict[str, list[str]]:
     """The backend's version table: version -> the module paths its row names (read from the tree)."""
     code = (
-        "import dataclasses, json; from gdn_equiv.targets.fla_versions import VERSIONS as V;"
+        "import dataclasses, json; from gdn_equiv.model.fla_versions import VERSIONS as V;"
         "print(json.dumps({k: [m for m in dataclasses.asdict(r.conv).values() if isinstance(m, str)] "
         "for k, r in V.items()}))"
     )

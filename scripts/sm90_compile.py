@@ -33,7 +33,7 @@ from pathlib import Path
 import triton
 from triton.backends.compiler import GPUTarget
 
-KERNELS = Path(__file__).resolve().parents[1] / "gdn_equiv" / "backends" / "_triton_kernels.py"
+KERNELS = Path(__file__).resolve().parents[1] / "gdn_equiv" / "model" / "backends" / "_triton_kernels.py"
 BACKEND = KERNELS.with_name("triton_backend.py")
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
+from gdn_equiv import strategies  # strategies.examples read per draw: the package (still loading here) holds it
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.bad_input import KINDS, PROLOGUES, BadCall, applies
 from gdn_equiv.model.example import Example
@@ -24,8 +25,6 @@ def bad_calls(
     """A :class:`BadCall`: a kind from ``kinds`` (default: every kind of :data:`KINDS`), an example
     meeting its premise (a populated cache for cached-state kinds, short convs for conv kinds), a
     prologue and the corruption's own choice. Shrinks towards the first kind, ``auto``, pick 0."""
-    from gdn_equiv.strategies import examples
-
     kinds = list(KINDS) if kinds is None else list(kinds)
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown or not kinds:
@@ -33,7 +32,7 @@ def bad_calls(
     kind = draw(st.sampled_from(kinds))
     needs = KINDS[kind].needs.split()
     example: Example = draw(
-        examples(
+        strategies.examples(
             backends=backends,
             family=family,
             max_seq_len=max_seq_len,

@@ -7,9 +7,6 @@ the 120 cells of :data:`CONV_DIMENSIONS` is missed by a 60-example run more ofte
 drawn base call (channels, width, dtype, bias, activation, layouts, seed) is run in *every* cell
 (:func:`conv_cells`), the cell's length drawn inside its region. Reach is then a property of the
 construction, measured by the combination tables of ``gdn-equiv coverage``.
-
-Also: :func:`draw_scale`, the input scale of a layer example, with the all-zero input a deliberate edge
-case at :data:`ZERO_SCALE_RATE` (at a quarter of the draws, ``x == 0`` hid every conv tap).
 """
 
 from __future__ import annotations
@@ -18,30 +15,23 @@ import dataclasses
 import functools
 import itertools
 import random
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
-from gdn_equiv.harness.testing import sampled
-
 from .convs import ConvCall
+from .examples import attention_mask_lens, examples
 
 __all__ = [
     "CONV_DIMENSIONS",
     "LAYER_DIMENSIONS",
-    "ZERO_SCALE_RATE",
     "Cell",
     "cell_call",
     "conv_cells",
-    "draw_scale",
     "feasible",
     "layer_cell_examples",
     "layer_cells",
 ]
-
-#: the input scale 0 (x == 0: every conv tap multiplies zero) as an edge case, not a quarter of the draws
-ZERO_SCALE_RATE = 0.05
 
 #: the dimensions whose every combination a run reaches, with their regions in the coverage report's
 #: names (:func:`gdn_equiv.harness.coverage.conv_call_regions`)
@@ -146,20 +136,6 @@ def conv_cells(
     return out
 
 
-def draw_scale(draw: st.DrawFn, scales: Sequence[float]) -> float:
-    """An input scale from ``scales``: 0 (when listed) at :data:`ZERO_SCALE_RATE`, the others uniformly;
-    shrinks towards the first non-zero one."""
-    nonzero = [s for s in scales if s != 0]
-    if not nonzero:
-        return 0.0
-    if len(nonzero) == len(scales):
-        return draw(sampled(nonzero))
-    # one choice, zero last among repeated non-zero scales: a coin for zero first (rare()) left the
-    # shrinker short of the smallest example (seq_len 6, bf16 instead of 1, fp32)
-    repeat = max(1, round((1 - ZERO_SCALE_RATE) / ZERO_SCALE_RATE / len(nonzero)))
-    return draw(sampled([s for s in nonzero for _ in range(repeat)] + [0.0]))
-
-
 #: the layer dimensions whose every combination a run reaches (:func:`layer_cells`), in the coverage
 #: report's names (:func:`gdn_equiv.harness.coverage.example_regions`)
 LAYER_DIMENSIONS: dict[str, tuple[str, ...]] = {
@@ -182,8 +158,6 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
     packing, with ``use_cache`` and ``grad`` pinned, then moved into the cell: a length against the q
     conv's width, packed (``cu_seqlens``: a sequence of that length beside another, possibly empty) or
     masked rows, an empty cache or one populated by a prefix."""
-    from .examples import attention_mask_lens
-
     out = []
     for cell in layer_cells():
         pins: dict[str, Any] = {"cache": False, "varlen": False, "use_short_conv": True}
@@ -215,8 +189,6 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
     return out
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.harness.testing.sampled
+@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.model.sampling.sampled
 def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any]:
-    from .examples import examples
-
     return examples(fusable=None, **dict(kwargs))

@@ -11,8 +11,9 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.harness.testing import sampled
+from gdn_equiv.model.conv_ops import activation_names
 from gdn_equiv.model.example import DTYPES
+from gdn_equiv.model.sampling import sampled
 
 #: How a tensor of a call is laid out in memory (:func:`apply_layout`); the first is the default and
 #: where shrinking goes.
@@ -185,7 +186,7 @@ def conv_calls(
     calls carry no initial state. ``layouts`` are the memory layouts (:data:`LAYOUTS`) each tensor of
     :data:`LAYOUT_TENSORS` may be drawn in, independently (inputs and cotangents); they shrink to
     contiguous, and one draw in three keeps every tensor contiguous. ``activations`` are drawn from
-    (give :func:`gdn_equiv.model.conv_ops.supported_activations` of the backends compared: registered ones
+    (give :func:`gdn_equiv.model.backends.supported_activations` of the backends compared: registered ones
     such as ``relu`` only where every one runs them); they shrink to the first. With
     ``mixed_precision``, one call in four holds its weight and bias in another of ``dtypes`` than x
     (:attr:`ConvCall.param_dtype`; shrinks to none)."""
@@ -216,15 +217,13 @@ def conv_calls(
     )
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per bound: see gdn_equiv.harness.testing.sampled
+@functools.lru_cache(maxsize=256)  # one strategy per bound: see gdn_equiv.model.sampling.sampled
 def _packed_lens(max_seq_len: int) -> st.SearchStrategy[list[int]]:
     """1 to 4 packed sequences of up to ``max_seq_len`` tokens, at least one token in all."""
     return st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)
 
 
 def _nonempty_activations(activations: Sequence[str | None]) -> Sequence[str | None]:
-    from gdn_equiv.model.conv_ops import activation_names
-
     if not activations:
         raise InvalidArgument("activations must not be empty")
     unknown = [a for a in activations if a not in activation_names()]

@@ -43,7 +43,7 @@ def rare(p: float) -> st.SearchStrategy[bool]:
     return _rare(round(p * 1000))
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per probability: see gdn_equiv.harness.testing.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per probability: see gdn_equiv.model.sampling.sampled
 def _rare(permille: int) -> st.SearchStrategy[bool]:
     threshold = 1000 - permille
     return st.integers(0, 999).map(lambda n: n >= threshold)
@@ -104,7 +104,7 @@ def extras_strategy(channels: Sequence[int]) -> st.SearchStrategy[tuple[tuple[st
 
 # one module-level composite: a composite defined inside the function was decorated again on every
 # layer draw (Hypothesis builds a signature-preserving wrapper each time), ~8 ms of a ~30 ms draw
-@functools.lru_cache(maxsize=1024)  # one strategy per channels: see gdn_equiv.harness.testing.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per channels: see gdn_equiv.model.sampling.sampled
 @st.composite
 def _extras(draw: st.DrawFn, channels: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
     facts = registered_conv_facts()

@@ -10,12 +10,13 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.harness.testing import sampled
+from gdn_equiv.model.backends import supported_activations, supported_widths
 from gdn_equiv.model.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_activation
 from gdn_equiv.model.conv_ops import conv_facts as registered_conv_facts
-from gdn_equiv.model.conv_ops import supported_activations
 from gdn_equiv.model.families import DEFAULT_FAMILY, get_family, is_fla_only
+from gdn_equiv.model.fla_versions import VERSIONS
 from gdn_equiv.model.guard import Condition
+from gdn_equiv.model.sampling import sampled
 
 from .facts import DTYPE_NAMES, _nonempty, extras_strategy, rare
 
@@ -175,13 +176,11 @@ def layer_configs(
     if fusable_convs is not None and use_short_conv is False:
         raise InvalidArgument("fusable_convs needs short convs; got use_short_conv=False")
     # e.g. causal-conv1d runs widths 2-4 only: draw what every chosen backend supports
-    from gdn_equiv.model.backends import supported_widths
 
     lo, hi = supported_widths(tuple(backends))
     min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)
     if min_conv_size > max_conv_size:
         raise InvalidArgument(f"no conv size in range is supported by all of {backends} (widths {lo}..{hi})")
-    from gdn_equiv.targets.fla_versions import VERSIONS  # the rows whose constructors the records key
 
     if fla_version is not None and fla_version not in VERSIONS:
         raise InvalidArgument(

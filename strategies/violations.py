@@ -6,9 +6,12 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
+from gdn_equiv import strategies  # strategies.examples read per draw: the package (still loading here) holds it
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.backends import available_backends, supported_widths
 from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
+from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition
 
 _OTHER_DTYPE = {"float32": "float64", "float64": "float32", "float16": "float32", "bfloat16": "float32"}
@@ -35,9 +38,9 @@ def violating(
     Shrinks towards the smallest fusable example with the smallest change: q's conv is the one
     changed, towards no bias and no cache.
     """
-    from gdn_equiv.strategies import examples
-
-    base: Example = draw(examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len, family=family))
+    base: Example = draw(
+        strategies.examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len, family=family)
+    )
     c = base.config
     name = draw(st.sampled_from(c.SLOTS))
     if condition is Condition.G1:
@@ -48,7 +51,6 @@ def violating(
         return replace(base, cache=draw(st.sampled_from(["none", "empty"])), use_cache=True)
     if condition is Condition.G4:
         # a dense-mask family keeps a masked batch dense (still fusable): only cu_seqlens break G4
-        from gdn_equiv.model.families import get_family
 
         if get_family(base.family).mask == "dense" or draw(st.booleans()):
             lens = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4))
@@ -62,8 +64,6 @@ def violating(
         lens = tuple(draw(st.integers(0, base.seq_len)) for _ in range(base.batch))
         return replace(base, varlen="mask", seq_lens=lens, pad_side=draw(st.sampled_from(["right", "left"])))
     if condition is Condition.G5:
-        from gdn_equiv.model.backends import available_backends
-
         current = c.conv_backend
         # the backends named after the first; else any available one
         others = [b for b in (backends[1:] or available_backends()) if b != current]
@@ -75,8 +75,6 @@ def violating(
         other = None if current in ("silu", "swish") else "silu"
         return _with_conv(base, name, activation=other)
     if condition is Condition.G7:
-        from gdn_equiv.model.backends import supported_widths
-
         size = c.slot_kernel_size(name)
         lo, hi = supported_widths(backends)
         sizes = [w for w in range(max(lo, 2), min(hi, 6) + 1) if w != size]

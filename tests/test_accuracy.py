@@ -23,13 +23,12 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch, assert_run_as_accurate
 from gdn_equiv.model.backends import Backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.example import (
     Example,
     accuracy_runs,
-    assert_run_as_accurate,
     build_layer,
     materialize,
     run_layer,

@@ -18,7 +18,7 @@ from hypothesis.errors import NoSuchExample
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.testing import count_example
-from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update
+from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update, supported_activations
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.config import CONV_ACTIVATIONS, CallFacts, ConvSpec, canonical_activation
 from gdn_equiv.model.conv_ops import (
@@ -27,7 +27,6 @@ from gdn_equiv.model.conv_ops import (
     get_activation,
     l2_norm_heads,
     register_activation,
-    supported_activations,
     unregister_activation,
 )
 from gdn_equiv.model.example import Example, build_layer

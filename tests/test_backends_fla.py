@@ -23,6 +23,7 @@ from hypothesis import find
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model import fla_versions
 from gdn_equiv.model.backends import (
     Backend,
     causal_conv1d,
@@ -36,7 +37,6 @@ from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
-from gdn_equiv.targets import fla_versions
 
 SEARCH = first_hit()
 FLA_TRITON_REASON = fb.TRITON.unavailable()

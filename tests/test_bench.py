@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from gdn_equiv.run import bench
-from gdn_equiv.run.cli import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
+from gdn_equiv.run.cli import main
+from gdn_equiv.run.cli.common import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 QUICK = ["--quick", "--iters", "2", "--warmup", "0"]
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None

@@ -28,6 +28,8 @@ from gdn_equiv.harness import properties as P
 from gdn_equiv.harness import registry
 from gdn_equiv.harness.registry import any_examples
 from gdn_equiv.run import cli, runner
+from gdn_equiv.run.cli import check as cli_check
+from gdn_equiv.run.cli import common as cli_common
 from gdn_equiv.run.report import Check, ReportWriter
 
 PLANTED = textwrap.dedent(
@@ -172,7 +174,7 @@ USAGE_ERRORS = {
 @pytest.mark.parametrize("argv, message", list(USAGE_ERRORS.values()), ids=list(USAGE_ERRORS))
 def test_bad_argument_is_refused_before_any_example(gdn, tmp_path, argv, message) -> None:
     status, out, err = gdn(*argv)
-    assert status == cli.EXIT_USAGE, (out, err)
+    assert status == cli_common.EXIT_USAGE, (out, err)
     assert message in _one_line(err)
     assert not (tmp_path / REPORT).exists() and "examples" not in out, out
 
@@ -180,7 +182,7 @@ def test_bad_argument_is_refused_before_any_example(gdn, tmp_path, argv, message
 def test_unknown_hypothesis_profile_in_the_environment_is_refused(gdn, monkeypatch) -> None:
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "nosuch")
     status, _, err = gdn("check", "--examples", "1", "--max-seq-len", "4", "--dtype", "float32", "--skip-necessity")
-    assert status == cli.EXIT_USAGE
+    assert status == cli_common.EXIT_USAGE
     assert "HYPOTHESIS_PROFILE='nosuch' is not a profile; known profiles: ci, dev, fuzz, gpu" in _one_line(err)
 
 
@@ -189,7 +191,7 @@ def test_unknown_hypothesis_profile_in_the_environment_is_refused(gdn, monkeypat
 
 def test_backend_that_cannot_run_here_is_an_environment_problem(gdn, planted) -> None:
     status, _, err = gdn("check", *TINY, "--backend", "planted_kernels:needs_an_extra")
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     assert "'planted_kernels:needs_an_extra' cannot run here: needs the frobnicator extra" in _one_line(err)
 
 
@@ -201,7 +203,7 @@ def test_missing_extra_is_an_environment_problem(gdn) -> None:
     else:
         pytest.skip("causal-conv1d is installed here")
     status, _, err = gdn("check", *TINY, "--backend", "cuda")
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     assert "--backend 'cuda' cannot run here: the causal-conv1d package is not installed" in _one_line(err)
 
 
@@ -211,25 +213,25 @@ def test_absent_device_is_an_environment_problem(gdn) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     status, _, err = gdn("check", *TINY, "--device", "cuda")
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     assert "--device 'cuda': no CUDA device here" in _one_line(err)
 
 
 def test_fla_target_without_fla_is_an_environment_problem(gdn, monkeypatch) -> None:
-    from gdn_equiv.targets import fla_versions
+    from gdn_equiv.model import fla_versions
 
     monkeypatch.setattr(fla_versions, "fla_version", lambda: None)
     status, _, err = gdn("check", "--target", "fla", "--examples", "1")
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     assert "--target fla: flash-linear-attention is not installed" in _one_line(err)
 
 
 def test_fla_version_the_adapter_does_not_know_is_an_environment_problem(gdn, monkeypatch) -> None:
-    from gdn_equiv.targets import fla_versions
+    from gdn_equiv.model import fla_versions
 
     monkeypatch.setattr(fla_versions, "fla_version", lambda: "0.5.1")
     status, _, err = gdn("check", "--target", "fla", "--examples", "1")
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     line = _one_line(err)
     assert "fla 0.5.1 is not a version the fla adapter knows; known versions: 0.6.0, 0.5.2+pr977, 0.5.2" in line
 
@@ -243,7 +245,7 @@ def test_internal_error_saves_its_traceback_in_the_report(gdn, tmp_path, monkeyp
 
     monkeypatch.setattr(runner, "run_property", broken)
     status, _, err = gdn("check", *TINY)
-    assert status == cli.EXIT_INTERNAL
+    assert status == cli_common.EXIT_INTERNAL
     line = _one_line(err)
     assert "internal error: RuntimeError: planted internal error" in line and "internal-error.txt" in line
     saved = (tmp_path / REPORT / "internal-error.txt").read_text()
@@ -269,7 +271,7 @@ def test_families_lists_every_known_family(gdn) -> None:
     from gdn_equiv.model.families import known_families
 
     status, out, _ = gdn("families")
-    assert status == cli.EXIT_OK
+    assert status == cli_common.EXIT_OK
     for name in known_families():
         assert name in out
 
@@ -294,7 +296,7 @@ def test_family_option_reaches_every_row(gdn, tmp_path, monkeypatch) -> None:
         "check", "--family", "all", "--examples", "1", "--dtype", "float32", "--property", "P3-forward-exact",
         "--property", "P6-necessity-G8", "--junit-xml", "junit.xml",
     )  # fmt: skip
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     families = known_families()
     assert seen == [(n, f) for f in families for n in ("P3-forward-exact", "P6-G8")]
     rows = _summary(tmp_path)["checks"]
@@ -334,7 +336,7 @@ def test_property_with_no_applicable_example_is_not_exercised_and_fails(gdn, tmp
     record = dataclasses.replace(registry.get_record("P3-forward-exact"), check=never_applies, premise=any_examples)
     monkeypatch.setitem(registry.records(), "P3-forward-exact", record)
     status, out, _ = gdn("check", *TINY, "--examples", "2", "--property", "P3-forward-exact")
-    assert status == cli.EXIT_FAILED
+    assert status == cli_common.EXIT_FAILED
     assert "NOT EXERCISED P3-forward-exact[torch-float32]" in out and "planted: never applies" in out
     assert [r["result"] for r in _summary(tmp_path)["checks"]] == ["not exercised"]
 
@@ -350,7 +352,7 @@ def test_an_example_built_to_meet_the_premise_that_does_not_is_a_failure(gdn, tm
     record = dataclasses.replace(registry.get_record("P3-forward-exact"), check=never_applies)
     monkeypatch.setitem(registry.records(), "P3-forward-exact", record)
     status, out, _ = gdn("check", *TINY, "--examples", "5", "--property", "P3-forward-exact")
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert "FAIL P3-forward-exact[torch-float32]" in out and "built to meet the property's premise" in out
     assert [r["result"] for r in _summary(tmp_path)["checks"]] == ["FAIL"]
 
@@ -362,7 +364,7 @@ def test_necessity_search_where_the_separate_path_breaks_is_a_finding(gdn, tmp_p
         "check", "--profile", "dev", "--max-seq-len", "4", "--backend", "planted_kernels:always_raises",
         "--property", "P6-necessity-G8", "--necessity-examples", "3",
     )  # fmt: skip
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert "FAIL P6-necessity-G8" in out and "separate (production) path raised" in out
     (row,) = _summary(tmp_path)["checks"]
     assert row["result"] == "FAIL" and row["example"] is not None
@@ -377,7 +379,7 @@ def test_necessity_search_with_no_applicable_example_is_not_exercised_and_fails(
     record = dataclasses.replace(registry.get_record("P6-necessity-G8"), premise=lambda *_: fusable)
     monkeypatch.setitem(registry.records(), "P6-necessity-G8", record)
     status, out, _ = gdn("check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3")
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert "NOT EXERCISED P6-necessity-G8" in out and "none found" not in out
     (row,) = _summary(tmp_path)["checks"]
     assert row["result"] == "not exercised" and row["examples"] == row["not_applicable"] > 0
@@ -390,7 +392,7 @@ def test_necessity_search_that_finds_nothing_fails_on_a_built_in_backend(gdn, tm
 
     monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
     status, out, _ = gdn("check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3")
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert re.search(r"no state where forcing fusion is wrong in [1-9]\d* applicable states on the built-in", out), out
     (row,) = _summary(tmp_path)["checks"]
     assert row["result"] == "FAIL"
@@ -405,7 +407,7 @@ def test_necessity_search_that_finds_nothing_on_a_plug_in_says_so(gdn, tmp_path,
         "check", *TINY[:-1], "--property", "P6-necessity-G8", "--necessity-examples", "3", "--backend",
         "planted_kernels:correct", "--no-isolate",
     )  # fmt: skip
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     assert re.search(
         r"none found: P6-necessity-G8\[.*\]: G8 is not needed for this kernel: no counterexample in [1-9]", out
     )
@@ -422,17 +424,17 @@ def test_fuzz_saves_its_finding_and_the_next_check_replays_it_first(gdn, tmp_pat
     must not delete it (each row has its own database key)."""
     p7 = ["--property", "P7-backend-vs-torch", "--backend", NO_BIAS, *TINY]
     status, out, _ = gdn("check", *p7, "--database", "fresh-db")
-    assert status == cli.EXIT_OK, out  # the control: one fresh example does not find the defect
+    assert status == cli_common.EXIT_OK, out  # the control: one fresh example does not find the defect
 
     status, out, _ = gdn("fuzz", *p7, "--examples", "10", "--seconds", "30")
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert any((tmp_path / ".hypothesis" / "examples").iterdir())
 
     status, out, _ = gdn("check", *TINY, "--property", "P3-forward-exact", "--backend", NO_BIAS)
-    assert status == cli.EXIT_OK, out  # both prologues drop the bias: P3 cannot see it
+    assert status == cli_common.EXIT_OK, out  # both prologues drop the bias: P3 cannot see it
 
     status, out, _ = gdn("check", *p7)
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert "FAIL P7-backend-vs-torch[planted_kernels:no_bias-float32]" in out
     assert "conv_bias" in out
 
@@ -442,7 +444,7 @@ def test_fuzz_time_budget_is_checked_per_example(gdn, tmp_path) -> None:
     started = time.perf_counter()
     status, out, _ = gdn("fuzz", *TINY, "--property", "P3-forward-exact", "--examples", "1000", "--seconds", "2")
     elapsed = time.perf_counter() - started
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     # 2.1 s measured on a loaded 2-core machine; a round that ran out its 1,000 examples would take about
     # 15 s (200 such examples: 2.9 s), so 6 s of slack for a busy CI machine still tells the two apart
     assert elapsed < 2 + 6, f"fuzz --seconds 2 took {elapsed:.1f} s"
@@ -479,7 +481,7 @@ def test_report_is_written_check_by_check(gdn, tmp_path, monkeypatch) -> None:
         "--property",
         "P5-fallback-exact",
     )
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     assert len(calls) == 3 and _summary(tmp_path)["status"] == "complete"
 
 
@@ -511,7 +513,7 @@ def test_a_closed_standard_output_stops_the_run_as_an_interrupt(tmp_path, plante
             proc.kill()
             proc.wait()
     assert header.startswith("gdn-equiv check:"), header
-    assert proc.returncode == cli.EXIT_INTERRUPTED, err
+    assert proc.returncode == cli_common.EXIT_INTERRUPTED, err
     assert err.strip().splitlines() == [
         f"gdn-equiv check: stopped: its standard output was closed; report so far: {REPORT}/summary.json"
     ], err
@@ -552,7 +554,7 @@ def test_interrupted_fuzz_exits_130_with_a_valid_report(tmp_path, planted, sig) 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == cli.EXIT_INTERRUPTED, (out, err)
+    assert proc.returncode == cli_common.EXIT_INTERRUPTED, (out, err)
     # the one line, unless the signal landed in a gc callback (Hypothesis installs one): Python then
     # prints "Exception ignored in ..." and swallows the KeyboardInterrupt, and the remembered
     # interrupt ends the run at the next example (seen in CI)
@@ -619,11 +621,11 @@ def failure_json(tmp_path: Path, biased_example: object) -> Path:
 
 def test_repro_exits_1_while_the_example_still_fails_and_0_once_fixed(gdn, failure_json, tmp_path) -> None:
     status, out, _ = gdn("repro", str(failure_json))
-    assert status == cli.EXIT_FAILED and "are not close" in out, out
+    assert status == cli_common.EXIT_FAILED and "are not close" in out, out
     fixed = tmp_path / "fixed.json"
     fixed.write_text(failure_json.read_text().replace(NO_BIAS, "torch"))
     status, out, _ = gdn("repro", str(fixed))
-    assert status == cli.EXIT_OK and "passes now" in out, out
+    assert status == cli_common.EXIT_OK and "passes now" in out, out
 
 
 def _edit(path: Path, change: Callable[[dict], object]) -> str:
@@ -674,7 +676,7 @@ def test_repro_refuses_a_file_that_does_not_validate(gdn, failure_json, tmp_path
     elif content is not None:
         path.write_text(content)
     status, out, err = gdn("repro", str(path))
-    assert status == cli.EXIT_USAGE, (out, err)
+    assert status == cli_common.EXIT_USAGE, (out, err)
     line = _one_line(err)
     assert message in line and str(path) in line, line
     assert "replaying" not in out
@@ -704,7 +706,7 @@ def test_repro_of_a_backend_that_is_gone_is_an_environment_problem(gdn, failure_
     path = tmp_path / "moved.json"
     path.write_text(failure_json.read_text().replace(NO_BIAS, "planted_kernels:needs_an_extra"))
     status, _, err = gdn("repro", str(path))
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     assert "needs the frobnicator extra" in _one_line(err)
 
 
@@ -716,13 +718,13 @@ def test_a_fuzz_budget_too_short_for_the_plan_is_refused_naming_the_minimum(gdn,
     out of the report. Each row needs a share: a shorter budget is a usage error before any example."""
     for seconds in ("0.001", "10"):
         status, _, err = gdn("fuzz", "--profile", "dev", "--seconds", seconds)
-        assert status == cli.EXIT_USAGE, err
+        assert status == cli_common.EXIT_USAGE, err
         assert not (tmp_path / REPORT).exists()
         rows = int(re.search(r"(\d+) rows need at least", err).group(1))  # type: ignore[union-attr]
-        assert rows >= 20 and f"at least {rows * cli.MIN_SECONDS_PER_ROW:g} s" in err, err
+        assert rows >= 20 and f"at least {rows * cli_check.MIN_SECONDS_PER_ROW:g} s" in err, err
     # the count named is the plan's: every row but those that cannot be asked here
-    plan = cli.plan_run(cli.build_parser().parse_args(["fuzz", "--profile", "dev", "--device", "cpu"]))
-    assert rows == sum(r.result != "n/a" for r in cli.ledger_rows(plan))
+    plan = cli_check.plan_run(cli.build_parser().parse_args(["fuzz", "--profile", "dev", "--device", "cpu"]))
+    assert rows == sum(r.result != "n/a" for r in cli_check.ledger_rows(plan))
 
 
 def test_a_row_the_budget_did_not_reach_fails_the_run(gdn, tmp_path, monkeypatch) -> None:
@@ -739,7 +741,7 @@ def test_a_row_the_budget_did_not_reach_fails_the_run(gdn, tmp_path, monkeypatch
     status, out, _ = gdn(
         "fuzz", *TINY, "--property", "P2-path-taken", "--property", "P3-forward-exact", "--seconds", "2"
     )
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert "NOT REACHED P3-forward-exact[torch-float32]" in out and "not checked" in out, out
     results = {r["property"]: r["result"] for r in _summary(tmp_path)["checks"]}
     assert results == {"P2-path-taken": "pass", "P3-forward-exact": "not reached"}
@@ -749,7 +751,7 @@ def test_every_row_gets_a_share_of_the_fuzz_budget(gdn, tmp_path) -> None:
     """No row of a fuzz run ends with 0 examples while the budget lasts: the shares are cumulative. Thirteen
     rows: six layer rows and S1-S7 on the in-house reference."""
     status, out, _ = gdn("fuzz", *TINY, "--examples", "2", "--seconds", "14")
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     rows = _summary(tmp_path)["checks"]
     assert rows and all(r["examples"] > 0 or r["result"] == "n/a" for r in rows), rows
 
@@ -760,7 +762,7 @@ def test_a_row_comparing_a_backend_with_itself_is_not_a_pass(gdn, tmp_path) -> N
         "check", *TINY, "--property", "P7-backend-vs-torch", "--property", "P7-conv-conformance",
         "--property", "P7-ground-truth", "--examples", "3",
     )  # fmt: skip
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     results = {r["property"]: (r["result"], r["failure"]) for r in _summary(tmp_path)["checks"]}
     assert results["P7-backend-vs-torch"][0] == results["P7-conv-conformance"][0] == "n/a"
     assert "same backend" in results["P7-backend-vs-torch"][1]
@@ -772,7 +774,7 @@ def test_the_ground_truth_row_catches_a_defect_the_torch_backend_would_share(gdn
     status, out, _ = gdn(
         "check", *TINY, "--property", "P7-ground-truth", "--examples", "40", "--backend", NO_BIAS, "--no-isolate"
     )
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert "FAIL P7-ground-truth" in out and "fp64 conv1d" in out, out
 
 
@@ -780,9 +782,9 @@ def test_a_report_holds_what_this_run_found_and_nothing_older(gdn, tmp_path, pla
     """A clean check after a failing one into the same directory leaves no failure file of the old run."""
     status, out, _ = gdn("check", *TINY, "--property", "P7-ground-truth", "--examples", "40", "--backend", NO_BIAS,
                          "--no-isolate")  # fmt: skip
-    assert status == cli.EXIT_FAILED and list((tmp_path / REPORT).glob("failure-*")), out
+    assert status == cli_common.EXIT_FAILED and list((tmp_path / REPORT).glob("failure-*")), out
     status, out, _ = gdn("check", *TINY, "--property", "P2-path-taken")
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     assert not list((tmp_path / REPORT).glob("failure-*"))
     assert [r["result"] for r in _summary(tmp_path)["checks"]] == ["pass"]
 
@@ -803,7 +805,7 @@ def test_repro_of_an_example_whose_premise_no_longer_holds_does_not_say_passes(g
     path = tmp_path / "refused.json"
     path.write_text(json.dumps(data))
     status, out, _ = gdn("repro", str(path))
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     assert "NOT JUDGED" in out and "passes now" not in out, out
 
 
@@ -811,7 +813,7 @@ def test_a_clean_fuzz_run_prints_no_seed_hint(gdn, tmp_path) -> None:
     """Hypothesis' "@seed(...)" hint follows an exception in a run it seeded, a spent budget included:
     nothing failed, so nothing may read like a failure."""
     status, out, err = gdn("fuzz", *TINY, "--property", "P2-path-taken", "--seconds", "2")
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     assert "@seed" not in out + err
 
 
@@ -831,4 +833,4 @@ def test_check_piped_into_head_with_stderr_on_the_same_pipe_exits_130(tmp_path, 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == cli.EXIT_INTERRUPTED
+    assert proc.returncode == cli_common.EXIT_INTERRUPTED

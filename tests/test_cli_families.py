@@ -6,12 +6,13 @@ import pytest
 
 from gdn_equiv.model import families
 from gdn_equiv.run import cli
+from gdn_equiv.run.cli import common as cli_common
 
 HEADER = ("family", "fla layer", "mask", "q / k / v channels", "activation", "targets", "what it is")
 
 
 def _table(capsys: pytest.CaptureFixture[str]) -> list[str]:
-    assert cli.main(["families"]) == cli.EXIT_OK
+    assert cli.main(["families"]) == cli_common.EXIT_OK
     return capsys.readouterr().out.splitlines()
 
 

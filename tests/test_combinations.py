@@ -18,7 +18,8 @@ from gdn_equiv.harness.planted import COMBINATION_BACKENDS
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model.backends import registered
 from gdn_equiv.strategies import ConvCall, conv_calls, examples
-from gdn_equiv.strategies.combinations import ZERO_SCALE_RATE, Cell, all_cells, cell_call, feasible
+from gdn_equiv.strategies.combinations import Cell, all_cells, cell_call, feasible
+from gdn_equiv.strategies.examples import ZERO_SCALE_RATE
 from gdn_equiv.suite.test_combinations import combination_calls
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -25,6 +25,7 @@ from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import get_family
 from gdn_equiv.run import cli
+from gdn_equiv.run.cli import common as cli_common
 from gdn_equiv.strategies import ConvCall
 
 # ---- labels of hand-built conv calls -----------------------------------------------------------------
@@ -343,7 +344,7 @@ def test_counts_examples_per_region_and_per_test(gdn, tmp_path) -> None:
     )
     _write(tmp_path / "obs", [], name="2026-01-01_info.jsonl")  # not a test-case file: ignored
     status, out, err = gdn("coverage", "--observed", "obs", "--json", "out/coverage.json")
-    assert status == cli.EXIT_OK, (out, err)
+    assert status == cli_common.EXIT_OK, (out, err)
     assert out.startswith("# Coverage: 5 examples in 2 tests")
     assert "written by 2 process(es)" in out and "1 test case(s) that gave up not counted" in out
     channels = _section(out, "conv.channels")
@@ -369,7 +370,7 @@ def test_counts_examples_per_region_and_per_test(gdn, tmp_path) -> None:
 def test_a_region_outside_the_expected_ones_is_shown_as_such(gdn, tmp_path) -> None:
     _write(tmp_path / "obs", [_case("t::test", ["coverage:conv.dtype=float64"])])
     status, out, _ = gdn("coverage", "--observed", "obs")
-    assert status == cli.EXIT_OK
+    assert status == cli_common.EXIT_OK
     assert _row(_section(out, "conv.dtype"), "float64") == ["float64", "1", "1", "(not an expected region)"]
 
 
@@ -378,11 +379,11 @@ def test_require_all_fails_while_a_region_is_not_reached_and_passes_once_all_are
     _write(tmp_path / "some", [_case("t::test", every[:-1])])
     _write(tmp_path / "all", [_case("t::test", every[:-1]), _case("t::test", every[-1:])])
     status, out, _ = gdn("coverage", "--observed", "some", "--require-all")
-    assert status == cli.EXIT_FAILED
+    assert status == cli_common.EXIT_FAILED
     assert out.rstrip().endswith(f"1 expected region(s) NOT REACHED: {every[-1]}")
-    assert gdn("coverage", "--observed", "some")[0] == cli.EXIT_OK  # without --require-all it only reports
+    assert gdn("coverage", "--observed", "some")[0] == cli_common.EXIT_OK  # without --require-all it only reports
     status, out, _ = gdn("coverage", "--observed", "all", "--require-all")
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     # the one-dimensional tables (these cases carry no joint label: their combinations are another test's)
     tables = out[out.index("## conv.channels") : out.index("## per test")]
     assert "NOT REACHED" not in tables
@@ -391,11 +392,11 @@ def test_require_all_fails_while_a_region_is_not_reached_and_passes_once_all_are
 def test_default_directory_is_hypothesis_own(gdn, tmp_path, monkeypatch) -> None:
     _write(tmp_path / ".hypothesis" / "observed", [_case("t::test", ["coverage:conv.grad=on"])])
     status, out, _ = gdn("coverage")
-    assert status == cli.EXIT_OK and _row(_section(out, "conv.grad"), "on") == ["on", "1", "1", ""]
+    assert status == cli_common.EXIT_OK and _row(_section(out, "conv.grad"), "on") == ["on", "1", "1", ""]
     _write(tmp_path / "elsewhere" / "observed", [_case("t::test", ["coverage:conv.grad=off"])])
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", "elsewhere")
     status, out, _ = gdn("coverage")
-    assert status == cli.EXIT_OK and _row(_section(out, "conv.grad"), "off") == ["off", "1", "1", ""]
+    assert status == cli_common.EXIT_OK and _row(_section(out, "conv.grad"), "off") == ["off", "1", "1", ""]
 
 
 REFUSALS = {
@@ -434,7 +435,7 @@ REFUSALS = {
 def test_bad_observed_directory_is_refused_with_one_line_naming_it(gdn, tmp_path, make, argv, message) -> None:
     make(tmp_path)
     status, out, err = gdn("coverage", *argv)
-    assert status == cli.EXIT_USAGE, (out, err)
+    assert status == cli_common.EXIT_USAGE, (out, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], err
     assert lines[0].startswith("gdn-equiv coverage: error:")
@@ -494,7 +495,7 @@ def _observe(tmp_path: Path, which: str) -> Path:
 
 def test_a_strategy_narrowed_to_small_channel_counts_leaves_the_large_regions_not_reached(gdn, tmp_path) -> None:
     status, out, _ = gdn("coverage", "--observed", str(_observe(tmp_path, "narrowed")), "--require-all")
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     channels = _section(out, "conv.channels")
     assert _row(channels, "1-16")[1] == "40"
     for region in ("17-64", "65-256", "257-1024", "1025+"):
@@ -502,7 +503,7 @@ def test_a_strategy_narrowed_to_small_channel_counts_leaves_the_large_regions_no
     # the same run through the same pipeline, with the channel counts drawn wide: those regions show
     status, out, _ = gdn("coverage", "--observed", str(_observe(tmp_path, "wide")))
     channels = _section(out, "conv.channels")
-    assert status == cli.EXIT_OK
+    assert status == cli_common.EXIT_OK
     assert _row(channels, "1-16")[-1] == "NOT REACHED"
     assert int(_row(channels, "257-1024")[1]) > 0
 

@@ -27,6 +27,7 @@ import pytest
 
 import gdn_equiv
 from gdn_equiv.run import cli
+from gdn_equiv.run.cli import common as cli_common
 
 NO_BIAS = textwrap.dedent(
     '''
@@ -92,19 +93,19 @@ def test_a_finding_in_a_redis_database_is_replayed_first_by_the_next_check(tmp_p
     """One example of a fresh check cannot see the dropped bias (the simplest example has none);
     with the fuzz run's finding in the shared database, it does, without a local directory database."""
     done = _gdn(tmp_path, "check", *P7, *TINY, "--examples", "1", "--database", redis_url)
-    assert done.returncode == cli.EXIT_OK, done.stdout + done.stderr  # the control
+    assert done.returncode == cli_common.EXIT_OK, done.stdout + done.stderr  # the control
 
     done = _gdn(tmp_path, "fuzz", *P7, *TINY, "--examples", "10", "--seconds", "30", "--database", redis_url)
-    assert done.returncode == cli.EXIT_FAILED, done.stdout + done.stderr
+    assert done.returncode == cli_common.EXIT_FAILED, done.stdout + done.stderr
     assert not (tmp_path / ".hypothesis" / "examples").exists()  # the finding went to redis only
 
     done = _gdn(tmp_path, "check", *P7, *TINY, "--examples", "1", "--database", redis_url)
-    assert done.returncode == cli.EXIT_FAILED, done.stdout + done.stderr
+    assert done.returncode == cli_common.EXIT_FAILED, done.stdout + done.stderr
     assert "FAIL P7-backend-vs-torch[db_kernels:no_bias-float32]" in done.stdout
 
 
 def test_an_unreachable_redis_database_is_refused_before_any_example(capsys) -> None:
     pytest.importorskip("redis", reason="needs the redis package (pip install gdn-equiv[redis])")
     status = cli.main(["check", "--device", "cpu", "--database", f"redis://127.0.0.1:{_free_port()}/0"])
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     assert "cannot reach the server" in capsys.readouterr().err

@@ -155,7 +155,9 @@ def test_what_a_backend_returns_is_checked(forward, update, kwargs, message):
 
 
 def test_only_a_backend_object_is_registered():
-    with pytest.raises(InvalidArgument, match=r"register_backend needs a gdn_equiv\.backends\.Backend, got function"):
+    with pytest.raises(
+        InvalidArgument, match=r"register_backend needs a gdn_equiv\.model\.backends\.Backend, got function"
+    ):
         register_backend(tb.forward)  # type: ignore[arg-type]
 
 

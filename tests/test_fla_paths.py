@@ -20,12 +20,11 @@ from torch import nn
 
 from gdn_equiv.model.example import Example, Inputs
 from gdn_equiv.model.families import fla_only
-from gdn_equiv.model.families.base import GDN_METHOD
 from gdn_equiv.model.families.fla_only import FlaOnlyFamily, _gdn2_kwargs, _kkv
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.model.fla_versions import GDN_METHOD, version_row
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import FlaHandle
-from gdn_equiv.targets.fla_versions import version_row
 
 _REASON = get_target("fla").unavailable()
 pytestmark = [pytest.mark.fla, pytest.mark.skipif(_REASON is not None, reason=f"fla target unavailable: {_REASON}")]

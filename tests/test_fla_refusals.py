@@ -17,6 +17,7 @@ import pytest
 from gdn_equiv.model.families import fla_only
 from gdn_equiv.model.families.fla_only import FlaOnlyFamily, _gdn2_kwargs, _kkv
 from gdn_equiv.run import cli
+from gdn_equiv.run.cli import common as cli_common
 from gdn_equiv.run.runner import search_gaps
 from gdn_equiv.targets import get_target
 
@@ -87,7 +88,7 @@ def test_fuzz_reports_the_refusal_and_exits_for_the_finding_not_as_an_internal_e
     argv = ["fuzz", "--target", "fla", "--family", refusing_family, "--seconds", "8", "--report", str(report)]
     status = cli.main(argv)
     out = capsys.readouterr()
-    assert status == cli.EXIT_FAILED, out.err
+    assert status == cli_common.EXIT_FAILED, out.err
     assert "upstream refused" in out.out and "internal error" not in out.err
     rows = [json.loads(line) for line in (report / "rows.jsonl").read_text().splitlines()]
     refused = [r for r in rows if r["result"] == "upstream refused"]

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from gdn_equiv.harness import properties as P
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import fla_only_families, get_family, known_families
+from gdn_equiv.model.fla_versions import VERSIONS, fla_version, version_row
 from gdn_equiv.strategies import examples, layer_configs
-from gdn_equiv.targets import get_target
+from gdn_equiv.targets import UpstreamRefused, get_target
 from gdn_equiv.targets.fla_target import _fla_class, build_fla_layer
-from gdn_equiv.targets.fla_versions import VERSIONS, fla_version, version_row
 
 FLA = get_target("fla")
 _REASON = FLA.unavailable()
@@ -113,7 +113,7 @@ def test_drawn_examples_build_in_fla_with_no_refusal(family: str) -> None:
         assert example.family == family
         try:
             build_fla_layer(example.config, "cpu", family=family, pinnable=False)
-        except P.UpstreamRefused as exc:
+        except UpstreamRefused as exc:
             refusals[f"{exc.kind}; e.g. {example.config}"] += 1
 
     build()

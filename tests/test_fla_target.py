@@ -34,11 +34,13 @@ from hypothesis import strategies as st
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.compare import assert_run_as_accurate
 from gdn_equiv.harness.testing import MISS_BOUND
 from gdn_equiv.model.config import CallFacts, ConvSpec, LayerConfig
-from gdn_equiv.model.example import Example, Run, accuracy_runs, assert_run_as_accurate, unit_cotangent_backward
+from gdn_equiv.model.example import Example, Run, accuracy_runs, unit_cotangent_backward
 from gdn_equiv.model.families import fla_only_families, get_family, is_fla_only, known_families
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.model.fla_versions import CONV_0_5, fla_version, version_row
 from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import (
@@ -49,7 +51,6 @@ from gdn_equiv.targets.fla_target import (
     fla_guard,
     fla_layer_facts,
 )
-from gdn_equiv.targets.fla_versions import CONV_0_5, fla_version, version_row
 
 Tensor = torch.Tensor
 FLA = get_target("fla")
@@ -409,14 +410,15 @@ def test_fla_only_families_are_fla_target_names_only(capsys: pytest.CaptureFixtu
     ``gdn-equiv families`` lists the seven marked fla-only."""
     from gdn_equiv.model.families import parse_families
     from gdn_equiv.run import cli
+    from gdn_equiv.run.cli import common as cli_common
 
     assert len(parse_families("all", fla_only=True)) == 12 and parse_families("all") == known_families()
     assert parse_families("abc,gdn2", fla_only=True) == ["abc", "gdn2"]
-    with pytest.raises(cli.UsageError, match=r"--family 'gdn2'.*fla-only.*--target fla.*gated_deltanet"):
-        cli._families("gdn2")
-    with pytest.raises(cli.UsageError, match=r"unknown family 'gdn3'.*gated_deltanet.*abc"):
-        cli._families("gdn3", fla_only=True)
-    assert cli.main(["families"]) == cli.EXIT_OK
+    with pytest.raises(cli_common.UsageError, match=r"--family 'gdn2'.*fla-only.*--target fla.*gated_deltanet"):
+        cli_common._families("gdn2")
+    with pytest.raises(cli_common.UsageError, match=r"unknown family 'gdn3'.*gated_deltanet.*abc"):
+        cli_common._families("gdn3", fla_only=True)
+    assert cli.main(["families"]) == cli_common.EXIT_OK
     marked = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "[fla-only" in line]
     assert marked == fla_only_families()
 

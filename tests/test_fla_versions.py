@@ -1,4 +1,4 @@
-"""The fla version table (gdn_equiv/targets/fla_versions.py): one row per version, and a family fuses on
+"""The fla version table (gdn_equiv/model/fla_versions.py): one row per version, and a family fuses on
 every version whose decider its record names. No fla needed: the table and the records are plain data.
 """
 
@@ -10,11 +10,11 @@ import pytest
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model import families
 from gdn_equiv.model.families import fla_only_families, get_family, known_families
-from gdn_equiv.model.families.base import GAPS, QKV_HELPER, Family
+from gdn_equiv.model.families.base import Family
 from gdn_equiv.model.families.gated_deltanet import FAMILY as GDN
+from gdn_equiv.model.fla_versions import CONV_0_5, GAPS, QKV_HELPER, VERSIONS, version_row
 from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import fla_target
-from gdn_equiv.targets.fla_versions import CONV_0_5, VERSIONS, version_row
 
 #: a third-party family through PR #977's shared helper: Gated DeltaNet's layer under another name
 PLANTED = Family(

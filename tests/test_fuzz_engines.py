@@ -1,4 +1,4 @@
-"""``gdn-equiv fuzz --engine hypofuzz`` (gdn_equiv/fuzz_engines.py): the gate's property tests under HypoFuzz,
+"""``gdn-equiv fuzz --engine hypofuzz`` (gdn_equiv/run/fuzz_engines.py): the gate's property tests under HypoFuzz,
 with the ledger and report of our own loop, read from what Hypothesis recorded.
 
 Each behaviour is planted: HypoFuzz made unimportable (exit 3, naming the extra), a budget HypoFuzz cannot
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
-from gdn_equiv import cli, fuzz_engines
+from gdn_equiv.run import cli, fuzz_engines
+from gdn_equiv.run.cli import common as cli_common
 
 ROOT = Path(gdn_equiv.__file__).resolve().parent.parent
-PLANTED = "gdn_equiv.planted:wide_rounding"  # channel-count-dependent rounding: P3's planted defect
+PLANTED = "gdn_equiv.harness.planted:wide_rounding"  # channel-count-dependent rounding: P3's planted defect
 P3 = ["--property", "P3-forward-exact", "--family", "gated_deltanet", "--dtype", "float32"]
 
 
@@ -43,17 +44,17 @@ def gdn(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProc
 def test_hypofuzz_asked_for_but_not_installed_is_exit_3_naming_the_extra(monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.setitem(sys.modules, "hypofuzz", None)  # importlib finds no such module
     status = cli.main(["fuzz", "--engine", "hypofuzz", "--seconds", "30", "--report", str(tmp_path / "r"), *P3])
-    assert status == cli.EXIT_ENVIRONMENT
+    assert status == cli_common.EXIT_ENVIRONMENT
     assert "pip install gdn-equiv[hypofuzz]" in capsys.readouterr().err
 
 
 def test_hypofuzz_options_are_refused_for_our_loop_and_other_properties_for_hypofuzz(capsys, tmp_path) -> None:
     report = ["--report", str(tmp_path / "r")]
-    assert cli.main(["fuzz", "--workers", "2", "--seconds", "30", *report, *P3]) == cli.EXIT_USAGE
+    assert cli.main(["fuzz", "--workers", "2", "--seconds", "30", *report, *P3]) == cli_common.EXIT_USAGE
     assert "apply to --engine hypofuzz only" in capsys.readouterr().err
     needs_hypofuzz()
     status = cli.main(["fuzz", "--engine", "hypofuzz", "--property", "P7-ground-truth", "--seconds", "30", *report])
-    assert status == cli.EXIT_USAGE
+    assert status == cli_common.EXIT_USAGE
     assert "P7-ground-truth run under --engine ours" in capsys.readouterr().err
 
 
@@ -100,7 +101,7 @@ def test_a_budget_hypofuzz_cannot_start_in_leaves_every_row_not_reached_and_exit
     one second, it ran none, and the run must not pass."""
     needs_hypofuzz()
     done = gdn(tmp_path, "fuzz", "--engine", "hypofuzz", *P3, "--seconds", "1", "--database", "db")
-    assert done.returncode == cli.EXIT_FAILED, done.stdout + done.stderr
+    assert done.returncode == cli_common.EXIT_FAILED, done.stdout + done.stderr
     assert "NOT REACHED P3-forward-exact[torch-float32]: HypoFuzz ran no example" in done.stdout
     summary = json.loads((tmp_path / "gdn-equiv-report" / "summary.json").read_text())
     assert summary["meta"]["engine"] == "hypofuzz"
@@ -112,7 +113,7 @@ def test_a_planted_defect_found_under_hypofuzz_is_a_fail_row_with_a_reproducer_t
     needs_hypofuzz()
     planted = ["--backend", PLANTED, "--seconds", "45", "--database", "db"]
     done = gdn(tmp_path, "fuzz", "--engine", "hypofuzz", *P3, *planted)
-    assert done.returncode == cli.EXIT_FAILED, done.stdout + done.stderr
+    assert done.returncode == cli_common.EXIT_FAILED, done.stdout + done.stderr
     assert "engine: hypofuzz" in done.stdout
     assert f"FAIL P3-forward-exact[{PLANTED}-float32]" in done.stdout
     assert "channel count" in done.stdout  # the diagnosis of the planted kernel

@@ -13,6 +13,7 @@ from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.compare import Report
 from gdn_equiv.model.example import Example
 from gdn_equiv.run.runner import search_gaps
+from gdn_equiv.targets import UpstreamRefused
 
 
 @pytest.mark.slow
@@ -105,8 +106,8 @@ def test_a_gap_cost_says_whose_error_it_is(fused, separate, expected):
     assert expected in P._fused_vs_separate(_Paths(fused, separate), None, "cuda")
 
 
-def _refusal(message: str = "planted: two rows refused") -> P.UpstreamRefused:
-    return P.UpstreamRefused("gated_deltanet", "SyntheticLayer", {"batch": 2}, AssertionError(message))
+def _refusal(message: str = "planted: two rows refused") -> UpstreamRefused:
+    return UpstreamRefused("gated_deltanet", "SyntheticLayer", {"batch": 2}, AssertionError(message))
 
 
 def test_a_refused_config_is_a_row_of_its_own_and_the_search_goes_on() -> None:
@@ -226,7 +227,7 @@ def test_refusals_that_differ_only_in_numbers_or_addresses_are_one_kind() -> Non
     """One rule refuses many configs ("got 1", "got 3"): one row, not one per config."""
 
     def kind(message: str) -> str:
-        return P.UpstreamRefused("abc", "ABCAttention", {}, AssertionError(message)).kind
+        return UpstreamRefused("abc", "ABCAttention", {}, AssertionError(message)).kind
 
     assert kind("Rotary dimension must be even, got 1") == kind("Rotary dimension must be even, got 3")
     assert kind("dict at 0x7f45ab10 refused") == kind("dict at 0x7f1200cd refused")

@@ -202,7 +202,10 @@ def test_make_faithful_leaves_an_unknown_interpreter_alone_and_names_the_limit(
 
 
 def test_importing_and_calling_without_the_interpreter_stays_cheap() -> None:
-    code = "import sys, gdn_equiv.harness.interpreter as i; i.make_faithful(); i.describe(); print('triton' in sys.modules)"
+    code = (
+        "import sys, gdn_equiv.harness.interpreter as i; i.make_faithful(); i.describe(); "
+        "print('triton' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out

@@ -29,6 +29,7 @@ from gdn_equiv.harness import isolation
 from gdn_equiv.harness import properties as P
 from gdn_equiv.model.example import Example
 from gdn_equiv.run import cli
+from gdn_equiv.run.cli import common as cli_common
 
 KERNELS = textwrap.dedent(
     '''
@@ -115,7 +116,7 @@ def _channels(stderr: str) -> int:
 )
 def test_a_crashing_kernel_fails_its_example_shrunk_and_the_run_goes_on(gdn, tmp_path, kernel, how, status) -> None:
     done = gdn("check", "--backend", f"deadly_kernels:{kernel}", *RUN, *DTYPES)
-    assert done.returncode == cli.EXIT_FAILED, done.stdout + done.stderr
+    assert done.returncode == cli_common.EXIT_FAILED, done.stdout + done.stderr
     assert "isolated" in done.stdout  # on by default: the backend is a plug-in
     rows = _rows(tmp_path)
     dead, alive = rows["P2-path-taken-float32"], rows["P2-path-taken-bfloat16"]
@@ -275,5 +276,5 @@ def test_each_worker_runs_its_setup_before_the_first_example(tmp_path, monkeypat
     ids=["zero", "nan", "no-isolate", "builtin"],
 )
 def test_example_timeout_is_refused_where_it_cannot_apply(argv, capsys) -> None:
-    assert cli.main(["check", *argv, "--device", "cpu"]) == cli.EXIT_USAGE
+    assert cli.main(["check", *argv, "--device", "cpu"]) == cli_common.EXIT_USAGE
     assert "--example-timeout" in capsys.readouterr().err

@@ -1,10 +1,10 @@
 """The wheel users install holds every package of the tree.
 
-pyproject.toml lists the packages by hand (``strategies/`` installs as ``gdn_equiv.strategies``, a
-renaming setuptools' package discovery cannot do), and a wheel built at 933dd7e lacked
-``gdn_equiv.model.families``: ``pip install .`` gave ``ModuleNotFoundError`` while the editable install CI
-used worked. Here the wheel is built as ``pip install .`` builds it, offline, from a copy of the tree
-(an in-tree build leaves ``build/lib``, whose stale files a later wheel would pick up).
+A wheel built at 933dd7e lacked the families subpackage (pyproject.toml then listed the packages by hand):
+``pip install .`` gave ``ModuleNotFoundError`` while the editable install CI used worked. setup.py now finds
+them (``strategies/`` installs as ``gdn_equiv.strategies``, pyproject's package-dir). Here the wheel is built
+as ``pip install .`` builds it, offline, from a copy of the tree (an in-tree build leaves ``build/lib``, whose
+stale files a later wheel would pick up).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 def test_the_wheel_holds_every_package_module(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     missing = {installed: tree for installed, tree in package_files(ROOT).items() if installed not in names}
-    assert not missing, "the wheel lacks (add the package to pyproject.toml's packages):\n" + "\n".join(
+    assert not missing, "the wheel lacks (setup.py's package discovery left it out):\n" + "\n".join(
         f"  {installed}" + ("" if installed == tree else f" (from {tree})")
         for installed, tree in sorted(missing.items())
     )

@@ -20,6 +20,7 @@ from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model.backends import registered
 from gdn_equiv.run import cli
+from gdn_equiv.run.cli import check as cli_check
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.targets import get_target
 
@@ -72,7 +73,7 @@ def test_every_example_property_has_teeth_or_says_where_they_are() -> None:
 
 def test_the_command_line_accepts_exactly_the_registry() -> None:
     args = cli.build_parser().parse_args(["check", "--device", "cpu"])
-    properties, conditions = cli._properties(args)
+    properties, conditions = cli_check._properties(args)
     assert properties == [r.name for r in RECORDS]
     assert [registry.necessity_name(c) for c in conditions] == [r.name for r in registry.necessity_records()]
 
@@ -91,4 +92,4 @@ def test_one_profile_table_gives_every_driver_its_example_count() -> None:
     for name, values in PROFILES.items():
         assert registry.examples_per_row(name) == values["max_examples"]
     args = cli.build_parser().parse_args(["check", "--device", "cpu", "--profile", "dev"])
-    assert cli.plan_run(args).examples == PROFILES["dev"]["max_examples"]
+    assert cli_check.plan_run(args).examples == PROFILES["dev"]["max_examples"]

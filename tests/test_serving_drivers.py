@@ -1,5 +1,5 @@
-"""S1-S7 in the drivers (SPEC §10, §11): ``gdn-equiv check``/``fuzz`` rows per engine path (``--engine``,
-default the in-house reference) and the pytest gate's ``--gdn-engine``.
+"""S1-S7 in the drivers (SPEC §10, §11): ``gdn-equiv check``/``fuzz`` rows per engine path (``--serving-engine``,
+default the in-house reference) and the pytest gate's ``--gdn-serving-engine``.
 
 - An unknown engine is a usage error (2) before any example; an engine none of whose paths runs here ends the
   run with 3 and one line naming it and why (planted: a vLLM whose version the table does not know, an sglang
@@ -20,8 +20,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from gdn_equiv import cli, registry, runner
-from gdn_equiv.report import ReportWriter
+from gdn_equiv.harness import registry
+from gdn_equiv.run import cli, runner
+from gdn_equiv.run.cli import check as cli_check
+from gdn_equiv.run.cli import common as cli_common
+from gdn_equiv.run.report import ReportWriter
 from gdn_equiv.serving import engines
 from gdn_equiv.serving.records import EngineCase
 
@@ -64,43 +67,47 @@ def _properties(*names: str) -> list[str]:
 
 def test_check_asks_s1_to_s7_on_the_reference_by_default() -> None:
     args = cli.build_parser().parse_args(["check", "--device", "cpu", "--profile", "dev"])
-    rows = [r for r in cli.ledger_rows(cli.plan_run(args)) if r.name.startswith("S")]
+    rows = [r for r in cli_check.ledger_rows(cli_check.plan_run(args)) if r.name.startswith("S")]
     assert [(r.name, r.backend, r.family, r.dtype, r.result) for r in rows] == [
         (name, "reference", "-", "any", "pass") for name in SERVING
     ]
-    fla = cli.build_parser().parse_args(["check", "--target", "fla", "--engine", "reference", "--device", "cpu"])
-    with pytest.raises(cli.UsageError, match="--engine do not apply"):
-        cli.plan_run(fla)
+    fla = cli.build_parser().parse_args(
+        ["check", "--target", "fla", "--serving-engine", "reference", "--device", "cpu"]
+    )
+    with pytest.raises(cli_common.UsageError, match="--serving-engine do not apply"):
+        cli_check.plan_run(fla)
 
 
 def test_serving_rows_run_on_the_reference(gdn, tmp_path) -> None:
     status, out, _ = gdn("check", "--device", "cpu", "--examples", "15", *_properties(*SERVING))
-    assert status == cli.EXIT_OK, out
+    assert status == cli_common.EXIT_OK, out
     assert f"ledger: {len(SERVING)} rows asked, {len(SERVING)} to run, 0 n/a" in out
     for name in SERVING:
         assert f"{name:<24} -               reference any      pass" in out, out
 
 
 def test_an_unknown_engine_is_a_usage_error_before_any_example(gdn, tmp_path) -> None:
-    status, out, err = gdn("check", "--device", "cpu", "--engine", "reference,tgi")
-    assert status == cli.EXIT_USAGE, out + err
+    status, out, err = gdn("check", "--device", "cpu", "--serving-engine", "reference,tgi")
+    assert status == cli_common.EXIT_USAGE, out + err
     line = err.strip().splitlines()[-1]
-    assert "--engine 'tgi': no serving engine 'tgi'; known: vllm, sglang, reference, vllm-cpu-torch" in line
+    assert "--serving-engine 'tgi': no serving engine 'tgi'; known: vllm, sglang, reference, vllm-cpu-torch" in line
     assert not (tmp_path / cli.DEFAULT_REPORT).exists()
 
 
 def test_an_engine_that_cannot_run_here_is_an_environment_problem(gdn, tmp_path, monkeypatch) -> None:
     """Planted: a vLLM whose version the table does not know, on the path; an sglang that is not installed."""
     monkeypatch.syspath_prepend(str(_fake_dist(tmp_path / "site", "vllm", "9.9.9")))
-    status, _, err = gdn("check", "--device", "cpu", "--engine", "vllm")
-    assert status == cli.EXIT_ENVIRONMENT, err
+    status, _, err = gdn("check", "--device", "cpu", "--serving-engine", "vllm")
+    assert status == cli_common.EXIT_ENVIRONMENT, err
     line = err.strip().splitlines()[-1]
-    assert "--engine 'vllm' cannot run here: vllm-cpu-torch: vllm 9.9.9 is not a version the adapter knows" in line
+    assert (
+        "--serving-engine 'vllm' cannot run here: vllm-cpu-torch: vllm 9.9.9 is not a version the adapter knows" in line
+    )
     assert "vllm-gpu: vllm 9.9.9 is not a version the adapter knows; known versions: 0.34.0" in line
     monkeypatch.setattr(engines, "installed_version", lambda engine: None)
-    status, _, err = gdn("check", "--device", "cpu", "--engine", "sglang-gpu")
-    assert status == cli.EXIT_ENVIRONMENT, err
-    assert "--engine 'sglang-gpu' cannot run here: sglang is not installed" in err.strip().splitlines()[-1]
+    status, _, err = gdn("check", "--device", "cpu", "--serving-engine", "sglang-gpu")
+    assert status == cli_common.EXIT_ENVIRONMENT, err
+    assert "--serving-engine 'sglang-gpu' cannot run here: sglang is not installed" in err.strip().splitlines()[-1]
 
 
 def test_a_failing_serving_row_keeps_its_shrunk_case_and_writes_a_reproducer_that_fails(tmp_path) -> None:
@@ -128,32 +135,32 @@ def test_vllm_cpu_packed_qkv_finding_is_a_fail_row_and_other_paths_say_why_not(g
         "check",
         "--device",
         "cpu",
-        "--engine",
+        "--serving-engine",
         "vllm",
         "--examples",
         "60",
         *_properties("S4-speculation", "S7-packed-qkv"),
     )
-    assert status == cli.EXIT_FAILED, out + err
+    assert status == cli_common.EXIT_FAILED, out + err
     assert "S7-packed-qkv            -               vllm-cpu-torch any      FAIL" in out
     assert "n/a: S4-speculation[vllm-cpu-torch-any--]: vllm-cpu-torch: vLLM 0.34.0's CPU speculative conv" in out
     assert "n/a: S7-packed-qkv[vllm-gpu-any--]: no CUDA device here" in out or "vllm-gpu any      pass" in out
 
 
-# ---- the pytest gate: --gdn-engine ----------------------------------------------------------------------
+# ---- the pytest gate: --gdn-serving-engine ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
-    """``pytest --pyargs gdn_equiv.suite.test_serving --gdn-engine ...`` runs, outside the repository."""
+    """``pytest --pyargs gdn_equiv.suite.test_serving --gdn-serving-engine ...`` runs, outside the repository."""
     work = tmp_path_factory.mktemp("gate")
     fake = _fake_dist(work / "fake", "vllm", "9.9.9")
     suite = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--pyargs"]
     runs = {
-        "unknown": [*suite, "gdn_equiv.suite", "--gdn-engine", "tgi"],
-        "unknown version": [*suite, "gdn_equiv.suite", "--gdn-engine", "vllm"],
-        "not installed": [*suite, "gdn_equiv.suite", "--gdn-engine", "sglang"],
-        "reference": [*suite, "gdn_equiv.suite.test_serving", "--gdn-engine", "reference"],
+        "unknown": [*suite, "gdn_equiv.suite", "--gdn-serving-engine", "tgi"],
+        "unknown version": [*suite, "gdn_equiv.suite", "--gdn-serving-engine", "vllm"],
+        "not installed": [*suite, "gdn_equiv.suite", "--gdn-serving-engine", "sglang"],
+        "reference": [*suite, "gdn_equiv.suite.test_serving", "--gdn-serving-engine", "reference"],
     }
     procs = {}
     for name, argv in runs.items():
@@ -180,17 +187,19 @@ def _status_3(result: subprocess.CompletedProcess[str], *needles: str) -> None:
 
 
 @pytest.mark.slow
-def test_gdn_engine_names_are_checked_and_an_engine_that_cannot_run_here_ends_the_session(gate_runs) -> None:
+def test_gdn_serving_engine_names_are_checked_and_an_engine_that_cannot_run_here_ends_the_session(gate_runs) -> None:
     unknown = gate_runs["unknown"]
     assert unknown.returncode == pytest.ExitCode.USAGE_ERROR, unknown.stderr[-3000:]
-    assert "--gdn-engine: no serving engine 'tgi'; known: vllm, sglang, reference" in unknown.stderr
-    _status_3(gate_runs["unknown version"], "--gdn-engine 'vllm'", "vllm 9.9.9 is not a version the adapter knows")
+    assert "--gdn-serving-engine: no serving engine 'tgi'; known: vllm, sglang, reference" in unknown.stderr
+    _status_3(
+        gate_runs["unknown version"], "--gdn-serving-engine 'vllm'", "vllm 9.9.9 is not a version the adapter knows"
+    )
     if engines.installed_version("sglang") is None:
-        _status_3(gate_runs["not installed"], "--gdn-engine 'sglang'", "sglang is not installed")
+        _status_3(gate_runs["not installed"], "--gdn-serving-engine 'sglang'", "sglang is not installed")
 
 
 @pytest.mark.slow
-def test_gdn_engine_reference_runs_s1_to_s7_on_the_reference_only(gate_runs) -> None:
+def test_gdn_serving_engine_reference_runs_s1_to_s7_on_the_reference_only(gate_runs) -> None:
     result = gate_runs["reference"]
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "7 passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-3000:]

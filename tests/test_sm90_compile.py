@@ -61,7 +61,7 @@ def test_gpu_kernels_compile_for_sm90_without_spills(options: tuple[str, ...], k
     spills but the two register-bound backwards that are not the default for W <= 4 (pass 2 of the
     two-pass backward and the one-pass one: 255 registers, spills seen on the H200 with Nsight Compute,
     docs/performance.md)."""
-    source = (SCRIPT.parents[1] / "gdn_equiv" / "backends" / "_triton_kernels.py").read_text()
+    source = (SCRIPT.parents[1] / "gdn_equiv" / "model" / "backends" / "_triton_kernels.py").read_text()
     assert sorted(ALL) == sorted(re.findall(r"^def (_\w+_kernel)\(", source, re.M))  # a new kernel joins ALL
     lines = _compile(*options)
     assert [line.split()[0] for line in lines] == (kernels or ALL)

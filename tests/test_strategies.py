@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.harness.testing import count_example, sampled
+from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.backends import register_backend
 from gdn_equiv.model.backends.base import Backend
 from gdn_equiv.model.backends.torch_backend import BACKEND as TORCH
@@ -21,6 +21,7 @@ from gdn_equiv.model.example import Example, build_layer, materialize
 from gdn_equiv.model.families import known_families
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.model.guard import Decision, decide
+from gdn_equiv.model.sampling import sampled
 from gdn_equiv.strategies import (
     CONV_REASONS,
     REASONS,

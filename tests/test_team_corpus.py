@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
-from gdn_equiv import cli, fuzz_engines
+from gdn_equiv.run import fuzz_engines
+from gdn_equiv.run.cli import common as cli_common
 
 ROOT = Path(gdn_equiv.__file__).resolve().parent.parent
-PLANTED = "gdn_equiv.planted:wide_rounding"  # channel-count-dependent rounding: P3 catches it
+PLANTED = "gdn_equiv.harness.planted:wide_rounding"  # channel-count-dependent rounding: P3 catches it
 ROW = f"P3-forward-exact[{PLANTED}-float32]"
 ASK = ["--property", "P3-forward-exact", "--family", "gated_deltanet", "--dtype", "float32", "--backend", PLANTED]
 TEST = "test_fused_forward_is_bitwise_equal"
@@ -94,7 +95,7 @@ def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_p
     first = _host(tmp_path / "host-a", *fuzz, "--seconds", "60")
     out = first.stdout + first.stderr
     print(out)
-    assert first.returncode == cli.EXIT_FAILED, out
+    assert first.returncode == cli_common.EXIT_FAILED, out
     assert f"FAIL {ROW}" in first.stdout
     summary_a = json.loads((tmp_path / "host-a" / "gdn-equiv-report" / "summary.json").read_text())
     assert list(summary_a["meta"]["failures_in_database"].values()) == [1]  # saved shrunk, in redis
@@ -102,7 +103,7 @@ def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_p
     second = _host(tmp_path / "host-b", *fuzz, "--seconds", "30")
     out = second.stdout + second.stderr
     print(out)
-    assert second.returncode == cli.EXIT_FAILED, out
+    assert second.returncode == cli_common.EXIT_FAILED, out
     assert first.stdout.count(f"FAIL {ROW}") == second.stdout.count(f"FAIL {ROW}") == 1
     report_b = tmp_path / "host-b" / "gdn-equiv-report"
     assert len(list(report_b.glob("failure-*.json"))) == 1

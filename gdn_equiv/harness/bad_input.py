@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model.cache import REQUIRED_KEYS, Cache
 from gdn_equiv.model.example import DTYPES, Example, Inputs, build_layer, materialize
 from gdn_equiv.model.families import get_family, known_families
@@ -461,8 +462,6 @@ def applies(kind: str, example: Example) -> bool:
 
 def prepare(bad: BadCall, device: str = "cpu") -> Prepared:
     """The layer and inputs of ``bad.example`` (built fresh), with ``bad.kind`` applied."""
-    from gdn_equiv.errors import InvalidArgument
-
     if bad.kind not in KINDS:
         raise InvalidArgument(f"unknown bad-input kind {bad.kind!r}; known: {sorted(KINDS)}")
     if bad.prologue not in PROLOGUES:

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gdn_equiv.harness.conformance import _close, _forward, _slots, _state_name
+from gdn_equiv.harness.conformance import NotAConvCall, _close, _forward, _slots, _state_name, conv_call_of
 from gdn_equiv.harness.coverage import label_conv_call
-from gdn_equiv.model.backends import get_backend
+from gdn_equiv.harness.properties import NotApplicable
+from gdn_equiv.model.backends import get_backend, supported_widths
+from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
 
 if TYPE_CHECKING:
     from gdn_equiv.model.example import Example
@@ -64,11 +66,6 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> Non
     example's seed. :class:`gdn_equiv.harness.properties.NotApplicable` where the layer makes no such call."""
     import dataclasses
     import random
-
-    from gdn_equiv.harness.conformance import NotAConvCall, conv_call_of
-    from gdn_equiv.harness.properties import NotApplicable
-    from gdn_equiv.model.backends import supported_widths
-    from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
 
     try:
         call, _, backend = conv_call_of(example)

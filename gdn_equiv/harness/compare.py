@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 
 import torch
 
+from gdn_equiv.model.example import Run
+
 Tensor = torch.Tensor
 
 # dtype -> (rtol, atol). The starting values of SPEC §6; no change yet.
@@ -36,8 +38,9 @@ EXACT = (0.0, 0.0)
 #: Such checks compare accuracy instead (FlashAttention's test criterion, made robust): against an fp64
 #: run of the reference from the same weights and inputs, the other implementation's greatest error may
 #: be at most ``ACCURACY_FACTOR`` times the greatest error of the *least accurate* of several same-dtype
-#: reference runs (plain, and :data:`gdn_equiv.model.example.ROUNDING_VARIANTS` runs in which every module output
-#: and every parameter gradient is jittered by one unit at the scale of its terms, :func:`gdn_equiv.model.example.ulp_jitter`;
+#: reference runs (plain, and :data:`gdn_equiv.model.example.ROUNDING_VARIANTS` runs in which every module
+#: output and every parameter gradient is jittered by one unit at the scale of its terms,
+#: :func:`gdn_equiv.model.example.ulp_jitter`;
 #: :func:`least_accurate` picks it), plus one unit of the dtype at the truth's scale (``eps * max|truth|``).
 #: Why an ensemble: one reference run is a single draw of rounding noise, and the layer amplifies ulp
 #: differences (the delta rule, the output RMS norm), so two correct implementations' greatest errors
@@ -504,3 +507,20 @@ def worst(reports: list[Report], current: Report | None = None) -> Report | None
 
 def _severity(report: Report) -> tuple[bool, float, float]:
     return (not report.ok, report.tol_used, report.max_abs)
+
+
+def assert_run_as_accurate(
+    actual: Run, refs: list[Run], truth: Run, *, paths: tuple[str, str] = ("actual", "reference"), context: Any = None
+) -> None:
+    """Another implementation's run (output, dx, parameter gradients by name, as :func:`run_layer` returns)
+    against the bar of :func:`gdn_equiv.model.example.accuracy_runs`: each tensor no further from the truth
+    than ``ACCURACY_FACTOR`` x the least accurate reference run's (:func:`assert_as_accurate`).
+    Gradients are judged for the names ``actual`` carries (none for a forward-only run)."""
+
+    def judge(value: torch.Tensor | None, bar: list[torch.Tensor | None], true: torch.Tensor | None, name: str) -> None:
+        assert_as_accurate(value, least_accurate(bar, true), true, name=name, paths=paths, context=context)
+
+    judge(actual[0], [r[0] for r in refs], truth[0], "output")
+    judge(actual[1], [r[1] for r in refs], truth[1], "dx")
+    for name, grad in actual[2].items():
+        judge(grad, [r[2][name] for r in refs], truth[2][name], f"d{name}")

@@ -20,7 +20,14 @@ import torch
 
 from gdn_equiv.harness.compare import assert_equivalent
 from gdn_equiv.harness.coverage import label_conv_call
-from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update, get_backend
+from gdn_equiv.model.backends import (
+    causal_conv1d,
+    causal_conv1d_update,
+    get_backend,
+    supported_activations,
+    supported_widths,
+)
+from gdn_equiv.strategies import ConvCall
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +35,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from gdn_equiv.model.example import Example
-    from gdn_equiv.strategies import ConvCall
 
 
 def _forward(call: ConvCall, tensors: dict, backend: str, *, final: bool = True):
@@ -227,9 +233,6 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
     length and seed; ``cu_seqlens`` varlen as packed sequences; an initial state when the example
     continues a populated cache (a padding mask only zeroes inputs: dense here). Returns the call, the
     slots' channel counts and the backend."""
-    from gdn_equiv.model.backends import supported_widths
-    from gdn_equiv.model.conv_ops import supported_activations
-    from gdn_equiv.strategies import ConvCall
 
     config = example.config
     if not config.use_short_conv:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.families import known_families
 
 if TYPE_CHECKING:
     from gdn_equiv.model.example import Example
@@ -119,8 +120,6 @@ class Dimension:
 def dimensions() -> tuple[Dimension, ...]:
     """The report's dimensions, conv calls first; ``layer.family`` lists the families known now
     (plug-ins register theirs at import)."""
-    from gdn_equiv.model.families import known_families
-
     return (
         Dimension("conv.channels", "channel count D", (*(name for _, name in CHANNEL_BUCKETS), "1025+")),
         Dimension("conv.block_edge", "D or D-1 a power of two >= 8 (a kernel block edge)", ("at-edge", "off-edge")),

@@ -32,7 +32,10 @@ import torch
 import torch.nn.functional as F
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.example import Example, build_layer
+from gdn_equiv.harness.compare import ACCURACY_FACTOR, assert_run_as_accurate, least_accurate
+from gdn_equiv.model.example import Example, accuracy_runs, build_layer, materialize, run_layer, unit_cotangent_backward
+from gdn_equiv.model.families import get_family
+from gdn_equiv.targets.fla_target import _construct, _fla_class, build_fla_layer, load_reference_state
 
 __all__ = ["FAITHFUL_FAMILIES", "Difference", "check_faithful", "naive_cores", "unfaithful_reason"]
 
@@ -199,8 +202,6 @@ class Difference:
 
 
 def _fla_layer(example: Example, defaults: bool, layer_cls: type | None) -> tuple[Any, Any]:
-    from gdn_equiv.model.families import get_family
-    from gdn_equiv.targets.fla_target import _construct, _fla_class, build_fla_layer, load_reference_state
 
     family = get_family(example.family)
     ours = build_layer(example, layer_cls or family.layer_cls)
@@ -226,14 +227,6 @@ def check_faithful(example: Example, *, defaults: bool = False, layer_cls: type 
     accurate of our same-dtype runs (the project's bar for a whole layer of another implementation:
     :func:`gdn_equiv.model.example.accuracy_runs`). Raises :class:`gdn_equiv.harness.compare.Mismatch` on the first
     tensor past it; returns every compared tensor's distances."""
-    from gdn_equiv.harness.compare import ACCURACY_FACTOR, least_accurate
-    from gdn_equiv.model.example import (
-        accuracy_runs,
-        assert_run_as_accurate,
-        materialize,
-        run_layer,
-        unit_cotangent_backward,
-    )
 
     reason = unfaithful_reason(example.family)
     if reason is not None:

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from gdn_equiv.harness.compare import assert_equivalent
 from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update, get_backend
+from gdn_equiv.model.conv_ops import get_activation
 
 if TYPE_CHECKING:
     from gdn_equiv.strategies import ConvCall
@@ -66,7 +67,6 @@ def _activate(y: Tensor, activation: str | None) -> Tensor:
     own = _OWN_ACTIVATIONS.get(activation)
     if own is not None:
         return own(y)
-    from gdn_equiv.model.conv_ops import get_activation
 
     return get_activation(activation).fn(y)  # a plug-in's activation: its registered maths
 

@@ -141,6 +141,7 @@ def _mismatches() -> dict[str, str]:
     interpreter = _triton()
     if interpreter is None:
         return {}
+    # lazily: the probe kernels import triton, an optional extra
     from gdn_equiv.harness import _interpreter_kernels as kernels
 
     found: dict[str, str] = {}

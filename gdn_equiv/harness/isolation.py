@@ -35,7 +35,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness import compare
+from gdn_equiv.harness.compare import observe
+from gdn_equiv.harness.interpreter import make_faithful
 from gdn_equiv.model.backends import BUILTIN_BACKENDS
+from gdn_equiv.model.families import _BUILTIN as FAMILIES
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -95,12 +99,7 @@ def _serve(conn: Any, env: dict[str, str], threads: int, setup: tuple[str, ...])
     os.environ.update(env)
     import torch
 
-    from gdn_equiv._source import alias_strategies
-    from gdn_equiv.harness.compare import observe
-
     torch.set_num_threads(threads)
-    alias_strategies()  # a ConvCall arrives as gdn_equiv.strategies.convs.ConvCall, also from a source tree
-    from gdn_equiv.harness.interpreter import make_faithful
 
     make_faithful()  # a fresh process: Triton's interpreter rounds as the parent's does (as a GPU does)
     try:
@@ -135,7 +134,6 @@ def _context() -> Any:
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" not in methods:
         return multiprocessing.get_context("spawn")
-    from gdn_equiv.model.families import _BUILTIN as FAMILIES
 
     ctx = multiprocessing.get_context("forkserver")
     families = [spec.partition(":")[0] for spec in FAMILIES.values()]
@@ -217,8 +215,6 @@ class WorkerPool:
         return process.exitcode
 
     def call(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
-        from gdn_equiv.harness import compare
-
         where = _address(fn)
         if self._process is None or not self._process.is_alive():
             self._discard(kill=True)

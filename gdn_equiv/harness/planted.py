@@ -16,7 +16,9 @@ import torch
 from gdn_equiv.model.backends import Backend, causal_conv1d
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.conv_ops import apply_conv_facts
+from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, compute_dtype, delta_rule
 from gdn_equiv.model.guard import decide
+from gdn_equiv.model.reference import repad
 
 __all__ = ["BACKENDS", "COMBINATION_BACKENDS", "LAYER_DEFECTS", "fused_biases", "fused_conv", "fused_weights"]
 
@@ -170,8 +172,6 @@ SHORT_STATE_GRAD_NO_FINAL = COMBINATION_BACKENDS["planted-short-state-grad-no-fi
 
 
 def _gated_deltanet() -> type:
-    from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet
-
     return GatedDeltaNet
 
 
@@ -186,9 +186,6 @@ def _tiled_heads(layer: Any, q: Any, k: Any, v: Any) -> Any:
 def reference_defects() -> dict[str, type]:
     """name -> a Gated DeltaNet reference layer with one edit upstream does not have."""
     import torch.nn.functional as F
-
-    from gdn_equiv.model.families.gated_deltanet import compute_dtype, delta_rule
-    from gdn_equiv.model.reference import repad
 
     base = _gated_deltanet()
 

@@ -10,7 +10,6 @@ and the example, or :class:`NotApplicable` when the example does not meet its pr
 from __future__ import annotations
 
 import dataclasses
-import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,12 +18,28 @@ from typing import TYPE_CHECKING, Any, Union
 import torch
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness.compare import Mismatch, Report, assert_equivalent, assert_tree_equivalent, compare
+from gdn_equiv.harness.bad_input import names, prepare
+from gdn_equiv.harness.compare import (
+    Mismatch,
+    Report,
+    assert_equivalent,
+    assert_tree_equivalent,
+    compare,
+    mismatch_kind,
+)
+from gdn_equiv.harness.conformance import NotAConvCall, check_layer_conv_call, conv_call_of
+from gdn_equiv.harness.diagnose import UNDIAGNOSED, diagnose_layer
+from gdn_equiv.harness.ground_truth import check_forward as truth_forward
+from gdn_equiv.harness.ground_truth import check_gradients as truth_gradients
+from gdn_equiv.harness.ground_truth import check_update as truth_update
 from gdn_equiv.model.backends import count_launches
 from gdn_equiv.model.cache import Cache
 from gdn_equiv.model.example import Example, Inputs, build_layer
 from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition, Decision, decide
+from gdn_equiv.model.reference import ShortConv
+from gdn_equiv.targets import get_target, known_targets
+from gdn_equiv.targets.gdn_equiv_target import GdnEquivHandle
 
 if TYPE_CHECKING:
     from gdn_equiv.harness.bad_input import BadCall
@@ -61,8 +76,6 @@ TargetLike = Union["Target", str, None]
 
 
 def _target(target: TargetLike) -> Target:
-    from gdn_equiv.targets import get_target
-
     if target is None or isinstance(target, str):
         return get_target(target or "gdn_equiv")
     return target
@@ -206,8 +219,6 @@ def _check_layer_facts(handle: Any, example: Example) -> None:
     and the conv modules themselves rather than through the layer's facts code: a facts reader that
     inverts a conv's bias, forgets the layer's flag or misreads a width would make guard and spec agree
     on another layer than the one that runs (found by mutation testing of the installed suite)."""
-    from gdn_equiv.model.reference import ShortConv
-
     facts = handle.layer_facts()
     seen: dict[str, Any] = {
         "use_short_conv": bool(example.config.use_short_conv),
@@ -287,8 +298,6 @@ def _diagnosed(mismatch: Mismatch, prop: str, example: Example, device: str, tar
     conv inputs (:mod:`gdn_equiv.harness.diagnose`: channel offset or count, within tolerance or past it, or the
     layer's fused path), whose verdict ends the message. The report is kept; ``.diagnosis`` holds the
     details. A diagnosis that fails says so and never hides the finding."""
-    from gdn_equiv.harness.compare import mismatch_kind
-    from gdn_equiv.harness.diagnose import UNDIAGNOSED, diagnose_layer
 
     kind, line, diagnosis = f"{prop} {mismatch.report.name}", "", None
     try:
@@ -312,7 +321,6 @@ def _diagnosed(mismatch: Mismatch, prop: str, example: Example, device: str, tar
 
 def reference_handle(example: Example, state: dict[str, Tensor], device: str) -> Any:
     """The family's reference layer (separate convs only) with ``state``, run like a target."""
-    from gdn_equiv.targets.gdn_equiv_target import GdnEquivHandle
 
     class _Reference(GdnEquivHandle):
         def run(self, inputs: Inputs, prologue: str = "auto") -> tuple[Tensor, Any]:
@@ -426,8 +434,6 @@ def check_refuses_bad_input(bad: BadCall, *, device: str = "cpu") -> None:
     """P8: a call with one thing wrong (:mod:`gdn_equiv.harness.bad_input`) raises :class:`InvalidArgument`
     whose message names the argument and the offending value, and leaves everything the caller holds
     as it was: each tensor's values (bitwise), storage and version counter, and the cache's states."""
-    from gdn_equiv.harness.bad_input import names, prepare
-
     prepared = prepare(bad, device)
     tracked = {**prepared.tracked, **_cache_tensors(prepared.cache)}
     before = {
@@ -500,8 +506,6 @@ def check_conv_conformance(example: Example, *, device: str = "cpu", target: Tar
     from a final state, decoding after a prefill, slot slices bitwise) on the conv call the example's
     fused prologue makes, on its conv backend against torch. Not applicable where the layer makes no
     such call (no short convs; a width or activation the backend does not run)."""
-    from gdn_equiv.harness.conformance import NotAConvCall, check_layer_conv_call, conv_call_of
-
     _, _, decision = _setup(example, device, target)
     try:
         call, dims, backend = conv_call_of(example)
@@ -516,10 +520,6 @@ def check_conv_ground_truth(example: Example, *, device: str = "cpu", target: Ta
     prologue makes, on its conv backend (torch included), against an independently written fp64
     ``F.conv1d`` (:mod:`gdn_equiv.harness.ground_truth`), within the §6 table: forward and final state,
     gradients (``grad``) and the step kernel. The row that checks torch itself."""
-    from gdn_equiv.harness.conformance import NotAConvCall, conv_call_of
-    from gdn_equiv.harness.ground_truth import check_forward as truth_forward
-    from gdn_equiv.harness.ground_truth import check_gradients as truth_gradients
-    from gdn_equiv.harness.ground_truth import check_update as truth_update
 
     _, _, decision = _setup(example, device, target)
     try:
@@ -601,35 +601,10 @@ class GapNoFusedPrologue(UpstreamGap):
     """The target version has no fused prologue for this family at all (it never fuses; speed only)."""
 
 
-class UpstreamRefused(Exception):
-    """An upstream constructor refused the arguments a family record built from a drawn config: not a
-    finding about the prologue and not gdn-equiv's own error; a search records it and goes on.
-
-    ``family``: the family; ``constructor``: what refused (a class name); ``arguments``: what it was
-    given; ``error``: what it raised (its message is upstream's words)."""
-
-    def __init__(self, family: str, constructor: str, arguments: dict[str, Any], error: BaseException) -> None:
-        self.family, self.constructor, self.arguments, self.error = family, constructor, dict(arguments), error
-        super().__init__(
-            f"{constructor} refused the arguments of a {family!r} config: {type(error).__name__}: {error}; "
-            f"arguments: {self.arguments}"
-        )
-
-    @property
-    def kind(self) -> str:
-        """What identifies the refusal (a search reports each once): the class, the error type and the
-        message with its numbers and addresses masked ("Rotary dimension must be even, got 1" and "got 3"
-        are one rule, whatever the config)."""
-        message = re.sub(r"\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "0x#", str(self.error)))
-        return f"{self.constructor}: {type(self.error).__name__}: {message}"
-
-
 def upstream_example_pins(target: str, **options: Any) -> dict[str, Any]:
     """The example-strategy arguments under which ``target``'s constructors accept what is drawn (fla:
     its version, see ``FlaTarget.example_pins``); ``{}`` for a target that asks nothing, or a name that
     is no registered target (a search's stand-in)."""
-    from gdn_equiv.targets import get_target, known_targets
-
     if target not in known_targets():
         return {}
     pins = getattr(get_target(target, **options), "example_pins", None)
@@ -655,8 +630,6 @@ def check_target_guard(
     :class:`GapMissingBiasCrash`. A constructor of the target's that refuses the example's config
     raises :class:`UpstreamRefused`.
     """
-    from gdn_equiv.model.guard import decide
-    from gdn_equiv.targets import get_target
 
     handle: Any = get_target(target, **options).build(example, device)
     # deciding from the guards alone needs no inputs (a populated cache would run our layer to fill)

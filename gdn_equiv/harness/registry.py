@@ -4,8 +4,9 @@
 the README's table read these records, so the drivers cannot disagree on what a property draws, where it
 applies, how many examples a profile gives it or how a necessity search is budgeted. A record holds:
 
-- ``check``: the property function of one :class:`~gdn_equiv.model.example.Example` in :mod:`gdn_equiv.harness.properties`
-  (``None`` for a P6 necessity search, whose predicate is :func:`gdn_equiv.harness.properties.forced_fusion_error`);
+- ``check``: the property function of one :class:`~gdn_equiv.model.example.Example` in
+  :mod:`gdn_equiv.harness.properties` (``None`` for a P6 necessity search, whose predicate is
+  :func:`gdn_equiv.harness.properties.forced_fusion_error`);
 - ``premise``: the strategy of :class:`Draw` s it runs on; a draw built to meet the premise (``must_apply``)
   that the property calls not applicable is a failure (a guard that refuses what the spec fuses would
   otherwise leave P3/P4 nothing to compare);
@@ -24,15 +25,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from hypothesis import strategies as st
 
+from gdn_equiv import strategies  # read per draw (strategies.examples), so that a replaced strategy is used
 from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.premise import Draw
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
-from gdn_equiv.model.example import Example
 from gdn_equiv.model.guard import Condition
+from gdn_equiv.serving.records import SERVING, row_not_applicable
 
 __all__ = [
     "DTYPES",
@@ -61,13 +64,6 @@ PLUGIN_NECESSITY_STATES = 300
 #: the longest sequence a layer property draws: several chunks of the chunked core (64), so a defect
 #: at a chunk boundary is in reach of every driver
 MAX_SEQ_LEN = 140
-
-
-class Draw(NamedTuple):
-    """One drawn example and whether it was built to meet the property's premise."""
-
-    example: Example
-    must_apply: bool
 
 
 @dataclass(frozen=True)
@@ -147,9 +143,7 @@ def _kwargs(dtype: str | None, max_seq_len: int) -> dict[str, Any]:
 def any_examples(
     backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
 ) -> st.SearchStrategy[Draw]:
-    from gdn_equiv.strategies import examples
-
-    drawn = examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
+    drawn = strategies.examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
     return drawn.map(lambda e: Draw(e, False))
 
 
@@ -157,10 +151,8 @@ def any_examples(
 def _no_short_conv(
     backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
 ) -> st.SearchStrategy[Draw]:
-    from gdn_equiv.strategies import examples
-
     kwargs = _kwargs(dtype, max_seq_len)
-    drawn = examples(backends=(backend,), fusable=None, use_short_conv=False, family=families, **kwargs)
+    drawn = strategies.examples(backends=(backend,), fusable=None, use_short_conv=False, family=families, **kwargs)
     return drawn.map(lambda e: Draw(e, True))
 
 
@@ -172,12 +164,12 @@ def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
     def premise(
         backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
     ) -> st.SearchStrategy[Draw]:
-        from gdn_equiv.strategies import examples
-
         kwargs = {**_kwargs(dtype, max_seq_len), **({"grad": True} if grad else {})}
         # one condition broken alone, among those the pins leave breakable (one backend: never G5)
-        one_reason = examples(backends=(backend,), fusable=False, max_reasons=1, family=families, **kwargs)
-        fusable = examples(backends=(backend,), fusable=True, family=families, **kwargs).map(lambda e: Draw(e, True))
+        one_reason = strategies.examples(backends=(backend,), fusable=False, max_reasons=1, family=families, **kwargs)
+        fusable = strategies.examples(backends=(backend,), fusable=True, family=families, **kwargs).map(
+            lambda e: Draw(e, True)
+        )
         return st.one_of(fusable, fusable, one_reason.map(lambda e: Draw(e, False)))
 
     return premise
@@ -185,9 +177,7 @@ def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
 
 @functools.cache
 def _refused(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> st.SearchStrategy[Draw]:
-    from gdn_equiv.strategies import examples
-
-    drawn = examples(backends=(backend,), fusable=False, family=families, **_kwargs(dtype, max_seq_len))
+    drawn = strategies.examples(backends=(backend,), fusable=False, family=families, **_kwargs(dtype, max_seq_len))
     return drawn.map(lambda e: Draw(e, True))
 
 
@@ -198,10 +188,10 @@ def _violating(condition: Condition) -> Callable[..., st.SearchStrategy[Draw]]:
     def premise(
         backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
     ) -> st.SearchStrategy[Draw]:
-        from gdn_equiv.strategies import violating
-
         backends = (backend, *_other_builtins(backend)) if condition is Condition.G5 else (backend,)
-        per_family = [violating(condition, backends=backends, family=f, max_seq_len=max_seq_len) for f in families]
+        per_family = [
+            strategies.violating(condition, backends=backends, family=f, max_seq_len=max_seq_len) for f in families
+        ]
         return st.one_of(per_family).map(lambda e: Draw(e, False))
 
     return premise
@@ -278,8 +268,6 @@ def _example_records() -> list[PropertyRecord]:
 
 def _serving_records() -> list[PropertyRecord]:
     """S1-S7 (SPEC §11); the pytest gate runs them in ``gdn_equiv.suite.test_serving``, over its engine paths."""
-    from gdn_equiv.serving.records import SERVING, row_not_applicable
-
     return [
         PropertyRecord(
             name,

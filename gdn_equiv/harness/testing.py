@@ -13,18 +13,18 @@ need :func:`count_example`::
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from gdn_equiv.errors import InvalidArgument
 
 if TYPE_CHECKING:
     import torch
-    from hypothesis.strategies import SearchStrategy
 
 T = TypeVar("T")
 
@@ -44,7 +44,6 @@ __all__ = [
     "project_triton_cache",
     "randn",
     "register_profiles",
-    "sampled",
     "visible_device_count",
     "worker_threads",
 ]
@@ -120,21 +119,6 @@ def fuzzing() -> bool:
     return settings.get_current_profile_name() == "fuzz"
 
 
-def sampled(values: Iterable[T]) -> SearchStrategy[T]:
-    """``st.sampled_from(values)``, one strategy object per distinct (hashable) values, compared with
-    their types, so ``(1, 2)`` is not ``(1.0, 2.0)``. Hypothesis validates a strategy at its first draw
-    (~40 us); a fresh ``sampled_from`` inside a composite is validated every example, ~20% of drawing one."""
-    values = tuple(values)
-    return _sampled(tuple((type(v), v) for v in values), values)
-
-
-@functools.lru_cache(maxsize=4096)
-def _sampled(_key: tuple[tuple[type, Any], ...], values: tuple[Any, ...]) -> SearchStrategy[Any]:
-    from hypothesis import strategies as st
-
-    return st.sampled_from(values)
-
-
 #: how many draws a search that must hit may take before it counts as a miss. Hypothesis does not draw
 #: independent examples: each fresh one is followed by up to five mutations of itself, and its first
 #: draws are near-minimal, so a region seen on 1 draw in 8 went 117 draws unseen in 1 of 80 measured
@@ -181,8 +165,6 @@ def default_profile(env: Mapping[str, str] = os.environ) -> str:
     if env.get("HYPOTHESIS_PROFILE"):
         name = env["HYPOTHESIS_PROFILE"]
         if name not in PROFILES:
-            from gdn_equiv.errors import InvalidArgument
-
             raise InvalidArgument(
                 f"HYPOTHESIS_PROFILE={name!r} is not a profile; known profiles: {', '.join(PROFILES)}"
             )

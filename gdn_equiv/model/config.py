@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.conv_ops import ActivationNames, normalize_extras, validate_extras
+from gdn_equiv.model.conv_ops import ActivationNames, fact_params, normalize_extras, validate_extras
 from gdn_equiv.model.conv_ops import canonical_activation as _canonical
 
 #: The registered conv activations (a live view of :mod:`gdn_equiv.model.conv_ops`; ``silu, swish, None``
@@ -51,8 +51,6 @@ class ConvSpec:
 
     def extra(self, name: str) -> Any:
         """A registered fact parameter's value (its default where not set)."""
-        from gdn_equiv.model.conv_ops import fact_params
-
         return dict(self.extras).get(name, fact_params()[name])
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness.testing import sampled
+from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 
@@ -155,28 +155,6 @@ def canonical_activation(activation: str | None) -> str | None:
 def apply_activation(y: Tensor, activation: str | None) -> Tensor:
     """The registered reference maths of ``activation`` on ``y`` (no dtype change)."""
     return get_activation(activation).fn(y)
-
-
-def supported_activations(backends: Sequence[str]) -> tuple[str | None, ...]:
-    """The activations every one of ``backends`` runs: the core ones, and each registered one whose
-    ``backends`` include them all (or a backend's own ``activations`` declaration, where it has one)."""
-    out = []
-    for act in (get_activation(n) for n in activation_names()):
-        if act.name in CORE_ACTIVATIONS or all(_backend_runs(b, act) for b in backends):
-            out.append(act.name)
-    return tuple(out)
-
-
-def _backend_runs(backend: str, act: Activation) -> bool:
-    if act.backends is None or backend in act.backends:
-        return True
-    try:  # a backend may declare what it runs (``Backend.activations``, where the protocol has it)
-        from gdn_equiv.model.backends import get_backend
-
-        declared = getattr(get_backend(backend), "activations", None)
-    except Exception:
-        return False
-    return declared is not None and act.name in declared
 
 
 class ActivationNames(Sequence):

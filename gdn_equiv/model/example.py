@@ -19,6 +19,8 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model.cache import Cache
 from gdn_equiv.model.config import CallFacts, ConvSpec, LayerConfig
 from gdn_equiv.model.families import DEFAULT_FAMILY, get_family
+from gdn_equiv.model.fused import FusedPrologue
+from gdn_equiv.model.reference import ShortConv
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 VARLEN_KINDS = ("none", "cu_seqlens", "mask")
@@ -133,8 +135,6 @@ class Inputs:
 def fp64_twin(layer: torch.nn.Module) -> torch.nn.Module:
     """A copy of the reference ``layer`` in fp64 with ``torch`` convs: the truth that cross-implementation
     checks measure accuracy against (:func:`gdn_equiv.harness.compare.assert_as_accurate`)."""
-    from gdn_equiv.model.reference import ShortConv
-
     twin = copy.deepcopy(layer).double()
     for module in twin.modules():
         if isinstance(module, ShortConv):
@@ -240,24 +240,6 @@ def accuracy_runs(
     return runs, truth
 
 
-def assert_run_as_accurate(
-    actual: Run, refs: list[Run], truth: Run, *, paths: tuple[str, str] = ("actual", "reference"), context: Any = None
-) -> None:
-    """Another implementation's run (output, dx, parameter gradients by name, as :func:`run_layer` returns)
-    against the bar of :func:`accuracy_runs`: each tensor no further from the truth than
-    ``ACCURACY_FACTOR`` x the least accurate reference run's (:func:`gdn_equiv.harness.compare.assert_as_accurate`).
-    Gradients are judged for the names ``actual`` carries (none for a forward-only run)."""
-    from gdn_equiv.harness.compare import assert_as_accurate, least_accurate
-
-    def judge(value: torch.Tensor | None, bar: list[torch.Tensor | None], true: torch.Tensor | None, name: str) -> None:
-        assert_as_accurate(value, least_accurate(bar, true), true, name=name, paths=paths, context=context)
-
-    judge(actual[0], [r[0] for r in refs], truth[0], "output")
-    judge(actual[1], [r[1] for r in refs], truth[1], "dx")
-    for name, grad in actual[2].items():
-        judge(grad, [r[2][name] for r in refs], truth[2][name], f"d{name}")
-
-
 def build_layer(example: Example, cls: type | None = None, device: str | torch.device = "cpu") -> torch.nn.Module:
     """The layer of ``example`` (default: its family's fused-prologue layer), parameters from its seed."""
     cls = cls or get_family(example.family).fused_cls
@@ -321,6 +303,4 @@ def materialize(example: Example, layer: torch.nn.Module, device: str | torch.de
 
 
 def _separate(layer: torch.nn.Module) -> dict[str, Any]:
-    from gdn_equiv.model.fused import FusedPrologue
-
     return {"prologue": "separate"} if isinstance(layer, FusedPrologue) else {}

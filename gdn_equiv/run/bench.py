@@ -47,7 +47,16 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.targets.fla_versions import fla_version  # the fla rows' label (and the command line's)
+from gdn_equiv import targets  # targets.get_target read per call: a test plants a defect through it
+from gdn_equiv.model.backends import get_backend
+from gdn_equiv.model.backends.fla_backend import _module, autotune_mode, conv_row
+from gdn_equiv.model.example import Example
+from gdn_equiv.model.families import get_family
+from gdn_equiv.model.fla_versions import (
+    fla_version,  # the fla rows' label (and the command line's)
+    version_row,
+)
+from gdn_equiv.run.report import caused_by_interrupt, interrupt_pending
 
 Tensor = torch.Tensor
 FORMAT = "gdn-equiv-bench/1"
@@ -77,7 +86,7 @@ QUICK_WARMUP = {"layer": 1, "prologue": 1}
 
 @dataclass
 class BenchPlan:
-    """A ``bench`` run with every argument checked (by :func:`gdn_equiv.run.cli.plan_bench`)."""
+    """A ``bench`` run with every argument checked (by :func:`gdn_equiv.run.cli.bench.plan_bench`)."""
 
     what: str
     families: list[str]
@@ -240,36 +249,26 @@ def quick_fields(family_name: str) -> dict[str, Any]:
     strategy (deterministic; the strategies shrink towards few heads and small dims)."""
     from hypothesis import HealthCheck, find, settings
 
-    from gdn_equiv.model.families import get_family
-
     family = get_family(family_name)
     quiet = settings(database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     return dict(find(family.dims(max_heads=2), lambda fields: True, settings=quiet))
 
 
 def family_fields(family_name: str, quick: bool) -> dict[str, Any]:
-    from gdn_equiv.model.families import get_family
-
     return quick_fields(family_name) if quick else dict(get_family(family_name).bench)
 
 
 def family_config(family_name: str, quick: bool, backend: str = "torch") -> Any:
-    from gdn_equiv.model.families import get_family
-
     return get_family(family_name).config_cls(**family_fields(family_name, quick), conv_backend=backend)
 
 
 def fla_autotune() -> str:
-    from gdn_equiv.model.backends.fla_backend import autotune_mode
-
     return autotune_mode()
 
 
 def fla_fuses(family_name: str) -> bool:
     """Whether the installed fla has a fused prologue for this family (the fla adapter's version
     table), which the adapter can then force."""
-    from gdn_equiv.targets.fla_versions import version_row
-
     return version_row().fuses(family_name)
 
 
@@ -278,12 +277,10 @@ def _layer_subject(
 ) -> Subject:
     """The family's layer as the target builds it, both paths chosen by the target's ``prologue=``
     argument (fla: the adapter pins fla's own decision; nothing here patches anything)."""
-    from gdn_equiv.model.example import Example
-    from gdn_equiv.targets import get_target
 
     config = family_config(family_name, quick, backend)
     example = Example(config=config, family=family_name, dtype=dtype, batch=B, seq_len=T, grad=True, train=True)
-    handle = get_target(target_name).build(example, device)
+    handle = targets.get_target(target_name).build(example, device)
     inputs = handle.inputs()
     x = inputs.x.requires_grad_()
     dy = _randn(tuple(x.shape), _generator(device), device, x.dtype)
@@ -315,7 +312,6 @@ def _layer_subject(
         except RuntimeError as exc:  # fla's chunked backward refuses Hopper with Triton < 3.7.1
             if target_name != "fla":
                 raise
-            from gdn_equiv.model.families import get_family
 
             why = f"fla's own backward did not run here ({_one_line(exc)[:120]})"
             if get_family(family_name).reference_core is None:  # no core of ours to run inside fla's layer
@@ -323,7 +319,7 @@ def _layer_subject(
                     del calls[path, "fwd_bwd"]
                 meta["note"] = f"{why}; no fwd+bwd timing (the reference core restates Gated DeltaNet's only)"
             else:
-                handles["fwd_bwd"] = get_target("fla", core="reference").build(example, device)
+                handles["fwd_bwd"] = targets.get_target("fla", core="reference").build(example, device)
                 grad_of["fwd_bwd"] = [x, *_parameters(handles["fwd_bwd"].layer)]
                 meta["core"] = "fla; fwd+bwd: the reference core inside fla's layer"
                 meta["note"] = why
@@ -347,8 +343,6 @@ ConvFn = Callable[[Tensor, Tensor], Tensor]  # (x [B,T,D], weight [D,W]) -> y, s
 
 
 def _registry_conv(name: str) -> ConvFn:
-    from gdn_equiv.model.backends import get_backend
-
     backend = get_backend(name)
 
     def conv(x: Tensor, weight: Tensor) -> Tensor:
@@ -358,8 +352,6 @@ def _registry_conv(name: str) -> ConvFn:
 
 
 def _fla_conv() -> ConvFn:
-    from gdn_equiv.model.backends.fla_backend import _module, conv_row
-
     fla_causal_conv1d = _module(conv_row().conv).causal_conv1d  # where the installed version keeps it
     extra = {"backend": "triton"} if "backend" in inspect.signature(fla_causal_conv1d).parameters else {}
 
@@ -553,8 +545,6 @@ def run(
     """Every row of the plan, each checked and timed, appended to ``report`` (default: a new one);
     the report is rewritten to ``plan.json`` after each row, so an interrupted run leaves every
     finished row (status ``interrupted``)."""
-    from gdn_equiv.run.report import caused_by_interrupt, interrupt_pending
-
     report = new_report(plan) if report is None else report
     todo = list(subjects(plan))
     try:

@@ -26,19 +26,26 @@ from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from gdn_equiv._source import alias_strategies
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.compare import Mismatch, Report, observe, worst
-from gdn_equiv.harness.registry import MAX_SEQ_LEN, Draw, PropertyRecord, get_record, necessity_budget, necessity_name
+from gdn_equiv.harness.registry import (
+    MAX_SEQ_LEN,
+    Draw,
+    PropertyRecord,
+    get_record,
+    necessity_budget,
+    necessity_name,
+    property_records,
+)
 from gdn_equiv.harness.testing import fuzzing
 from gdn_equiv.model.backends import BUILTIN_BACKENDS
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.model.guard import Condition
 from gdn_equiv.run.report import Check, Failure, interrupt_pending
-
-alias_strategies()  # the CLI imports gdn_equiv.strategies from here, installed or not
+from gdn_equiv.strategies import examples
+from gdn_equiv.targets import UpstreamRefused
 
 __all__ = [
     "Check",
@@ -346,8 +353,6 @@ def find_counterexample(
 
 def replayable_functions() -> tuple[str, ...]:
     """The property functions a failure JSON may name (what :func:`replay` will call)."""
-    from gdn_equiv.harness.registry import property_records
-
     return tuple(
         dict.fromkeys(
             (*(r.function for r in property_records()), P.forced_fusion_error.__name__, P.check_target_guard.__name__)
@@ -415,14 +420,12 @@ def search_gaps(
 
     The examples are drawn as the target asks (:func:`gdn_equiv.harness.properties.upstream_example_pins`: fla's
     version, so only configs its classes accept). A constructor that still refuses one
-    (:class:`~gdn_equiv.harness.properties.UpstreamRefused`: a rule the family records miss, a newer upstream)
+    (:class:`~gdn_equiv.targets.UpstreamRefused`: a rule the family records miss, a newer upstream)
     is a row of its own, ``upstream refused``, once per distinct refusal, with the example and upstream's
     message; the example counts as not applicable and the search goes on. The summary row of a search
     that ran no example is ``not reached`` when the budget was spent before it, else ``not exercised``;
     one whose every example was refused is ``not exercised``.
     """
-    from gdn_equiv.strategies import examples
-
     pins = P.upstream_example_pins(target, **options)
     # a third of the draws break one guard condition alone: the states where a guard's mistake on that
     # condition shows (another broken condition can make both guards fall back). SPEC §1's two gaps are
@@ -443,13 +446,13 @@ def search_gaps(
     }
     clean = Check(f"P1-{target}-guard-vs-spec", "-", **row)
     found: list[tuple[type, Example]] = []
-    refusals: dict[str, Check] = {}  # by P.UpstreamRefused.kind, in the order first seen
+    refusals: dict[str, Check] = {}  # by UpstreamRefused.kind, in the order first seen
     reported = 0  # refusal rows yielded so far
 
     def spent() -> bool:
         return seconds is not None and clock() - started >= seconds
 
-    def refused(exc: P.UpstreamRefused, example: Example) -> None:
+    def refused(exc: UpstreamRefused, example: Example) -> None:
         clean.not_applicable += 1
         if exc.kind in refusals:
             refusals[exc.kind].examples += 1
@@ -484,7 +487,7 @@ def search_gaps(
             clean.examples += 1
             try:
                 decision = check(example, device=device, target=target, demonstrate=False, **options)
-            except P.UpstreamRefused as exc:
+            except UpstreamRefused as exc:
                 refused(exc, example)
                 return
             except P.UpstreamGap as exc:
@@ -518,7 +521,7 @@ def search_gaps(
             except P.UpstreamGap as shown:
                 shown_kind = type(shown)
                 message = f"{type(shown).__name__}: {shown}"
-            except P.UpstreamRefused as exc:  # built on the run's device, the constructor said no
+            except UpstreamRefused as exc:  # built on the run's device, the constructor said no
                 message = f"{kind.__name__}: not run: {exc}"
             if cut_short:
                 message += " (the time budget ended its shrinking: the example is not minimal)"

@@ -1,8 +1,8 @@
 """S1-S7 (SPEC §11) as functions of an engine adapter and a drawn case.
 
 Each runs the adapter's own ops twice in two ways §11 says must agree, and raises
-:class:`gdn_equiv.harness.compare.Mismatch` (through :func:`gdn_equiv.harness.compare.assert_equivalent`) with both paths
-named and the case printed; :class:`NotExercised` where the case has nothing the property can compare.
+:class:`gdn_equiv.harness.compare.Mismatch` (through :func:`gdn_equiv.harness.compare.assert_equivalent`) with both
+paths named and the case printed; :class:`NotExercised` where the case has nothing the property can compare.
 Outputs of pad sequences are never compared (engines leave them unspecified).
 """
 

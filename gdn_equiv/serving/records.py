@@ -19,14 +19,12 @@ from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
-from gdn_equiv._source import alias_strategies
+from gdn_equiv.harness.premise import Draw
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.planted import PLANTED
-
-alias_strategies()
-from gdn_equiv.strategies import pools  # noqa: E402
+from gdn_equiv.strategies import pools
 
 __all__ = ["ENGINE_NAMES", "SERVING", "EngineCase", "adapter", "engine_paths", "not_applicable", "row_not_applicable"]
 
@@ -68,7 +66,7 @@ import sys
 if {engine!r}.endswith("-interpret"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from gdn_equiv.compare import Mismatch
+from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.serving.cases import *  # noqa: F403 (the case's classes, for its repr)
 from gdn_equiv.serving.properties import {function}
 from gdn_equiv.serving.records import adapter
@@ -95,7 +93,8 @@ class Ran(NamedTuple):
     reason_id: str = "ran"
 
 
-#: what ``--engine`` names: the in-house reference, an engine (every path its table lists) or one path
+#: what ``--serving-engine`` (and the gate's ``--gdn-serving-engine``) names: the in-house reference, an engine
+#: (every path its table lists) or one path
 ENGINE_NAMES = ("reference", "vllm", "sglang")
 
 
@@ -156,9 +155,7 @@ def _check(prop: Callable[[EngineAdapter, Any], None]) -> Callable[..., Ran]:
 def _premise(cases: Callable[[EngineAdapter], st.SearchStrategy[Any]]) -> Callable[..., st.SearchStrategy[Any]]:
     @functools.cache
     def premise(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> Any:
-        from gdn_equiv.harness.registry import Draw  # the registry imports this module: its type, at draw time
-
-        return cases(adapter(backend)).map(lambda c: Draw(EngineCase(backend, c), False))  # type: ignore[arg-type]
+        return cases(adapter(backend)).map(lambda c: Draw(EngineCase(backend, c), False))
 
     return premise
 

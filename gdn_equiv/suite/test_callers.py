@@ -36,6 +36,7 @@ from gdn_equiv.model.config import CallFacts
 from gdn_equiv.model.example import Example, Inputs, build_layer
 from gdn_equiv.model.families import get_family, known_families
 from gdn_equiv.strategies import layer_configs
+from gdn_equiv.targets.fla_target import TARGET, _from_fla_cache, _to_fla_cache
 
 F64 = torch.float64
 
@@ -493,8 +494,6 @@ def check_round_trip(
     - ``from_fla(to_fla(fla Cache))`` is the twin, and ``from_fla(to_fla(twin))`` is the twin.
 
     ``to_fla``/``from_fla`` default to the target's (a planted defect passes others)."""
-    from gdn_equiv.targets.fla_target import _from_fla_cache, _to_fla_cache
-
     to_fla, from_fla = to_fla or _to_fla_cache, from_fla or _from_fla_cache
     B, H = len(valid), configs[0].hidden_size
     calls = _loop_calls(seed, B, P, H, steps, [min(v, P) for v in valid], chunk)
@@ -564,8 +563,6 @@ def test_fla_target_runs_a_callers_fla_cache_as_it_runs_ours(family, data, P, va
     """``FlaHandle.run`` (fla's own layer, ``auto``) on a decode step with a caller's fla Cache filled by
     our reference (same weights, left-padded prefill) gives bitwise what it gives with our twin Cache,
     and leaves the caller's cache as it was."""
-    from gdn_equiv.targets.fla_target import TARGET
-
     reason = TARGET.unavailable_to_run()
     if reason is not None:
         pytest.skip(reason)

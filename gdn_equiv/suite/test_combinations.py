@@ -14,19 +14,19 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.cells import check_cell
+from gdn_equiv.harness.coverage import label_example
 from gdn_equiv.harness.testing import count_example
-from gdn_equiv.model.backends import get_backend, supported_widths
+from gdn_equiv.model.backends import get_backend, supported_activations, supported_widths
 from gdn_equiv.strategies import conv_calls
-from gdn_equiv.strategies.combinations import conv_cells
+from gdn_equiv.strategies.combinations import conv_cells, layer_cell_examples
 from gdn_equiv.strategies.convs import LAYOUTS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def combination_calls(backend: str) -> st.SearchStrategy:
-    from gdn_equiv.model.conv_ops import supported_activations
-
     lo, hi = supported_widths([backend])
     widths = (lo, min(hi, 4))
     base = conv_calls(
@@ -71,9 +71,6 @@ LAYER_CHECKS = (
 @given(data=st.data())
 def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, device):
     """One example per cell of cache x use_cache x varlen x grad: P2's path, and P3/P4/P5 where they apply."""
-    from gdn_equiv.harness import properties as P
-    from gdn_equiv.harness.coverage import label_example
-    from gdn_equiv.strategies.combinations import layer_cell_examples
 
     cells = data.draw(
         layer_cell_examples(backends=(gdn_backend,), family=gdn_families, max_seq_len=8), label="layer cells"

@@ -38,6 +38,7 @@ from gdn_equiv.harness.compare import (
     tolerance,
     worst,
 )
+from gdn_equiv.model.cache import Cache
 
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 LOW = [torch.float32, torch.float16, torch.bfloat16]
@@ -947,8 +948,6 @@ def test_tree_cache_offsets_layers_and_presence() -> None:
 
 
 def test_tree_a_real_cache() -> None:
-    from gdn_equiv.model.cache import Cache
-
     def cache(bump: float) -> Cache:
         c = Cache()
         state = layer_state(0)

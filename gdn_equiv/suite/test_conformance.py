@@ -44,7 +44,7 @@ from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ 
 )
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.testing import count_example
-from gdn_equiv.model.backends import get_backend, supported_widths
+from gdn_equiv.model.backends import get_backend, supported_activations, supported_widths
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUTS
 
@@ -56,8 +56,6 @@ def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
     for packed sequences, initial states only where it supports them (its refusal is checked in
     tests/test_backends_cuda.py); every tensor in any of :data:`LAYOUTS`; every activation both it
     and the torch reference run (registered ones such as relu included)."""
-    from gdn_equiv.model.conv_ops import supported_activations
-
     lo, hi = supported_widths([backend])
     varlen_state = get_backend(backend).varlen_initial_state
     acts = supported_activations([backend, "torch"])

@@ -1,4 +1,5 @@
-"""Every backend, ``torch`` included, against an independently written fp64 conv (:mod:`gdn_equiv.harness.ground_truth`).
+"""Every backend, ``torch`` included, against an independently written fp64 conv
+(:mod:`gdn_equiv.harness.ground_truth`).
 
 ``test_conformance`` measures a backend against the ``torch`` backend; these measure it against
 ``F.conv1d`` in fp64, sharing no code with any backend, so a defect the torch backend itself carries
@@ -22,9 +23,12 @@ from gdn_equiv.harness.ground_truth import (  # tests/ plant defects and run the
     check_forward,
     check_gradients,
     check_update,
+    gated_deltanet_truth,
 )
-from gdn_equiv.harness.testing import count_example
+from gdn_equiv.harness.testing import count_example, randn
 from gdn_equiv.model.backends import get_backend, supported_widths
+from gdn_equiv.model.example import Example, build_layer
+from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies import ConvCall, conv_calls
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -90,8 +94,6 @@ def test_backend_update_matches_fp64_ground_truth(data, gdn_backend, device):
 @st.composite
 def _gdn_layers(draw: st.DrawFn):
     """A small Gated DeltaNet config (every switch of SPEC §2 drawn), a seed, and an input shape."""
-    from gdn_equiv.model.families.gated_deltanet import GDNConfig
-
     num_heads = draw(st.integers(1, 2))
     config = GDNConfig(
         hidden_size=draw(st.sampled_from([8, 12, 16])),
@@ -117,9 +119,6 @@ def test_reference_layer_matches_an_independent_fp64_transcription(case) -> None
     token with ``F.conv1d`` and an explicit recurrence (:func:`gdn_equiv.harness.ground_truth.gated_deltanet_truth`),
     within the fp64 table. Both paths share the projections, the core and the epilogue, so a defect
     there is invisible to fused-vs-separate; this is where it shows."""
-    from gdn_equiv.harness.ground_truth import gated_deltanet_truth
-    from gdn_equiv.harness.testing import randn
-    from gdn_equiv.model.example import Example, build_layer
 
     config, seed, batch, T = case
     count_example()

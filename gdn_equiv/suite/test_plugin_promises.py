@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pytest
 
-from gdn_equiv.isolation import DEFAULT_TIMEOUT
+from gdn_equiv.harness.isolation import DEFAULT_TIMEOUT
 from gdn_equiv.targets import get_target
 
 PLANTED = textwrap.dedent(
     """
-    from gdn_equiv.backends import get_backend
+    from gdn_equiv.model.backends import get_backend
 
 
     class _Absent:
@@ -60,7 +60,8 @@ PROBE = textwrap.dedent(
         import torch
         from hypothesis import settings
 
-        from gdn_equiv import isolation, pytest_plugin
+        from gdn_equiv.harness import isolation
+        from gdn_equiv import pytest_plugin
 
         pool = isolation._POOL
         state = {

@@ -27,6 +27,7 @@ from gdn_equiv.harness.registry import Draw
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.example import Example
 from gdn_equiv.targets import Target, get_target
+from gdn_equiv.targets.fla_target import version_row
 
 # slow: on a GPU each is tens of seconds cold (Triton compiles), so under xdist they start first
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
@@ -42,7 +43,7 @@ class _Tally:
 
 
 _TALLY: _Tally | None = None  # the running test's, set by exercised()
-#: the event of an example that did not meet its property's premise (gdn_equiv.fuzz_engines counts it)
+#: the event of an example that did not meet its property's premise (gdn_equiv.run.fuzz_engines counts it)
 NOT_APPLICABLE = "gdn-equiv:not applicable"
 
 
@@ -131,7 +132,6 @@ def families_with_fusion(target: str | Target, families: tuple[str, ...]) -> tup
     says which), and why none does when none does."""
     if not _upstream(target):
         return families, None
-    from gdn_equiv.targets.fla_target import version_row
 
     row = version_row()
     fusing = tuple(f for f in families if row.fuses(f))

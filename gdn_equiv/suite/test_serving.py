@@ -1,5 +1,5 @@
 """S1-S7 (SPEC §11): the short convs under a state pool, on the in-house reference and on every serving
-engine path (:mod:`gdn_equiv.serving.engines`) of ``--gdn-engine`` (default: every path; one that cannot run
+engine path (:mod:`gdn_equiv.serving.engines`) of ``--gdn-serving-engine`` (default: every path; one that cannot run
 here skips with its reason; a named engine none of whose paths can run here ends the session, status 3).
 
 One property per test function; each draws its cases from :mod:`gdn_equiv.strategies.pools`.
@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving import records
-from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases  # noqa: E402
+from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
 
 
 @pytest.fixture(scope="module")
-def engine(gdn_engine: str) -> Any:
-    """The engine path of ``--gdn-engine`` (default: every path; one that cannot run here skips with why,
+def engine(gdn_serving_engine: str) -> Any:
+    """The engine path of ``--gdn-serving-engine`` (default: every path; one that cannot run here skips with why,
     and a named engine none of whose paths runs here ended the session at configure time)."""
-    adapter = records.adapter(gdn_engine)
+    adapter = records.adapter(gdn_serving_engine)
     if (reason := adapter.unavailable()) is not None:
         pytest.skip(reason)
     return adapter

@@ -9,6 +9,7 @@ never be counted green, and that the rows asked are the registry's. No layer run
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
+from gdn_equiv.harness import properties as P
 from gdn_equiv.harness import registry
 from gdn_equiv.harness.compare import Report
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
-from gdn_equiv.model.guard import Condition
+from gdn_equiv.model.example import build_layer
+from gdn_equiv.model.guard import Condition, decide
 from gdn_equiv.run import runner
 from gdn_equiv.run.report import FAILING, UNREACHED, Check, ReportWriter, merge
 
@@ -176,7 +179,6 @@ def test_one_profile_table() -> None:
 def test_a_row_that_compared_nothing_is_not_a_pass() -> None:
     """All drawn examples inapplicable: not exercised; a budget gone before the first: not reached; an
     example built to apply that did not: a failure."""
-    from gdn_equiv.harness import properties as P
 
     def never(example: object, **_: object) -> None:
         raise P.NotApplicable("planted")
@@ -193,8 +195,6 @@ def test_a_row_that_compared_nothing_is_not_a_pass() -> None:
 
 
 def test_a_necessity_row_on_a_built_in_backend_that_finds_nothing_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gdn_equiv.harness import properties as P
-
     monkeypatch.setattr(P, "forced_fusion_error", lambda example, **_: None)
     check = runner.find_counterexample(Condition.G8, "torch", max_examples=3, shrink=False)
     assert check.result == "FAIL" and "known to be necessary" in check.failure
@@ -211,8 +211,6 @@ def test_records_and_rows_are_frozen() -> None:
 
 
 def test_every_example_property_splits_by_dtype_and_names_a_replayable_function() -> None:
-    from gdn_equiv.harness import properties as P
-
     for record in registry.property_records():
         assert record.per_dtype, record.name
         assert getattr(P, record.function) is record.check
@@ -233,15 +231,16 @@ def test_g5_is_n_a_without_a_second_built_in_backend(monkeypatch: pytest.MonkeyP
     assert record.not_applicable("torch") is None
 
 
+def _drew(what: str, value: bool, draw: registry.Draw) -> bool:
+    return (draw.must_apply if what == "must_apply" else draw.example.grad) is value
+
+
 @pytest.mark.parametrize("name", [r.name for r in registry.property_records()])
 def test_each_premise_draws_what_its_record_says(name: str) -> None:
     """The premises, checked against the spec's own decision on what they drew: P3/P4's draws built to
     apply are states the spec fuses (P4's with gradients), P5's are states it refuses, the no-short-conv
     row's layers have none, and every draw is of the row's backend, family and dtype."""
     from hypothesis import find
-
-    from gdn_equiv.model.example import build_layer
-    from gdn_equiv.model.guard import decide
 
     record = registry.get_record(name)
     strategy = record.strategy("torch", "kda", "float16", max_seq_len=8)
@@ -268,10 +267,10 @@ def test_each_premise_draws_what_its_record_says(name: str) -> None:
     reach = settings(database=None, max_examples=300, phases=[Phase.generate])
     if name in ("P3-forward-exact", "P4-gradients"):  # both sides of the guard
         for side in (True, False):
-            find(strategy, lambda d, side=side: d.must_apply is side, settings=reach)
+            find(strategy, functools.partial(_drew, "must_apply", side), settings=reach)
     if name == "P3-forward-exact":  # grad on and off
         for grad in (True, False):
-            find(strategy, lambda d, grad=grad: d.example.grad is grad, settings=reach)
+            find(strategy, functools.partial(_drew, "grad", grad), settings=reach)
 
 
 @pytest.mark.parametrize("condition", [Condition.G5, Condition.G8], ids=lambda c: c.id)

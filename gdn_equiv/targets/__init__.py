@@ -19,6 +19,7 @@ The path is chosen by argument; a target that cannot force a path lists what it 
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -113,3 +114,26 @@ def check_prologue(target: Target, prologue: str) -> None:
         raise InvalidArgument(f"prologue must be one of {PROLOGUES}, got {prologue!r}")
     if prologue not in target.prologues:
         raise InvalidArgument(f"target {target.name!r} supports prologue in {target.prologues}, got {prologue!r}")
+
+
+class UpstreamRefused(Exception):
+    """An upstream constructor refused the arguments a family record built from a drawn config: not a
+    finding about the prologue and not gdn-equiv's own error; a search records it and goes on.
+
+    ``family``: the family; ``constructor``: what refused (a class name); ``arguments``: what it was
+    given; ``error``: what it raised (its message is upstream's words)."""
+
+    def __init__(self, family: str, constructor: str, arguments: dict[str, Any], error: BaseException) -> None:
+        self.family, self.constructor, self.arguments, self.error = family, constructor, dict(arguments), error
+        super().__init__(
+            f"{constructor} refused the arguments of a {family!r} config: {type(error).__name__}: {error}; "
+            f"arguments: {self.arguments}"
+        )
+
+    @property
+    def kind(self) -> str:
+        """What identifies the refusal (a search reports each once): the class, the error type and the
+        message with its numbers and addresses masked ("Rotary dimension must be even, got 1" and "got 3"
+        are one rule, whatever the config)."""
+        message = re.sub(r"\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "0x#", str(self.error)))
+        return f"{self.constructor}: {type(self.error).__name__}: {message}"

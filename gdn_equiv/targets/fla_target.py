@@ -1,7 +1,7 @@
 """The ``fla`` target: flash-linear-attention's layer of each family, in each fla version it knows.
 
 Where fusion is decided moves between fla versions, so the adapter follows the version table
-(:mod:`gdn_equiv.targets.fla_versions`: one row per version, matched exactly). A version it does not
+(:mod:`gdn_equiv.model.fla_versions`: one row per version, matched exactly). A version it does not
 know is refused, naming it and the known ones.
 
 How the suite drives fla without touching its guard:
@@ -22,7 +22,7 @@ How the suite drives fla without touching its guard:
   calls, one per conv). Anything else is reported as what was seen, so a forced ``"fused"`` that
   never reaches the fused conv cannot pass for fused.
 - A constructor of fla's that refuses a config (an ``assert`` in ``__init__``, a module it builds) is
-  re-raised as :class:`gdn_equiv.harness.properties.UpstreamRefused` naming the class, its arguments and fla's
+  re-raised as :class:`gdn_equiv.targets.UpstreamRefused` naming the class, its arguments and fla's
   message: a search records it and goes on. The family records list what each version refuses
   (``fla_rules``) and :meth:`FlaTarget.example_pins` has the strategies draw only that.
 - ``prologue="auto"`` runs fla's own guard, unmodified. ``"fused"`` / ``"separate"`` replace the
@@ -61,16 +61,16 @@ import torch
 import torch.nn.functional as F
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness.properties import UpstreamRefused
+from gdn_equiv.model import fla_versions
 from gdn_equiv.model.backends.fla_backend import pin_loaded_fla
 from gdn_equiv.model.cache import Cache, layer_cache
 from gdn_equiv.model.config import CallFacts, ConvFacts, LayerConfig, LayerFacts
 from gdn_equiv.model.core import gated_delta_rule, l2norm
 from gdn_equiv.model.example import Example, Inputs, build_layer, materialize
 from gdn_equiv.model.families import get_family, is_fla_only, known_families
+from gdn_equiv.model.fla_versions import FlaVersion, version_row
 from gdn_equiv.model.reference import ShortConvLayer
-from gdn_equiv.targets import fla_versions
-from gdn_equiv.targets.fla_versions import FlaVersion, version_row
+from gdn_equiv.targets import UpstreamRefused
 
 Tensor = torch.Tensor
 CORES = ("fla", "reference")

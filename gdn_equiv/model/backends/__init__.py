@@ -19,10 +19,11 @@ import dataclasses
 import importlib
 import inspect
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
+from gdn_equiv._source import entry_point_specs
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.model.backends.base import (
     Backend,
@@ -32,6 +33,7 @@ from gdn_equiv.model.backends.base import (
     check_update_args,
     compute_dtype,
 )
+from gdn_equiv.model.conv_ops import CORE_ACTIVATIONS, Activation, activation_names, get_activation
 
 __all__ = [
     "BUILTIN_BACKENDS",
@@ -79,8 +81,6 @@ def _load_object(spec: str) -> object:
 
 
 def _entry_point_specs() -> dict[str, str]:
-    from gdn_equiv._source import entry_point_specs
-
     return entry_point_specs("gdn_equiv.backends")
 
 
@@ -307,11 +307,29 @@ def causal_conv1d_update(
     return y, new_state
 
 
+def supported_activations(backends: Sequence[str]) -> tuple[str | None, ...]:
+    """The activations every one of ``backends`` runs: the core ones, and each registered one whose
+    ``backends`` include them all (or a backend's own ``activations`` declaration, where it has one)."""
+    out = []
+    for act in (get_activation(n) for n in activation_names()):
+        if act.name in CORE_ACTIVATIONS or all(_backend_runs(b, act) for b in backends):
+            out.append(act.name)
+    return tuple(out)
+
+
+def _backend_runs(backend: str, act: Activation) -> bool:
+    if act.backends is None or backend in act.backends:
+        return True
+    try:  # a backend may declare what it runs (``Backend.activations``, where the protocol has it)
+        declared = getattr(get_backend(backend), "activations", None)
+    except Exception:
+        return False
+    return declared is not None and act.name in declared
+
+
 def _check_runs_activation(backend: str, activation: str | None) -> None:
     """A registered activation the backend is not known to run is refused, not passed on: fla's conv
     treats an activation it does not know as none at all, silently (relu would come back unactivated)."""
-    from gdn_equiv.model.conv_ops import supported_activations
-
     runs = supported_activations([backend])
     if activation not in runs:
         raise InvalidArgument(

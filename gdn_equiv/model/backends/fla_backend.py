@@ -3,7 +3,7 @@
 flash-linear-attention is an optional extra (``gdn-equiv[fla]``), imported on first use: importing
 this module, or asking a backend's ``unavailable()``, never imports fla. Where the conv code lives
 moves between fla versions, so the adapter follows the fla version table (each row's ``conv``,
-:class:`gdn_equiv.targets.fla_versions.FlaConv`, matched exactly); another version is refused, naming
+:class:`gdn_equiv.model.fla_versions.FlaConv`, matched exactly); another version is refused, naming
 it and the known ones.
 
 What fla's conv is, read from its source (the same in every version of the table):
@@ -52,10 +52,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
+from gdn_equiv.model import fla_versions  # fla_versions.fla_version read per call (tests plant a version)
 from gdn_equiv.model.backends.base import Backend
 
 if TYPE_CHECKING:
-    from gdn_equiv.targets.fla_versions import FlaConv
+    from gdn_equiv.model.fla_versions import FlaConv
 
 Tensor = torch.Tensor
 
@@ -72,15 +73,11 @@ def _interpreting() -> bool:
 def conv_row(version: str | None = None) -> FlaConv:
     """The conv of ``version``'s row (default: the installed fla); :class:`InvalidArgument` naming the
     version and the known ones otherwise."""
-    from gdn_equiv.targets.fla_versions import version_row
-
-    return version_row(version).conv
+    return fla_versions.version_row(version).conv
 
 
 def _version() -> str | None:
-    from gdn_equiv.targets.fla_versions import fla_version
-
-    return fla_version()
+    return fla_versions.fla_version()
 
 
 def _module(path: str) -> ModuleType:

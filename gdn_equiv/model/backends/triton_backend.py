@@ -145,6 +145,7 @@ def unavailable() -> str | None:
 def _kernels() -> ModuleType:
     global _KERNELS
     if _KERNELS is None:
+        # lazily: the kernels module imports triton, an optional extra
         from gdn_equiv.model.backends import _triton_kernels
 
         _KERNELS = _triton_kernels

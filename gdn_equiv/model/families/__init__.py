@@ -27,7 +27,15 @@ _BUILTIN = {
     "lightnet": "gdn_equiv.model.families.lightnet:FAMILY",
     "simple_gla": "gdn_equiv.model.families.simple_gla:FAMILY",
 }
+#: the fla-only records (one module for all of them); loaded by name like the built-ins: those records look
+#: the in-house family they borrow from up through :func:`get_family`
+_FLA_ONLY = "gdn_equiv.model.families.fla_only:FAMILIES"
 _LOADED: dict[str, Any] = {}
+
+
+def _load(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def _entry_point_specs() -> dict[str, str]:
@@ -41,9 +49,7 @@ def known_families() -> list[str]:
 
 def fla_only_families() -> list[str]:
     """The families that exist as fla classes only (:mod:`gdn_equiv.model.families.fla_only`)."""
-    from gdn_equiv.model.families.fla_only import FAMILIES
-
-    return list(FAMILIES)
+    return list(_load(_FLA_ONLY))
 
 
 def is_fla_only(family: Any) -> bool:
@@ -66,16 +72,14 @@ def get_family(name: str) -> Any:
         return _LOADED[name]
     spec = _BUILTIN.get(name) or _entry_point_specs().get(name)
     if spec is None:
-        from gdn_equiv.model.families.fla_only import FAMILIES
-
-        if name in FAMILIES:
-            return FAMILIES[name]
+        fla_only = _load(_FLA_ONLY)
+        if name in fla_only:
+            return fla_only[name]
         known = ", ".join(known_families())
         raise InvalidArgument(
-            f"unknown family {name!r}; known families: {known} (fla targets only: {', '.join(FAMILIES)})"
+            f"unknown family {name!r}; known families: {known} (fla targets only: {', '.join(fla_only)})"
         )
-    module_name, _, attr = spec.partition(":")
-    family = getattr(importlib.import_module(module_name), attr)
+    family = _load(spec)
     _LOADED[name] = family
     return family
 

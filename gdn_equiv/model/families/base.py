@@ -11,56 +11,14 @@ from typing import Any
 from hypothesis import strategies as st
 
 from gdn_equiv.model.config import LayerConfig
+from gdn_equiv.model.fla_versions import FlaRule, FlaRules, fla_refusal
+from gdn_equiv.model.fused import fused_variant
 from gdn_equiv.model.reference import ShortConvLayer
-
-#: the guard gaps fla's prologue has in every family it fuses (0.6.0's Gated DeltaNet, PR #977's
-#: families): SPEC §1's two bias gaps, G9 ignored, silu/swish told apart
-GAPS = ("BiasDropped", "MissingBiasCrash", "OtherRefusal", "NeedlessFallback")
-
-#: where an fla version decides fusion (a row's ``decider``; a family record's ``fuses_from`` names those
-#: its fla class goes through): 0.5.2's and 0.6.0's method on Gated DeltaNet, PR #977's shared helper
-GDN_METHOD = "GatedDeltaNet._use_fused_qkv_conv"
-QKV_HELPER = "can_fuse_qkv_short_conv"
 
 
 def fla_mode(config: Any) -> str:
     """fla's core ``mode`` for our ``mode``: ``recurrent`` is fla's ``fused_recurrent``."""
     return "fused_recurrent" if config.mode == "recurrent" else "chunk"
-
-
-@dataclass(frozen=True)
-class FlaRule:
-    """One check an fla class's constructor makes (an ``assert`` or a ``raise`` in its ``__init__``, or
-    in a module it builds), read from fla's source and seen refused: a predicate over the constructor
-    arguments the family record builds (:attr:`Family.fla_kwargs`).
-
-    ``breaking``: arguments that, merged into those of the family's ``small`` config, break this rule
-    and no other of the family's (``tests/test_fla_rules.py`` shows fla refusing them, so no rule here
-    is invented).
-    """
-
-    rule: str
-    holds: Callable[[Mapping[str, Any]], bool]
-    breaking: Mapping[str, Any]
-
-
-#: constructor generation (an fla version row's ``constructors``, :mod:`gdn_equiv.targets.fla_versions`)
-#: -> the rules its class for a family checks
-FlaRules = Mapping[str, tuple[FlaRule, ...]]
-
-
-def fla_refusal(rules: FlaRules, kwargs: Mapping[str, Any], version: str | None) -> str | None:
-    """The first rule of fla ``version``'s constructors (``None``: of every generation) that ``kwargs``
-    break, in words; ``None`` when the class accepts them. A version the table lacks is refused
-    (:class:`InvalidArgument`)."""
-    from gdn_equiv.targets.fla_versions import constructors_of
-
-    key = constructors_of(version)
-    chosen = rules.values() if key is None else [rules.get(key, ())]
-    for rule in (r for version_rules in chosen for r in version_rules):
-        if not rule.holds(kwargs):
-            return rule.rule
-    return None
 
 
 def _integral(x: float) -> bool:
@@ -185,8 +143,6 @@ class Family:
 
     @property
     def fused_cls(self) -> type[ShortConvLayer]:
-        from gdn_equiv.model.fused import fused_variant
-
         return fused_variant(self.layer_cls)  # type: ignore[arg-type]  # classes hash; mypy sees nn.Module.__hash__
 
     @property

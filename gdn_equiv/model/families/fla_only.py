@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gdn_equiv.model.config import LayerConfig
+from gdn_equiv.model.families import get_family
 from gdn_equiv.model.families.base import (
     DELTA_RULES,
     HEAD_K_DIM_AT_MOST_256,
@@ -46,17 +47,14 @@ from gdn_equiv.model.families.base import (
     KEY_DIM_INTEGRAL,
     KEY_DIM_PER_HEAD,
     KV_GROUPS,
-    QKV_HELPER,
     ROTARY_EVEN,
     V_HEADS_AT_LEAST,
     VALUE_DIM_INTEGRAL,
     VALUE_DIM_PER_HEAD,
-    FlaRule,
-    FlaRules,
     fla_mode,
-    fla_refusal,
     modes,
 )
+from gdn_equiv.model.fla_versions import QKV_HELPER, FlaRule, FlaRules, fla_refusal
 
 #: fla's default; see the module docstring for why it is fixed
 NUM_HOUSEHOLDER = 2
@@ -91,8 +89,6 @@ class FlaOnlyFamily:
 
     @property
     def _like(self) -> Any:
-        from gdn_equiv.model.families import get_family
-
         return get_family(self.like)
 
     @property

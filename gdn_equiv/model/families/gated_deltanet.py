@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness.testing import sampled
 from gdn_equiv.model.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
 from gdn_equiv.model.core import gated_delta_rule, l2norm
-from gdn_equiv.model.families.base import DELTA_RULES, GDN_METHOD, QKV_HELPER, Family, FlaRule, fla_mode
+from gdn_equiv.model.families.base import DELTA_RULES, Family, fla_mode
+from gdn_equiv.model.fla_versions import GDN_METHOD, QKV_HELPER, FlaRule
 from gdn_equiv.model.fused import fused_variant
 from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 

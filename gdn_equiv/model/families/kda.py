@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 from torch import nn
 
-from gdn_equiv.model.families.base import DELTA_RULES, QKV_HELPER, Family, fla_mode
+from gdn_equiv.model.families.base import DELTA_RULES, Family, fla_mode
 from gdn_equiv.model.families.gated_deltanet import (
     ValueHeadsConfig,
     compute_dtype,
@@ -25,6 +25,7 @@ from gdn_equiv.model.families.gated_deltanet import (
     heads,
     value_head_dims,
 )
+from gdn_equiv.model.fla_versions import QKV_HELPER
 from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
 
 Tensor = torch.Tensor

@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness.testing import sampled
 from gdn_equiv.model.config import ConvSpec, LayerConfig
 from gdn_equiv.model.core import gated_delta_rule
-from gdn_equiv.model.families.base import QKV_HELPER, Family, FlaRule, modes
+from gdn_equiv.model.families.base import Family, modes
 from gdn_equiv.model.families.gated_deltanet import compute_dtype
+from gdn_equiv.model.fla_versions import QKV_HELPER, FlaRule
 from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 

@@ -18,14 +18,12 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 from torch import nn
 
-from gdn_equiv.harness.testing import sampled
 from gdn_equiv.model.config import GATE_ACTIVATIONS
 from gdn_equiv.model.core import gated_delta_rule
 from gdn_equiv.model.families.base import (
     KEY_DIM_INTEGRAL,
     KEY_DIM_PER_HEAD,
     KV_GROUPS,
-    QKV_HELPER,
     VALUE_DIM_INTEGRAL,
     VALUE_DIM_PER_HEAD,
     Family,
@@ -34,7 +32,9 @@ from gdn_equiv.model.families.base import (
 )
 from gdn_equiv.model.families.gated_deltanet import compute_dtype
 from gdn_equiv.model.families.gla import GLAConfig, gated_norm, gla_dims, grouped
+from gdn_equiv.model.fla_versions import QKV_HELPER
 from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 

@@ -23,11 +23,54 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.families.base import GAPS, GDN_METHOD, QKV_HELPER, FlaRule
+from gdn_equiv.model.families import get_family
+
+#: the guard gaps fla's prologue has in every family it fuses (0.6.0's Gated DeltaNet, PR #977's
+#: families): SPEC §1's two bias gaps, G9 ignored, silu/swish told apart
+GAPS = ("BiasDropped", "MissingBiasCrash", "OtherRefusal", "NeedlessFallback")
+
+#: where an fla version decides fusion (a row's ``decider``; a family record's ``fuses_from`` names those
+#: its fla class goes through): 0.5.2's and 0.6.0's method on Gated DeltaNet, PR #977's shared helper
+GDN_METHOD = "GatedDeltaNet._use_fused_qkv_conv"
+QKV_HELPER = "can_fuse_qkv_short_conv"
+
+
+@dataclass(frozen=True)
+class FlaRule:
+    """One check an fla class's constructor makes (an ``assert`` or a ``raise`` in its ``__init__``, or
+    in a module it builds), read from fla's source and seen refused: a predicate over the constructor
+    arguments the family record builds (:attr:`Family.fla_kwargs`).
+
+    ``breaking``: arguments that, merged into those of the family's ``small`` config, break this rule
+    and no other of the family's (``tests/test_fla_rules.py`` shows fla refusing them, so no rule here
+    is invented).
+    """
+
+    rule: str
+    holds: Callable[[Mapping[str, Any]], bool]
+    breaking: Mapping[str, Any]
+
+
+#: constructor generation (an fla version row's ``constructors``, :mod:`gdn_equiv.model.fla_versions`)
+#: -> the rules its class for a family checks
+FlaRules = Mapping[str, tuple[FlaRule, ...]]
+
+
+def fla_refusal(rules: FlaRules, kwargs: Mapping[str, Any], version: str | None) -> str | None:
+    """The first rule of fla ``version``'s constructors (``None``: of every generation) that ``kwargs``
+    break, in words; ``None`` when the class accepts them. A version the table lacks is refused
+    (:class:`InvalidArgument`)."""
+    key = constructors_of(version)
+    chosen = rules.values() if key is None else [rules.get(key, ())]
+    for rule in (r for version_rules in chosen for r in version_rules):
+        if not rule.holds(kwargs):
+            return rule.rule
+    return None
 
 
 def fla_version() -> str | None:
@@ -124,8 +167,6 @@ class FlaVersion:
 
 def _record(family: Any) -> Any:
     if isinstance(family, str):
-        from gdn_equiv.model.families import get_family
-
         return get_family(family)
     return family
 

@@ -1,6 +1,6 @@
 """``gdn-equiv fuzz --engine hypofuzz``: the installed gate's property tests under HypoFuzz, one ledger.
 
-Our own loop (``--engine ours``, :mod:`gdn_equiv.cli`) shares a time budget out over the rows by hand.
+Our own loop (``--engine ours``, :mod:`gdn_equiv.run.cli`) shares a time budget out over the rows by hand.
 HypoFuzz (``pip install gdn-equiv[hypofuzz]``, AGPL-3.0, never required) runs the same gate tests
 (``pytest --pyargs gdn_equiv.suite``: the property records' ``gate_test`` functions, P2-P5) in
 ``--workers`` processes, schedules them by the coverage they reach, keeps its corpus and its failures in
@@ -10,7 +10,7 @@ are spent and then reads what Hypothesis recorded, never what it assumes ran:
 
 * every executed test case is a line of Hypothesis' observability output (``HYPOTHESIS_EXPERIMENTAL_
   OBSERVABILITY``, one ``*_testcases.jsonl`` per run directory, written by every worker); the gate labels
-  each example with its regions (:func:`gdn_equiv.coverage.label_example`: family, dtype, lengths, cache,
+  each example with its regions (:func:`gdn_equiv.harness.coverage.label_example`: family, dtype, lengths, cache,
   varlen, ...) and marks one that did not meet its premise (``NOT_APPLICABLE``), so a line says which
   ledger row it counts for, and whether it applied;
 * a failing line carries the drawn example as JSON (the ``Draw`` of its ``arguments``): the smallest one
@@ -35,15 +35,16 @@ import sys
 import time
 import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from gdn_equiv.report import Check
+from gdn_equiv.harness import registry
+from gdn_equiv.harness.coverage import dimensions
+from gdn_equiv.model.example import Example
+from gdn_equiv.run.report import UNREACHED, Check, ReportWriter, format_table
 
 __all__ = [
     "ENGINES",
@@ -101,8 +102,6 @@ def _open_database(text: str) -> Any:
 def gate_tests(properties: Sequence[str]) -> dict[str, str]:
     """``gate test name -> property`` for the ``properties`` the gate module runs; :class:`InvalidArgument`
     naming those it does not (they run under ``--engine ours``)."""
-    from gdn_equiv import registry
-
     tests, other = {}, []
     for name in properties:
         record = registry.get_record(name)
@@ -270,8 +269,6 @@ def coverage_rows(
     rows: dict[tuple[str, str, str, str], RowTally], asked: Iterable[tuple[str, str, str, str]]
 ) -> list[dict[str, Any]]:
     """Per asked row, every region of the layer dimensions with its count, unreached regions first."""
-    from gdn_equiv.coverage import dimensions
-
     out = []
     for key in asked:
         tally = rows.get(key, RowTally())
@@ -318,7 +315,6 @@ def heat_map(table: list[dict[str, Any]], path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "coverage picture skipped: matplotlib is not installed (pip install gdn-equiv[bench])"
-    from gdn_equiv.coverage import dimensions
 
     props = list(dict.fromkeys(r["property"] for r in table))
     # the rows' own family and dtype first (a row is one of each), then the regions inside rows
@@ -378,7 +374,7 @@ def _hypofuzz_command(
         "-p",
         "no:cacheprovider",
     ]
-    launcher = "from gdn_equiv.fuzz_engines import launch; launch()"
+    launcher = "from gdn_equiv.run.fuzz_engines import launch; launch()"
     return [sys.executable, "-c", launcher, "fuzz", "-n", str(workers), *dashboard, "--", *pytest_args]
 
 
@@ -421,14 +417,21 @@ def _wait_for_port(port: int, seconds: float) -> bool:
     return False
 
 
-def run_hypofuzz(plan: Any, *, workers: int, dashboard_port: int | None) -> int:
-    """``gdn-equiv fuzz --engine hypofuzz``: HypoFuzz for ``plan.seconds``, then the ledger (the exit status)."""
-    from gdn_equiv import cli
-    from gdn_equiv.report import format_table
-
+def run_hypofuzz(
+    plan: Any,
+    *,
+    rows: list[Check],
+    header: str,
+    writer: ReportWriter,
+    findings: Callable[[ReportWriter], int],
+    workers: int,
+    dashboard_port: int | None,
+) -> int:
+    """``gdn-equiv fuzz --engine hypofuzz``: HypoFuzz for ``plan.seconds``, then the ledger. The command line
+    hands over the plan's asked ``rows``, its report ``writer`` and how it prints ``findings`` (which gives the
+    exit status), so one format serves both engines."""
     started = time.perf_counter()
     tests = gate_tests(plan.properties)
-    rows = cli.ledger_rows(plan)
     run_dir = plan.report / "hypofuzz"
     storage = run_dir / "storage"
     if run_dir.exists():
@@ -447,14 +450,13 @@ def run_hypofuzz(plan: Any, *, workers: int, dashboard_port: int | None) -> int:
         "HYPOTHESIS_STORAGE_DIRECTORY": str(storage.resolve()),
         "HYPOTHESIS_PROFILE": "fuzz",
     })  # fmt: skip
-    header = (
-        f"gdn-equiv fuzz (engine: hypofuzz, {workers} worker{'s' * (workers != 1)}): {cli._what(plan)} for "
-        f"{plan.seconds:g}s; gate tests {', '.join(tests)}; database {database}"
+    print(
+        f"gdn-equiv fuzz (engine: hypofuzz, {workers} worker{'s' * (workers != 1)}): {header}; "
+        f"gate tests {', '.join(tests)}; database {database}",
+        flush=True,
     )
-    print(header, flush=True)
     log = run_dir / "hypofuzz.log"
     meta_extra: dict[str, Any] = {"engine": "hypofuzz", "workers": workers, "hypofuzz_log": str(log)}
-    writer = cli._writer(plan)
     writer.meta.update(meta_extra)
     with writer:
         writer.ask(rows)
@@ -503,7 +505,7 @@ def run_hypofuzz(plan: Any, *, workers: int, dashboard_port: int | None) -> int:
     if total == 0:  # say why, from HypoFuzz's own words (a test it did not collect says so)
         skipped = [line for line in log.read_text(errors="replace").splitlines() if "(because:" in line]
         print(f"HypoFuzz ran no example; its log: {log}" + "".join(f"\n  {line[:300]}" for line in skipped))
-    return print_findings(writer)
+    return findings(writer)
 
 
 def _ledger(
@@ -511,9 +513,6 @@ def _ledger(
 ) -> tuple[list[Check], list[dict[str, Any]], Counter[str], int, dict[str, int]]:
     """The asked rows' results from the observations (every asked row gets one)."""
     import dataclasses
-
-    from gdn_equiv.example import Example
-    from gdn_equiv.report import UNREACHED
 
     observed = read_testcases(storage)
     tallies, outside = tally_rows(observed.cases, tests, plan.backends)
@@ -577,27 +576,3 @@ def _failures_in_database(plan: Any, nodeids: Iterable[str]) -> dict[str, int]:
             inner._hypothesis_internal_add_digest = before
         out[nodeid] = len(list(database.failures(state=FailureState.SHRUNK).fetch(key)))
     return out
-
-
-def print_findings(writer: Any) -> int:
-    """The lines after the table, as our loop prints them (one format whichever engine ran); the exit status."""
-    from gdn_equiv import cli
-
-    for c in writer.rows:
-        if c.result in ("none found", "n/a"):
-            print(f"{c.result}: {c.row_id}: {c.failure}")
-    for c in writer.failed:
-        if c.result != "FAIL":
-            print(f"\n{c.result.upper()} {c.row_id}: {c.failure}")
-            continue
-        example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
-        print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
-        if c.repro:
-            print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
-    unchecked = [c for c in writer.failed if c.result != "FAIL"]
-    if unchecked:
-        print(
-            f"\nnot green: {len(unchecked)} of {len(writer.rows)} asked rows were not checked (not reached or not "
-            "exercised)"
-        )
-    return cli.EXIT_FAILED if writer.failed else cli.EXIT_OK

@@ -1,0 +1,25 @@
+"""One Hypothesis strategy object per distinct set of values: the model's facts and the strategies draw from these."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+T = TypeVar("T")
+
+
+def sampled(values: Iterable[T]) -> SearchStrategy[T]:
+    """``st.sampled_from(values)``, one strategy object per distinct (hashable) values, compared with
+    their types, so ``(1, 2)`` is not ``(1.0, 2.0)``. Hypothesis validates a strategy at its first draw
+    (~40 us); a fresh ``sampled_from`` inside a composite is validated every example, ~20% of drawing one."""
+    values = tuple(values)
+    return _sampled(tuple((type(v), v) for v in values), values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled(_key: tuple[tuple[type, Any], ...], values: tuple[Any, ...]) -> SearchStrategy[Any]:
+    return st.sampled_from(values)

@@ -1,0 +1,319 @@
+"""``gdn-equiv bench layer|prologue``: the fused prologue timed against the separate one
+(:mod:`gdn_equiv.run.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gdn_equiv.model.backends import available_backends
+from gdn_equiv.model.families import DEFAULT_FAMILY
+from gdn_equiv.run import bench
+from gdn_equiv.run.cli.check import _target_problem
+from gdn_equiv.run.cli.common import (
+    DEFAULT_REPORT,
+    DTYPES,
+    EXIT_ENVIRONMENT,
+    EXIT_FAILED,
+    EXIT_OK,
+    EnvironmentProblem,
+    UsageError,
+    _at_least,
+    _backends,
+    _device,
+    _families,
+    _one_line,
+    subcommand,
+)
+
+BENCH_TIMINGS = ("eager", "graph")  # bench --timing (gdn_equiv.run.bench.BenchPlan.timing)
+
+
+def _bench_output(flag: str, value: str | None, default: Path, suffix: str) -> Path:
+    path = Path(value) if value else default
+    if path.suffix.lower() != suffix:
+        raise UsageError(f"{flag} {value!r} must name a {suffix} file")
+    if path.is_dir():
+        raise UsageError(f"{flag} {value!r} is a directory; it must be a file")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{flag} {value!r}: {str(parent)!r} is a file, not a directory")
+            break
+    return path
+
+
+def _bench_shapes(values: list[str] | None) -> tuple[tuple[int, int], ...]:
+    import re
+
+    shapes = []
+    for value in values or ():
+        match = re.fullmatch(r"(\d+)x(\d+)", value.strip())
+        if match is None or min(int(match[1]), int(match[2])) < 1:
+            raise UsageError(f"--shape {value!r} must be BxT with integers >= 1, e.g. 2x2048")
+        shapes.append((int(match[1]), int(match[2])))
+    return tuple(dict.fromkeys(shapes))
+
+
+def _bench_fla_problem(what: str, device: str, families: list[str]) -> str | None:
+    """Why fla's rows cannot run here, or ``None``."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("fla") is None:
+        return "flash-linear-attention is not installed"
+    if torch.device(device).type != "cuda":
+        return "fla's Triton kernels autotune, which needs a CUDA device (Triton's interpreter has no benchmarker)"
+    if what != "layer":
+        return None
+    reason = _target_problem("fla")
+    if reason is not None:
+        return (
+            f"{_one_line(reason)}; without the adapter fla's path could be forced only by patching fla, so this "
+            "fla is timed by 'bench prologue' only"
+        )
+
+    if not any(bench.fla_fuses(f) for f in families):
+        chosen = ",".join(families)
+        return f"fla {bench.fla_version()} has no fused prologue the fla adapter can force in --family {chosen}"
+    return None
+
+
+def plan_bench(args: argparse.Namespace) -> Any:
+    """``bench`` arguments, every one checked; fla and the plot are left out with a note where they
+    cannot run and were not asked for by name."""
+    import torch
+
+    what = args.what
+    if args.from_report is not None:
+        return _bench_replay(args)
+    _at_least("--iters", args.iters, 1)
+    _at_least("--warmup", args.warmup, 0)
+    device = _device(args.device)
+    if what == "prologue":
+        families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        if families != [DEFAULT_FAMILY]:
+            raise UsageError(f"--family {args.family!r}: bench prologue has shapes for {DEFAULT_FAMILY} only")
+    else:
+        families = _families(args.family if args.family is not None else "all")
+    shapes = _bench_shapes(args.shape)
+    json_path = _bench_output("--json", args.json, Path(DEFAULT_REPORT) / f"bench-{what}.json", ".json")
+    plot_path: Path | None = _bench_output("--plot", args.plot, Path(DEFAULT_REPORT) / f"bench-{what}.png", ".png")
+    notes: list[str] = []
+    if torch.device(device).type == "cpu" and not args.quick:
+        raise EnvironmentProblem(
+            f"bench {what} on cpu: only --quick (tiny shapes, wall clock) runs on a CPU; the full shapes need "
+            "--device cuda"
+        )
+    timing = args.timing or "eager"
+    if timing == "graph" and what != "prologue":
+        raise UsageError(
+            f"--timing graph: bench {what} times eagerly only (a layer's core and fla's autotuning run host code "
+            "between kernels, which a CUDA graph cannot hold); graph timing is for bench prologue"
+        )
+    if timing == "graph" and torch.device(device).type != "cuda":
+        raise EnvironmentProblem(f"--timing graph needs a CUDA device (CUDA graphs), got --device {device}")
+    if args.backend is not None:
+        names = _backends(args.backend, baselines=("fla",))
+    elif args.quick and torch.device(device).type == "cpu":
+        # a smoke test under a minute: fla's Triton conv in the interpreter takes most of a minute alone
+        names = [n for n in available_backends() if not n.startswith("fla")]
+        left = [n for n in [*available_backends(), "fla"] if n not in names]
+        notes.append(f"--quick on a CPU leaves out {', '.join(left)} (Triton's interpreter); name them with --backend")
+    else:
+        names = [*available_backends(), "fla"]
+    fla = "fla" in names
+    if fla:
+        reason = _bench_fla_problem(what, device, families)
+        if reason is not None and args.backend is not None:
+            raise EnvironmentProblem(f"--backend 'fla': {reason}")
+        if reason is not None:
+            notes.append(f"fla left out: {reason}")
+            fla = False
+        elif what == "layer":
+            others = [f for f in families if not bench.fla_fuses(f)]
+            if others:
+                notes.append(
+                    f"fla {bench.fla_version()}: no fla rows for {', '.join(others)}: this fla has no fused prologue "
+                    "the fla adapter can force for them"
+                )
+    backends = [n for n in names if n != "fla"]
+    if not backends and not fla:
+        raise UsageError(f"--backend {args.backend!r}: nothing left to time")
+    plot_path = _plot_unless_matplotlib_missing(args, plot_path)
+    return bench.BenchPlan(
+        what=what,
+        families=families,
+        backends=backends,
+        fla=fla,
+        dtypes=list(dict.fromkeys(args.dtype or (["bfloat16"] if device.startswith("cuda") else ["float32"]))),
+        device=device,
+        iters=args.iters
+        if args.iters is not None
+        else (bench.QUICK_ITERS if args.quick else bench.DEFAULT_ITERS)[what],
+        warmup=args.warmup
+        if args.warmup is not None
+        else (bench.QUICK_WARMUP if args.quick else bench.DEFAULT_WARMUP)[what],
+        quick=args.quick,
+        json=json_path,
+        plot=plot_path,
+        shapes=shapes,
+        notes=notes,
+        timing=timing,
+    )
+
+
+@dataclass
+class BenchReplay:
+    """``bench --from``: an earlier report to print and plot again, nothing timed."""
+
+    source: Path
+    report: dict[str, Any]
+    plot: Path | None
+
+
+#: the timing and selection options of ``bench``, which ``--from`` leaves to the report it reads
+#: (``--device`` is filled in before the command sees it, so it cannot be told apart from its default)
+_BENCH_RUN_OPTIONS = ("family", "backend", "dtype", "iters", "warmup", "shape", "json", "timing")
+
+
+def _bench_replay(args: argparse.Namespace) -> BenchReplay:
+    import json
+
+    given = [f"--{name}" for name in _BENCH_RUN_OPTIONS if getattr(args, name) is not None]
+    if args.quick:
+        given.append("--quick")
+    if given:
+        raise UsageError(f"--from {args.from_report!r} times nothing: {', '.join(given)} cannot apply")
+    source = Path(args.from_report)
+    if not source.is_file():
+        raise UsageError(f"--from {args.from_report!r} must name an existing bench report (.json)")
+    try:
+        report = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--from {args.from_report!r} is not a JSON file: {exc}") from exc
+    kind = bench.FORMAT.rsplit("/", 1)[0] + "/"  # any version of the report format
+    if not isinstance(report, dict) or not str(report.get("format", "")).startswith(kind):
+        raise UsageError(f"--from {args.from_report!r} is not a gdn-equiv bench report (no {kind!r} format)")
+    if report.get("command") != f"bench {args.what}" or not isinstance(report.get("rows"), list):
+        raise UsageError(
+            f"--from {args.from_report!r} is a report of {report.get('command')!r}, not of 'bench {args.what}'"
+        )
+    plot = _bench_output("--plot", args.plot, Path(DEFAULT_REPORT) / f"bench-{args.what}.png", ".png")
+    return BenchReplay(source, report, _plot_unless_matplotlib_missing(args, plot))
+
+
+def _plot_unless_matplotlib_missing(args: argparse.Namespace, path: Path | None) -> Path | None:
+    """``path``, or None (the plot skipped) where matplotlib is missing and no ``--plot`` asked for one;
+    an explicit ``--plot`` without matplotlib is refused."""
+    if matplotlib_missing := bench.matplotlib_missing():
+        if args.plot is not None:
+            raise EnvironmentProblem(f"--plot {args.plot!r}: {matplotlib_missing}")
+        return None
+    return path
+
+
+def cmd_bench(plan: Any) -> int:
+    if isinstance(plan, BenchReplay):
+        print(f"gdn-equiv bench: {plan.source} ({plan.report.get('status')}, {len(plan.report['rows'])} rows)")
+        print()
+        print(bench.format_table(plan.report), flush=True)
+        return _bench_outcome(plan.report, plan.plot, plan.source)
+    impls = [*plan.backends, *(["fla"] if plan.fla else [])]
+    print(
+        f"gdn-equiv bench {plan.what}: family={','.join(plan.families)} backend={','.join(impls)} "
+        f"dtype={','.join(plan.dtypes)} device={plan.device} shapes={len(plan.shapes)}"
+        f"{' (quick)' if plan.quick else ''} iters={plan.iters} warmup={plan.warmup}",
+        flush=True,
+    )
+    report = bench.new_report(plan)
+    try:
+        bench.run(plan, report, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    finally:  # the table once, also of an interrupted run's finished rows
+        print()
+        print(bench.format_table(report), flush=True)
+    return _bench_outcome(report, plan.plot, plan.json)
+
+
+def _bench_outcome(report: dict[str, Any], plot: Path | None, json_path: Path | None) -> int:
+    """The plot, the report's path, the findings and the exit status of a bench report."""
+    if plot is not None:
+        bench.write_plot(report, plot)
+        print(f"plot: {plot}")
+    else:
+        print(f"plot skipped: {bench.matplotlib_missing()}")
+    print(f"report: {json_path}")
+    found, errors = bench.findings(report["rows"]), bench.errors(report["rows"])
+    for line in found:
+        print(f"FINDING {line}")
+    if errors:
+        print(f"{len(errors)} row(s) could not run here (see the table's error cells)")
+    return EXIT_FAILED if found else EXIT_ENVIRONMENT if errors else EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """``bench``'s parser."""
+    p = subcommand(
+        sub, "bench", "time the fused prologue against the separate one, side by side (a command, never a test)"
+    )
+    p.add_argument(
+        "what",
+        choices=["layer", "prologue"],
+        help="layer: the whole layer per family, separate vs fused prologue; prologue: the convs alone",
+    )
+    p.add_argument(
+        "--family",
+        default=None,
+        metavar="NAME[,NAME]|all",
+        help=f"layer: families to time (default all; see: gdn-equiv families); prologue: {DEFAULT_FAMILY} only",
+    )
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="conv backends, comma separated, or module:attr; 'fla' adds fla's own layer (layer: where the fla "
+        "adapter can force its path) or fla's conv (prologue) (default: every available one, fla where it runs)",
+    )
+    p.add_argument(
+        "--dtype", action="append", choices=DTYPES, help="repeatable (default: bfloat16 on cuda, float32 on cpu)"
+    )
+    p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present; cpu needs --quick)")
+    p.add_argument(
+        "--iters", type=int, default=None, help="timed calls per measurement, >= 1 (default layer 10, prologue 50)"
+    )
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first, >= 0 (default layer 2, prologue 10)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="BxT",
+        help="batch x sequence length, repeatable (default: 1x2048 2x2048 4x2048 2x4096 4x4096; --quick: 1x16 2x32)",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny configs and shapes (a smoke test; the only mode on cpu)")
+    p.add_argument(
+        "--timing",
+        choices=BENCH_TIMINGS,
+        default=None,
+        help="eager (default): each call as a program makes it, host work and launches included; graph (prologue, "
+        "cuda): a CUDA graph of each call replayed, device time only (what the kernels cost)",
+    )
+    p.add_argument(
+        "--json", default=None, metavar="FILE.json", help=f"report (default {DEFAULT_REPORT}/bench-WHAT.json)"
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help=f"speedup plot, needs matplotlib (default {DEFAULT_REPORT}/bench-WHAT.png; skipped without matplotlib)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_report",
+        default=None,
+        metavar="FILE.json",
+        help="time nothing: print the table and write the plot of an earlier report of the same kind (e.g. one "
+        "a time limit cut short: its finished rows are in the JSON)",
+    )
+    p.set_defaults(prepare=plan_bench, run=cmd_bench)

@@ -1,0 +1,85 @@
+"""``gdn-equiv coverage``: a pytest run's examples counted per input region (:mod:`gdn_equiv.harness.coverage`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness import coverage
+from gdn_equiv.run.cli.common import EXIT_FAILED, EXIT_OK, UsageError, _make_dirs, _one_line, _output_file, subcommand
+
+COVERAGE_EXIT_STATUS = """\
+exit status:
+  0    the report was printed (with --require-all: and every expected region was reached)
+  1    with --require-all: an expected region was NOT REACHED (the report lists them)
+  2    --observed is missing, holds no *_testcases.jsonl file or no test case, or has a line
+       that is not JSON; --json names a directory; one line on stderr names the path
+  4    internal error of gdn-equiv itself; the traceback is saved in gdn-equiv-report/
+  130  interrupted
+"""
+
+
+@dataclass
+class CoveragePlan:
+    observations: list[tuple[Path, dict[str, Any]]]
+    json: Path | None
+    require_all: bool
+
+
+def plan_coverage(args: argparse.Namespace) -> CoveragePlan:
+    """``coverage`` arguments: ``--observed`` (default: Hypothesis' own ``observed`` directory) read in
+    full, so a missing directory, one without test cases or a line that is not JSON is refused before
+    anything is printed."""
+
+    observed = args.observed
+    if observed is None:  # where Hypothesis writes: its storage directory, .hypothesis unless set
+        observed = str(Path(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or ".hypothesis") / "observed")
+    json_path = _output_file("--json", args.json)
+    try:
+        observations = coverage.read_observed(Path(observed))
+    except InvalidArgument as exc:
+        raise UsageError(f"--observed: {_one_line(str(exc))}") from None
+    _make_dirs({"--json": json_path and json_path.parent})
+    return CoveragePlan(observations=observations, json=json_path, require_all=args.require_all)
+
+
+def cmd_coverage(plan: CoveragePlan) -> int:
+    """Print the report (and write its JSON); with ``--require-all``, exit 1 when a region was not
+    reached. Without it the report only informs: a rare region (1,025+ channels is one conformance draw in
+    75 on a CPU) can miss one randomized ``ci`` run without anything being wrong."""
+    import json
+
+    tally = coverage.tally(plan.observations)
+    print(coverage.format_report(tally))
+    if plan.json is not None:
+        plan.json.write_text(json.dumps(coverage.report_json(tally), indent=2) + "\n")
+        print(f"json: {plan.json}")
+    return EXIT_FAILED if plan.require_all and coverage.not_reached(tally) else EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """``coverage``'s parser."""
+    p = subcommand(
+        sub,
+        "coverage",
+        "count a pytest run's examples per input region (channel counts, T against W, states, dtypes) from "
+        "Hypothesis' observability output: run the tests with HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY=1 first",
+        COVERAGE_EXIT_STATUS,
+    )
+    p.add_argument(
+        "--observed",
+        default=None,
+        metavar="DIR",
+        help="the run's observations: a directory of *_testcases.jsonl files (default: .hypothesis/observed, "
+        "or $HYPOTHESIS_STORAGE_DIRECTORY/observed); Hypothesis appends to one file a day, so empty it before "
+        "the run to report that run alone",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the counts as JSON")
+    p.add_argument(
+        "--require-all", action="store_true", help="exit 1 when an expected region was not reached (default: report)"
+    )
+    p.set_defaults(prepare=plan_coverage, run=cmd_coverage)

@@ -1,0 +1,349 @@
+"""The import picture of gdn_equiv, read from the source (no module is imported): rooms, circles, arrows.
+
+    python scripts/import_picture.py            # the picture of this checkout
+    python scripts/import_picture.py --json     # the same figures as JSON
+    python scripts/import_picture.py --check    # exit 1 when a layout rule is broken (tests/test_layout.py's rules)
+
+An edge is one of the project's own imports, resolved to the module it loads: ``from gdn_equiv.model import
+guard`` is an edge to ``gdn_equiv.model.guard``, ``from gdn_equiv.model.guard import decide`` one to
+``gdn_equiv.model.guard``, and importing a submodule also runs its packages' ``__init__`` (an edge to each,
+except the importer's own packages, which are already loading). ``strategies/`` is read as the installed
+``gdn_equiv.strategies``. Imports under ``if TYPE_CHECKING:`` are no edges: they never run.
+
+The rules (``--check``):
+- no circles: no two modules reach each other through their imports, wherever in the file they sit;
+- no upward arrows: a module imports only its own room or a lower one (:data:`LAYERS`);
+- no function-local imports of the project's own modules: a file's header shows what it depends on; except
+  a module that itself imports an optional extra (:data:`EXTRAS`) at its top, imported lazily with a comment
+  saying so (``# lazily: ...``) on the line of the import or the one above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "gdn_equiv"
+
+#: rooms from the bottom up: a module may import its own room and the rooms below it. A room is a module
+#: prefix; the longest prefix that matches names a module's room. ``strategies`` sits with the harness: it
+#: draws the harness' examples and the harness' drivers draw from it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("gdn_equiv.errors", "gdn_equiv._source", "gdn_equiv.model"),
+    ("gdn_equiv.targets",),
+    ("gdn_equiv.harness", "gdn_equiv.strategies", "gdn_equiv.serving"),
+    ("gdn_equiv.run",),
+    ("gdn_equiv.pytest_plugin", "gdn_equiv.suite", "gdn_equiv.__main__", "gdn_equiv"),
+)
+
+
+#: the optional extras (pyproject's extras and plug-in engines): a module that imports one at its top may be
+#: imported lazily, so that gdn_equiv runs without the extra
+EXTRAS = {"triton", "fla", "causal_conv1d", "vllm", "sglang", "redis", "matplotlib", "hypofuzz"}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str
+    line: int
+    in_function: bool
+
+
+@dataclass
+class Picture:
+    modules: list[str]
+    edges: list[Import]
+    circles: list[list[str]] = field(default_factory=list)
+    floors: int = 0
+    upward: list[tuple[Import, str, str]] = field(default_factory=list)
+    in_function: list[Import] = field(default_factory=list)
+    lazy_extras: list[Import] = field(default_factory=list)
+
+    def rooms(self) -> dict[str, int]:
+        """Modules per package (``gdn_equiv.model.families`` and ``gdn_equiv.model`` apart)."""
+        out: dict[str, int] = defaultdict(int)
+        for m in self.modules:
+            pkg = m if self.is_package(m) else m.rpartition(".")[0]
+            out[pkg] += 1
+        return dict(sorted(out.items()))
+
+    def is_package(self, module: str) -> bool:
+        return module in self._packages
+
+    _packages: set[str] = field(default_factory=set)
+
+
+def module_files(root: Path = ROOT) -> dict[str, Path]:
+    """``{dotted name: file}`` of every module of the installed package, ``strategies/`` as ``gdn_equiv.strategies``."""
+    out: dict[str, Path] = {}
+    for base, prefix in ((root / PACKAGE, PACKAGE), (root / "strategies", f"{PACKAGE}.strategies")):
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(base).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([prefix, *parts])] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterable[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement that runs, with whether it sits inside a function (``TYPE_CHECKING`` blocks skipped)."""
+
+    def walk(node: ast.AST, in_function: bool) -> Iterable[tuple[ast.Import | ast.ImportFrom, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for sub in child.orelse:
+                    yield from walk(sub, in_function)
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                yield child, in_function
+            yield from walk(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
+
+    yield from walk(tree, False)
+
+
+def _resolve(importer: str, is_package: bool, node: ast.Import | ast.ImportFrom, modules: set[str]) -> list[str]:
+    """The project modules ``node`` loads (the deepest existing module of each name)."""
+
+    def deepest(name: str) -> str | None:
+        while name:
+            if name in modules:
+                return name
+            name = name.rpartition(".")[0]
+        return None
+
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            pkg = importer if is_package else importer.rpartition(".")[0]
+            for _ in range(node.level - 1):
+                pkg = pkg.rpartition(".")[0]
+            base = f"{pkg}.{base}" if base else pkg
+        names = [f"{base}.{a.name}" for a in node.names]
+    out = []
+    for name in names:
+        if name != PACKAGE and not name.startswith(PACKAGE + "."):
+            continue
+        target = deepest(name)
+        if target is not None and target not in out:
+            out.append(target)
+    return out
+
+
+def picture(root: Path = ROOT) -> Picture:
+    files = module_files(root)
+    modules = set(files)
+    packages = {m for m, p in files.items() if p.name == "__init__.py"}
+    edges: list[Import] = []
+    sources: dict[str, list[str]] = {}
+    extra_bound: set[str] = set()
+    for module, path in files.items():
+        text = path.read_text()
+        sources[module] = text.splitlines()
+        tree = ast.parse(text, str(path))
+        for node, in_function in _imports(tree):
+            roots = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not in_function and not getattr(node, "level", 0) and any(r.split(".")[0] in EXTRAS for r in roots):
+                extra_bound.add(module)
+        own_packages = {module.rsplit(".", i)[0] for i in range(1, module.count(".") + 1)} | {module}
+        for node, in_function in _imports(tree):
+            for target in _resolve(module, module in packages, node, modules):
+                chain = [target] + [target.rsplit(".", i)[0] for i in range(1, target.count(".") + 1)]
+                for loaded in chain:
+                    if loaded == PACKAGE or loaded in own_packages or loaded not in modules:
+                        continue
+                    edges.append(Import(module, loaded, node.lineno, in_function))
+    pic = Picture(sorted(modules), edges, _packages=packages)
+    # a function-local import is a dependency all the same: it only runs later
+    graph = defaultdict(set)
+    for e in edges:
+        graph[e.importer].add(e.target)
+    pic.circles = _circles(sorted(modules), graph)
+    pic.floors = _floors(sorted(modules), graph, pic.circles)
+    for e in edges:  # one arrow per import statement (not one more per package __init__ it also runs)
+        lo, hi = layer_of(e.importer), layer_of(e.target)
+        if (
+            hi is not None
+            and lo is not None
+            and hi > lo
+            and not any(u.importer == e.importer and u.line == e.line for u, _, _ in pic.upward)
+        ):
+            pic.upward.append((e, room_of(e.importer), room_of(e.target)))
+    # function-local imports are counted once per import statement, not per package __init__ it also runs
+    seen = set()
+    pic.in_function = []
+    for e in edges:
+        if e.in_function and (e.importer, e.line) not in seen:
+            seen.add((e.importer, e.line))
+            said = " ".join(sources[e.importer][max(0, e.line - 2) : e.line])
+            if e.target in extra_bound and "# lazily" in said:
+                pic.lazy_extras.append(e)
+            else:
+                pic.in_function.append(e)
+    return pic
+
+
+def room_of(module: str) -> str:
+    best = ""
+    for rooms in LAYERS:
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and len(room) > len(best):
+                best = room
+    return best
+
+
+def layer_of(module: str) -> int | None:
+    room = room_of(module)
+    for i, rooms in enumerate(LAYERS):
+        if room in rooms:
+            return i
+    return None
+
+
+def _circles(modules: list[str], graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for start in modules:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, it = work[-1]
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return sorted(out)
+
+
+def _floors(modules: list[str], graph: dict[str, set[str]], circles: list[list[str]]) -> int:
+    """The height of the tower: the longest chain of imports, a circle counted as one floor."""
+    rep = {m: m for m in modules}
+    for comp in circles:
+        for m in comp:
+            rep[m] = comp[0]
+    dag: dict[str, set[str]] = defaultdict(set)
+    for a, targets in graph.items():
+        for b in targets:
+            if rep[a] != rep[b]:
+                dag[rep[a]].add(rep[b])
+    height: dict[str, int] = {}
+
+    def h(node: str) -> int:
+        if node not in height:
+            height[node] = 0  # a placeholder; the condensation has no cycles
+            height[node] = 1 + max((h(n) for n in dag.get(node, ())), default=0)
+        return height[node]
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    return max((h(rep[m]) for m in modules), default=0)
+
+
+def summary(pic: Picture) -> dict[str, object]:
+    return {
+        "modules": len(pic.modules),
+        "rooms": pic.rooms(),
+        "circles": pic.circles,
+        "floors": pic.floors,
+        "upward_arrows": [f"{e.importer}:{e.line} -> {e.target} ({lo} -> {hi})" for e, lo, hi in pic.upward],
+        "in_function_imports": len(pic.in_function),
+        "lazy_extra_imports": [f"{e.importer}:{e.line} -> {e.target}" for e in pic.lazy_extras],
+        "in_function_by_module": dict(sorted(_count(e.importer for e in pic.in_function).items())),
+    }
+
+
+def _count(items: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for i in items:
+        out[i] += 1
+    return dict(out)
+
+
+def violations(pic: Picture) -> list[str]:
+    """One line per broken layout rule (empty when the tree keeps them all)."""
+    out = [f"import circle: {' <-> '.join(c)}" for c in pic.circles]
+    out += [f"upward arrow: {e.importer}:{e.line} imports {e.target} ({lo} is below {hi})" for e, lo, hi in pic.upward]
+    out += [f"function-local import: {e.importer}:{e.line} imports {e.target}" for e in pic.in_function]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to read (default: this one)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a layout rule is broken")
+    args = parser.parse_args(argv)
+    pic = picture(args.root)
+    if args.check:
+        bad = violations(pic)
+        print("\n".join(bad) or "layout rules kept")
+        return 1 if bad else 0
+    s = summary(pic)
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(f"{s['modules']} modules")
+    for room, n in pic.rooms().items():
+        print(f"  {room:40} {n}")
+    print(f"floors (longest import chain, a circle one floor): {s['floors']}")
+    print(f"circles: {len(pic.circles)}")
+    for c in pic.circles:
+        print("  " + " <-> ".join(c))
+    print(f"upward arrows: {len(pic.upward)}")
+    for line in s["upward_arrows"]:  # type: ignore[attr-defined]
+        print("  " + line)
+    print(f"function-local imports of the project's own modules: {len(pic.in_function)}")
+    for m, n in s["in_function_by_module"].items():  # type: ignore[attr-defined]
+        print(f"  {m:40} {n}")
+    print(f"lazy imports of modules that import an optional extra (allowed, with a comment): {len(pic.lazy_extras)}")
+    for e in pic.lazy_extras:
+        print(f"  {e.importer}:{e.line} -> {e.target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
