@@ -18,7 +18,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: fla
 
 def main() -> int:
     from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
 
     from gdn_equiv.testing import register_profiles
 
@@ -30,18 +29,24 @@ def main() -> int:
     from gdn_equiv.suite.test_faithful import MAX_EXAMPLES, faithful_examples
 
     layer_cls = reference_defects()[sys.argv[1]]
+    family = next(c for c in layer_cls.__mro__ if c.__module__.startswith("gdn_equiv.families.")).__module__
+    family = family.rsplit(".", 1)[-1]
     warnings.simplefilter("ignore")
 
-    @settings(deadline=None, max_examples=MAX_EXAMPLES, suppress_health_check=list(HealthCheck))
-    @given(example=faithful_examples("gated_deltanet"), defaults=st.booleans())
-    def gate(example, defaults) -> None:
-        check_faithful(example, defaults=defaults, layer_cls=layer_cls)
+    # as the gate runs it: once with fla's convs from our per-conv facts, once with fla's defaults, each
+    # with the profile's examples (gdn_equiv.suite.test_faithful's two parametrizations)
+    for defaults in (False, True):
 
-    try:
-        gate()
-    except Mismatch as exc:
-        print(str(exc).splitlines()[0])
-        return 1
+        @settings(deadline=None, max_examples=MAX_EXAMPLES, suppress_health_check=list(HealthCheck))
+        @given(example=faithful_examples(family))
+        def gate(example, defaults=defaults) -> None:
+            check_faithful(example, defaults=defaults, layer_cls=layer_cls)
+
+        try:
+            gate()
+        except Mismatch as exc:
+            print(f"defaults={defaults}: {str(exc).splitlines()[0]}")
+            return 1
     return 0
 
 
