@@ -533,6 +533,19 @@ def check_conv_ground_truth(example: Example, *, device: str = "cpu", target: Ta
     return decision
 
 
+def check_conv_combinations(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
+    """P7 where regions meet, as a property of one example: the conv call the example's fused prologue
+    makes, moved into every feasible cell of T against W x initial state x final state x packing x
+    gradients (:func:`gdn_equiv.cells.check_example_in_every_cell`), on its conv backend against torch
+    within §6. A kernel wrong only at one such combination is reached by every example. Not applicable
+    where the layer makes no such call."""
+    from gdn_equiv.cells import check_example_in_every_cell
+
+    _, _, decision = _setup(example, device, target)
+    check_example_in_every_cell(example, device=device)
+    return decision
+
+
 def _with_backend(example: Example, backend: str) -> Example:
     from dataclasses import replace
 
@@ -549,6 +562,7 @@ __all__ = [
     "NotApplicable",
     "Outcome",
     "check_backend_matches_torch",
+    "check_conv_combinations",
     "check_conv_conformance",
     "check_conv_ground_truth",
     "check_fallback_exact",
