@@ -17,7 +17,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: fla
 
 
 def main() -> int:
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, Phase, given, settings
 
     from gdn_equiv.testing import register_profiles
 
@@ -36,8 +36,13 @@ def main() -> int:
     # as the gate runs it: once with fla's convs from our per-conv facts, once with fla's defaults, each
     # with the profile's examples (gdn_equiv.suite.test_faithful's two parametrizations)
     for defaults in (False, True):
-
-        @settings(deadline=None, max_examples=MAX_EXAMPLES, suppress_health_check=list(HealthCheck))
+        # no shrink phase: a run catches when its first failing example is drawn (shrinking it only costs)
+        @settings(
+            deadline=None,
+            max_examples=MAX_EXAMPLES,
+            phases=[p for p in Phase if p is not Phase.shrink],
+            suppress_health_check=list(HealthCheck),
+        )
         @given(example=faithful_examples(family))
         def gate(example, defaults=defaults) -> None:
             check_faithful(example, defaults=defaults, layer_cls=layer_cls)
