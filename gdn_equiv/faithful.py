@@ -8,14 +8,15 @@ convolutions and norms run as fla wrote them (Triton kernels in the interpreter,
 tiny shapes), and its core is fla's own pure-torch reference (``fla/ops/<op>/naive.py``), swapped in for
 the names the layer module calls, for one run. What fla's fused kernel does before its recurrence
 (q/k L2 norm, the gate ``-exp(A_log) softplus(a + dt_bias)``, ``sigmoid(beta)``, GVA's head index
-``i_hv // (HV // H)``) is restated here from fla's kernels.
+``i_hv // (HV // H)``; LightNet's additive gate, which fla ships no naive form of) is restated here from
+fla's kernels. Every in-house family has an adapter: Gated DeltaNet, KDA, GLA, Simple GLA, LightNet.
 
 :func:`check_faithful` builds both layers from one example (fla's from our config through the family's
 ``fla_kwargs``; with ``defaults=True`` fla's own short convolutions, as a user gets them without
 arguments, instead of ones built from our per-conv facts), loads our state_dict into fla's (strict),
 and compares the output and the gradients of x and of every parameter within the tolerance table
-(:func:`gdn_equiv.compare.assert_equivalent`). Families whose core has no adapter here yet are named by
-:func:`unfaithful_reason`.
+(:func:`gdn_equiv.compare.assert_equivalent`). :func:`unfaithful_reason` says why a family cannot be
+checked here (fla not installed, no GPU and no interpreter, a family without an adapter).
 """
 
 from __future__ import annotations

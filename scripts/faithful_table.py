@@ -43,7 +43,7 @@ def main() -> int:
     warnings.simplefilter("ignore")
     from gdn_equiv.compare import Mismatch
     from gdn_equiv.faithful import FAITHFUL_FAMILIES
-    from gdn_equiv.targets.fla_target import fla_version
+    from gdn_equiv.targets.fla_versions import fla_version
 
     worst: dict[tuple[str, str, str], tuple[float, float]] = {}
     status = 0
