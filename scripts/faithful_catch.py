@@ -25,12 +25,11 @@ def main() -> int:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
     from gdn_equiv.compare import Mismatch
     from gdn_equiv.faithful import check_faithful
-    from gdn_equiv.planted import reference_defects
+    from gdn_equiv.planted import defect_family, reference_defects
     from gdn_equiv.suite.test_faithful import MAX_EXAMPLES, faithful_examples
 
     layer_cls = reference_defects()[sys.argv[1]]
-    family = next(c for c in layer_cls.__mro__ if c.__module__.startswith("gdn_equiv.families.")).__module__
-    family = family.rsplit(".", 1)[-1]
+    family = defect_family(layer_cls)
     warnings.simplefilter("ignore")
 
     # as the gate runs it: once with fla's convs from our per-conv facts, once with fla's defaults, each
