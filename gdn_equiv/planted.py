@@ -233,7 +233,7 @@ def reference_defects() -> dict[str, type]:
     from gdn_equiv.families.lightnet import LightNetAttention
     from gdn_equiv.reference import RMSNorm
 
-    class LightNetNormEps(LightNetAttention):  # type: ignore[misc]
+    class LightNetNormEps(LightNetAttention):
         """The output norm at the config's ``norm_eps``, as fla's module is built, where fla's forward
         runs it at ``rms_norm_swish_gate_linear``'s default 1e-6 (what this reference did before
         gdn_equiv.faithful found it)."""
