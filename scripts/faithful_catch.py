@@ -17,8 +17,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: fla
 
 
 def main() -> int:
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
+    from hypothesis import HealthCheck, Phase, given, settings
 
     from gdn_equiv.harness.testing import register_profiles
 
@@ -26,22 +25,32 @@ def main() -> int:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
     from gdn_equiv.harness.compare import Mismatch
     from gdn_equiv.harness.faithful import check_faithful
-    from gdn_equiv.harness.planted import reference_defects
+    from gdn_equiv.harness.planted import defect_family, reference_defects
     from gdn_equiv.suite.test_faithful import MAX_EXAMPLES, faithful_examples
 
     layer_cls = reference_defects()[sys.argv[1]]
+    family = defect_family(layer_cls)
     warnings.simplefilter("ignore")
 
-    @settings(deadline=None, max_examples=MAX_EXAMPLES, suppress_health_check=list(HealthCheck))
-    @given(example=faithful_examples("gated_deltanet"), defaults=st.booleans())
-    def gate(example, defaults) -> None:
-        check_faithful(example, defaults=defaults, layer_cls=layer_cls)
+    # as the gate runs it: once with fla's convs from our per-conv facts, once with fla's defaults, each
+    # with the profile's examples (gdn_equiv.suite.test_faithful's two parametrizations)
+    for defaults in (False, True):
+        # no shrink phase: a run catches when its first failing example is drawn (shrinking it only costs)
+        @settings(
+            deadline=None,
+            max_examples=MAX_EXAMPLES,
+            phases=[p for p in Phase if p is not Phase.shrink],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(example=faithful_examples(family))
+        def gate(example, defaults=defaults) -> None:
+            check_faithful(example, defaults=defaults, layer_cls=layer_cls)
 
-    try:
-        gate()
-    except Mismatch as exc:
-        print(str(exc).splitlines()[0])
-        return 1
+        try:
+            gate()
+        except Mismatch as exc:
+            print(f"defaults={defaults}: {str(exc).splitlines()[0]}")
+            return 1
     return 0
 
 

@@ -4,6 +4,7 @@ the checks that always ask for the final state cannot see such a kernel."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -20,7 +21,7 @@ from gdn_equiv.model.backends import registered
 from gdn_equiv.strategies import ConvCall, conv_calls, examples
 from gdn_equiv.strategies.combinations import Cell, all_cells, cell_call, feasible
 from gdn_equiv.strategies.examples import ZERO_SCALE_RATE
-from gdn_equiv.suite.test_combinations import combination_calls
+from gdn_equiv.suite.test_combinations import check_cells, combination_calls
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -58,6 +59,33 @@ def test_the_combination_test_catches_a_kernel_wrong_only_at_a_combination_in_on
 
         with pytest.raises(Mismatch):
             gate()
+
+
+def lose_short_states(cells: list) -> list:
+    """A planted strategy defect: a call holding a sequence of T < W-1 loses its initial state."""
+    return [(cell, dataclasses.replace(call, initial_state=False) if _short(call) else call) for cell, call in cells]
+
+
+def _short(call: ConvCall) -> bool:
+    return any(T < call.W - 1 for T in call.seq_lens or (call.T,))
+
+
+def test_the_gate_fails_an_example_whose_calls_leave_a_promised_combination_unreached() -> None:
+    failures: list[str] = []
+
+    @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(cells=combination_calls("torch").map(lose_short_states))
+    def gate(cells) -> None:
+        try:
+            check_cells(cells, "torch", "cpu")
+        except AssertionError as exc:
+            failures.append(str(exc))
+            return
+        raise AssertionError("the planted strategy's example passed the reach check")
+
+    gate()
+    assert len(failures) == 3
+    assert all("conv.length=T<W-1 & conv.initial_state=on" in f for f in failures), failures[0]
 
 
 def test_the_checks_that_always_ask_for_the_final_state_cannot_see_the_no_final_kernel() -> None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.faithful import check_faithful, unfaithful_reason
-from gdn_equiv.harness.planted import reference_defects
+from gdn_equiv.harness.planted import defect_family, reference_defects
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.suite.test_faithful import faithful_examples
 
@@ -36,7 +36,7 @@ def test_planted_reference_edit_is_caught_by_the_gates_strategy(defect: str) -> 
             return True
         return False
 
-    find(st.tuples(faithful_examples("gated_deltanet"), st.booleans()), caught, settings=first_hit())
+    find(st.tuples(faithful_examples(defect_family(layer_cls)), st.booleans()), caught, settings=first_hit())
 
 
 # the gate module runs here too (the README test command collects tests/ only)

@@ -10,17 +10,70 @@ from typing import TYPE_CHECKING
 import torch
 
 from gdn_equiv.harness.conformance import NotAConvCall, _close, _forward, _slots, _state_name, conv_call_of
-from gdn_equiv.harness.coverage import label_conv_call
-from gdn_equiv.harness.properties import NotApplicable
+from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
+from gdn_equiv.harness.premise import NotApplicable
 from gdn_equiv.model.backends import get_backend, supported_widths
-from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
+from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible, layer_cells
 
 if TYPE_CHECKING:
     from gdn_equiv.model.example import Example
     from gdn_equiv.strategies import ConvCall
     from gdn_equiv.strategies.combinations import Cell
 
-__all__ = ["check_cell", "check_example_in_every_cell"]
+__all__ = ["check_cell", "check_example_in_every_cell", "missed_combinations", "missed_layer_combinations"]
+
+
+Combo = tuple[tuple[str, str], ...]
+
+
+def _sub_combinations(regions: dict[str, tuple[str, ...]], kind: str) -> set[Combo]:
+    """Every pair and triple of (dimension, region) over :data:`gdn_equiv.harness.coverage.PROMISED` one call or
+    example holds, as the coverage report counts them."""
+    import itertools
+
+    dims = [d for d in PROMISED[kind] if d in regions]
+    out: set[Combo] = set()
+    for n in (2, 3):
+        for chosen in itertools.combinations(dims, n):
+            out.update(
+                tuple(zip(chosen, combo, strict=True)) for combo in itertools.product(*(regions[d] for d in chosen))
+            )
+    return out
+
+
+def _names(combos: set[Combo]) -> list[str]:
+    return sorted(" & ".join(f"{d}={r}" for d, r in combo) for combo in combos)
+
+
+def missed_combinations(
+    cells: list[tuple[Cell, ConvCall]], *, widths: tuple[int, int], varlen_initial_state: bool = True
+) -> list[str]:
+    """The promised combinations (:data:`gdn_equiv.harness.coverage.PROMISED`) that some cell feasible with these
+    ``widths`` holds but none of the calls reached, read from the calls themselves as the coverage
+    report reads them: a strategy that stops reaching one (a cell whose call lost its initial state,
+    say) fails the gate's run, not only a later ``coverage --require-all``."""
+
+    promised: set[Combo] = set()
+    for cell in all_cells():
+        if feasible(cell, widths=widths, varlen_initial_state=varlen_initial_state) is None:
+            promised |= _sub_combinations({d: (r,) for d, r in cell.regions().items()}, "conv")
+    reached: set[Combo] = set()
+    for cell, call in cells:
+        reached |= _sub_combinations(conv_call_regions(call, grad=cell.grad, final_state=cell.final_state), "conv")
+    return _names(promised - reached)
+
+
+def missed_layer_combinations(examples: list[Example]) -> list[str]:
+    """The promised layer combinations (every cell of
+    :data:`gdn_equiv.strategies.combinations.LAYER_DIMENSIONS`) none of ``examples`` reached."""
+
+    promised: set[Combo] = set()
+    for cell in layer_cells():
+        promised |= _sub_combinations({d: (r,) for d, r in cell.items()}, "layer")
+    reached: set[Combo] = set()
+    for example in examples:
+        reached |= _sub_combinations(example_regions(example), "layer")
+    return _names(promised - reached)
 
 
 def _run(call: ConvCall, backend: str, device: str, *, final: bool, grad: bool, unused: int) -> dict:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PAIR_DIMENSIONS",
     "PREFIX",
+    "PROMISED",
     "TRIPLE_DIMENSIONS",
     "Combination",
     "Dimension",
@@ -62,6 +63,7 @@ __all__ = [
     "report_json",
     "tally",
     "unreached_combinations",
+    "unreached_promised",
 ]
 
 #: every coverage event starts with this, so other events (and Hypothesis' own) are left alone
@@ -100,6 +102,13 @@ TRIPLE_DIMENSIONS = {
     "conv": ("conv.length", "conv.initial_state", "conv.final_state", "conv.varlen", "conv.grad"),
     "layer": ("layer.length", "layer.cache", "layer.use_cache", "layer.varlen", "layer.grad"),
 }
+#: per kind, the dimensions whose every pair and triple of regions a ``ci`` run promises to reach
+#: (``--require-all`` fails on one unreached): the combination tests' grids, which reach them by
+#: construction (:mod:`gdn_equiv.strategies.combinations`). The other pairs (channels, dtype, layout,
+#: family against these) are counted and listed, not promised: they come from random draws, and the
+#: grids hold channels to one drawn base call of at most 40 (120 cells per example under the Triton
+#: interpreter), so 257+ channels meet packing or states only when a layer's fused width happens to.
+PROMISED = TRIPLE_DIMENSIONS
 
 
 @dataclass(frozen=True)
@@ -467,6 +476,15 @@ def unreached_combinations(
     ]
 
 
+def unreached_promised(t: Tally) -> list[Combination]:
+    """The combinations of :data:`PROMISED` no example reached, conv calls first."""
+    return [c for kind in JOINT for c in unreached_combinations(t, kind, within=PROMISED[kind])]
+
+
+def _promised(c: Combination) -> bool:
+    return set(c.dimensions) <= set(PROMISED[c.kind])
+
+
 def _combination_lines(t: Tally) -> list[str]:
     lines = ["", "## combinations: regions one call or example held together (unreached first)"]
     for kind in JOINT:
@@ -479,9 +497,14 @@ def _combination_lines(t: Tally) -> list[str]:
                 f"NOT REACHED: no {JOINT[kind]} label (none of its {len(combos)} combinations)",
             ]
             continue
-        missing = [c for c in combos if not c.examples]
-        lines += ["", f"### {kind}: {len(missing)} of {len(combos)} combination(s) NOT REACHED", ""]
-        lines += [f"- NOT REACHED: {c.name}" for c in missing]
+        missing = sorted((c for c in combos if not c.examples), key=lambda c: not _promised(c))
+        promised = sum(map(_promised, missing))
+        lines += [
+            "",
+            f"### {kind}: {len(missing)} of {len(combos)} combination(s) NOT REACHED, {promised} of them promised",
+            "",
+        ]
+        lines += [f"- NOT REACHED: {c.name}" + ("" if _promised(c) else " (not promised)") for c in missing]
         lines += ["", "| dimensions | combinations | reached | fewest examples |", "| --- | ---: | ---: | ---: |"]
         for dims in _dimension_sets(kind):
             group = [c for c in combos if c.dimensions == dims]
@@ -527,7 +550,8 @@ def format_report(t: Tally) -> str:
         lines.append(f"| {test} | {t.examples[test]} | {t.labelled[test]} | {regions} |")
     missing = not_reached(t)
     unreached = unreached_combinations(t)
-    lines += ["", f"{len(unreached)} expected combination(s) NOT REACHED"]
+    promised = [c.name for c in unreached_promised(t)]
+    lines += ["", f"{len(unreached)} expected combination(s) NOT REACHED, {len(promised)} of them promised"]
     lines += ["", f"{len(missing)} expected region(s) NOT REACHED" + (f": {', '.join(missing)}" if missing else "")]
     return "\n".join(lines)
 
@@ -561,4 +585,5 @@ def report_json(t: Tally) -> dict[str, Any]:
             for c in combinations(t)
         ],
         "combinations_not_reached": [c.name for c in unreached_combinations(t)],
+        "promised_combinations_not_reached": [c.name for c in unreached_promised(t)],
     }

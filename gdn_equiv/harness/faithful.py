@@ -8,14 +8,15 @@ convolutions and norms run as fla wrote them (Triton kernels in the interpreter,
 tiny shapes), and its core is fla's own pure-torch reference (``fla/ops/<op>/naive.py``), swapped in for
 the names the layer module calls, for one run. What fla's fused kernel does before its recurrence
 (q/k L2 norm, the gate ``-exp(A_log) softplus(a + dt_bias)``, ``sigmoid(beta)``, GVA's head index
-``i_hv // (HV // H)``) is restated here from fla's kernels.
+``i_hv // (HV // H)``; LightNet's additive gate, which fla ships no naive form of) is restated here from
+fla's kernels. Every in-house family has an adapter: Gated DeltaNet, KDA, GLA, Simple GLA, LightNet.
 
 :func:`check_faithful` builds both layers from one example (fla's from our config through the family's
 ``fla_kwargs``; with ``defaults=True`` fla's own short convolutions, as a user gets them without
 arguments, instead of ones built from our per-conv facts), loads our state_dict into fla's (strict),
 and compares the output and the gradients of x and of every parameter within the tolerance table
-(:func:`gdn_equiv.harness.compare.assert_equivalent`). Families whose core has no adapter here yet are named by
-:func:`unfaithful_reason`.
+(:func:`gdn_equiv.harness.compare.assert_equivalent`). :func:`unfaithful_reason` says why a family cannot be
+checked here (fla not installed, no GPU and no interpreter, a family without an adapter).
 """
 
 from __future__ import annotations
@@ -139,7 +140,114 @@ def naive_kda(
     return o.to(v.dtype), state
 
 
-#: family -> (fla's layer module, {the core names it calls: their naive adapter})
+def _v_first(state: Tensor | None, state_v_first: bool) -> Tensor | None:
+    # fla's state_v_first keeps states [N, H, V, K]; its naive cores keep [N, H, K, V]
+    return state.transpose(-1, -2).contiguous() if (state is not None and state_v_first) else state
+
+
+def _dense(cu_seqlens: Tensor | None) -> None:
+    if cu_seqlens is not None:
+        raise InvalidArgument("the naive core runs dense batches only; give the example varlen='none'")
+
+
+def naive_gla(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    gk: Tensor | None = None,
+    g: Tensor | None = None,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Tensor | None = None,
+    **unused: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """fla's ``fused_recurrent_gla`` / ``chunk_gla`` / ``fused_chunk_gla`` signatures (the gate ``gk`` or
+    ``g``) over fla's ``naive_recurrent_gla``, whose scale is fixed at ``K ** -0.5`` (a given scale
+    rescales q)."""
+    from fla.ops.gla.naive import naive_recurrent_gla
+
+    _dense(cu_seqlens)
+    gate = gk if gk is not None else g
+    assert gate is not None
+    K = q.shape[-1]
+    if scale is not None:
+        q = q * (scale * K**0.5)
+    h0 = _v_first(initial_state, state_v_first)
+    o, state = naive_recurrent_gla(q, k, v, gate, initial_state=h0, output_final_state=output_final_state)
+    return o.to(v.dtype), _v_first(state, state_v_first)
+
+
+def naive_simple_gla(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Tensor | None = None,
+    **unused: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """fla's ``chunk_simple_gla`` / ``fused_recurrent_simple_gla`` signatures (one gate per head) over
+    fla's ``naive_recurrent_simple_gla``."""
+    from fla.ops.simple_gla.naive import naive_recurrent_simple_gla
+
+    _dense(cu_seqlens)
+    h0 = _v_first(initial_state, state_v_first)
+    o, state = naive_recurrent_simple_gla(
+        q, k, v, g, scale=scale, initial_state=h0, output_final_state=output_final_state
+    )
+    return o.to(v.dtype), _v_first(state, state_v_first)
+
+
+def _additive_gate(x: Tensor, z0: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """fla's ``fla.ops.gsa.gate.fused_additive_gate`` on a dense batch, restated from its kernel (the
+    Triton interpreter cannot run it: it passes ``None`` for an unused pointer): ``z`` the running
+    ``logsumexp`` of ``x`` over time after ``z0``, ``k = exp(x - z)``, the log decay ``g = z[t-1] - z[t]``
+    (0 where ``z[t-1]`` is ``-inf``: the first token without ``z0``), the final ``z`` [N, 1, H, K]."""
+    x = x.float()
+    z = x.logcumsumexp(1)
+    if z0 is not None:
+        z = torch.logaddexp(z, z0.float())
+    first = z0.float() if z0 is not None else torch.full_like(z[:, :1], float("-inf"))
+    prev = torch.cat((first, z[:, :-1]), 1)
+    g = torch.where(prev == float("-inf"), torch.zeros_like(z), prev - z)
+    final = z[:, -1:] if x.shape[1] else first
+    return torch.exp(x - z), g, final
+
+
+def naive_lightnet(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scale: float | None = None,
+    initial_state: Any = None,
+    output_final_state: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: Tensor | None = None,
+    **unused: Any,
+) -> tuple[Tensor, tuple[Tensor | None, Tensor]]:
+    """fla's ``fused_recurrent_lightnet`` / ``chunk_lightnet`` as fla composes them (fla ships no naive
+    LightNet): fla's additive gate (:func:`_additive_gate`), then fla's naive GLA recurrence
+    (:func:`naive_gla`). fla 0.5.2's layer computes that gate itself (in torch) and calls the GLA cores,
+    which :func:`naive_gla` replaces there."""
+    _dense(cu_seqlens)
+    h0, z0 = (None, None) if initial_state is None else initial_state
+    k, g, zt = _additive_gate(k, z0)
+    o, ht = naive_gla(
+        q, k.to(v.dtype), v, gk=g.to(v.dtype), scale=scale, initial_state=h0,
+        output_final_state=output_final_state, state_v_first=state_v_first,
+    )  # fmt: skip
+    return o, (ht, zt)
+
+
+_GLA_CORES = {"fused_recurrent_gla": naive_gla, "chunk_gla": naive_gla, "fused_chunk_gla": naive_gla}
+
+#: family -> (fla's layer module, {the core names it may call: their naive adapter}); a name the
+#: installed version's module does not hold is left alone (0.5.2's LightNet calls the GLA cores)
 _CORES: dict[str, tuple[str, dict[str, Any]]] = {
     "gated_deltanet": (
         "fla.layers.gated_deltanet",
@@ -149,6 +257,15 @@ _CORES: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
     "kda": ("fla.layers.kda", {"chunk_kda": naive_kda, "fused_recurrent_kda": naive_kda}),
+    "gla": ("fla.layers.gla", _GLA_CORES),
+    "simple_gla": (
+        "fla.layers.simple_gla",
+        {"chunk_simple_gla": naive_simple_gla, "fused_recurrent_simple_gla": naive_simple_gla},
+    ),
+    "lightnet": (
+        "fla.layers.lightnet",
+        {"fused_recurrent_lightnet": naive_lightnet, "chunk_lightnet": naive_lightnet, **_GLA_CORES},
+    ),
 }
 FAITHFUL_FAMILIES = tuple(_CORES)
 
@@ -169,7 +286,9 @@ def naive_cores(family: str) -> Iterator[None]:
     """fla's ``family`` layer runs fla's naive core for the block; on a CPU, Triton's autotuner picks
     a kernel's first config (the interpreter has no benchmarker; every config computes the same)."""
     module = importlib.import_module(_CORES[family][0])
-    swaps = _CORES[family][1]
+    swaps = {name: fn for name, fn in _CORES[family][1].items() if hasattr(module, name)}
+    if not swaps:  # a version whose layer calls a core no adapter covers: its own would run unseen
+        raise InvalidArgument(f"{module.__name__} calls none of {sorted(_CORES[family][1])}: no naive core to swap in")
     saved = {name: getattr(module, name) for name in swaps}
     patched_bench = None
     if not torch.cuda.is_available():

@@ -17,10 +17,19 @@ from gdn_equiv.model.backends import Backend, causal_conv1d
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.conv_ops import apply_conv_facts
 from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, compute_dtype, delta_rule
+from gdn_equiv.model.families.lightnet import LightNetAttention
 from gdn_equiv.model.guard import decide
-from gdn_equiv.model.reference import repad
+from gdn_equiv.model.reference import RMSNorm, repad
 
-__all__ = ["BACKENDS", "COMBINATION_BACKENDS", "LAYER_DEFECTS", "fused_biases", "fused_conv", "fused_weights"]
+__all__ = [
+    "BACKENDS",
+    "COMBINATION_BACKENDS",
+    "LAYER_DEFECTS",
+    "defect_family",
+    "fused_biases",
+    "fused_conv",
+    "fused_weights",
+]
 
 
 def fused_conv(
@@ -183,8 +192,15 @@ def _tiled_heads(layer: Any, q: Any, k: Any, v: Any) -> Any:
     return q.repeat(1, 1, group, 1), k.repeat(1, 1, group, 1), v  # fla: head i_hv reads i_hv // group
 
 
+def defect_family(layer_cls: type) -> str:
+    """The family of a planted reference layer: the module of the in-house class it edits."""
+    base = next(c for c in layer_cls.__mro__ if c.__module__.startswith("gdn_equiv.model.families."))
+    return base.__module__.rsplit(".", 1)[-1]
+
+
 def reference_defects() -> dict[str, type]:
-    """name -> a Gated DeltaNet reference layer with one edit upstream does not have."""
+    """name -> an in-house reference layer (Gated DeltaNet, or the family its class is of) with one edit
+    upstream does not have."""
     import torch.nn.functional as F
 
     base = _gated_deltanet()
@@ -216,7 +232,19 @@ def reference_defects() -> dict[str, type]:
             o = self.o_norm(o * F.silu(g.to(o.dtype)), None)
             return repad(self.o_proj(o.flatten(-2)), call)
 
+    class LightNetNormEps(LightNetAttention):
+        """The output norm at the config's ``norm_eps``, as fla's module is built, where fla's forward
+        runs it at ``rms_norm_swish_gate_linear``'s default 1e-6 (what this reference did before
+        gdn_equiv.harness.faithful found it)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            norm = self.g_norm
+            factory = {"device": norm.weight.device, "dtype": norm.weight.dtype}
+            self.g_norm = RMSNorm(norm.weight.numel(), self.config.norm_eps, "swish", **factory)
+
     return {
+        "reference-lightnet-norm-eps": LightNetNormEps,
         "reference-wrong-head-grouping": WrongHeadGrouping,
         "reference-v-conv-no-activation": VConvNoActivation,
         "reference-gate-before-norm": GateBeforeNorm,

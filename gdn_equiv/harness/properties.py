@@ -19,6 +19,7 @@ import torch
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.bad_input import names, prepare
+from gdn_equiv.harness.cells import check_example_in_every_cell
 from gdn_equiv.harness.compare import (
     Mismatch,
     Report,
@@ -32,6 +33,7 @@ from gdn_equiv.harness.diagnose import UNDIAGNOSED, diagnose_layer
 from gdn_equiv.harness.ground_truth import check_forward as truth_forward
 from gdn_equiv.harness.ground_truth import check_gradients as truth_gradients
 from gdn_equiv.harness.ground_truth import check_update as truth_update
+from gdn_equiv.harness.premise import NotApplicable
 from gdn_equiv.model.backends import count_launches
 from gdn_equiv.model.cache import Cache
 from gdn_equiv.model.example import Example, Inputs, build_layer
@@ -47,10 +49,6 @@ if TYPE_CHECKING:
 
 Tensor = torch.Tensor
 CONV_PARAM_SUFFIXES = ("_conv1d.weight", "_conv1d.bias")
-
-
-class NotApplicable(Exception):
-    """The example does not meet the property's premise (e.g. P3 on a state the guard refuses)."""
 
 
 class ProductionPathFailed(Mismatch):
@@ -533,6 +531,17 @@ def check_conv_ground_truth(example: Example, *, device: str = "cpu", target: Ta
     return decision
 
 
+def check_conv_combinations(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
+    """P7 where regions meet, as a property of one example: the conv call the example's fused prologue
+    makes, moved into every feasible cell of T against W x initial state x final state x packing x
+    gradients (:func:`gdn_equiv.harness.cells.check_example_in_every_cell`), on its conv backend against torch
+    within §6. A kernel wrong only at one such combination is reached by every example. Not applicable
+    where the layer makes no such call."""
+    _, _, decision = _setup(example, device, target)
+    check_example_in_every_cell(example, device=device)
+    return decision
+
+
 def _with_backend(example: Example, backend: str) -> Example:
     from dataclasses import replace
 
@@ -549,6 +558,7 @@ __all__ = [
     "NotApplicable",
     "Outcome",
     "check_backend_matches_torch",
+    "check_conv_combinations",
     "check_conv_conformance",
     "check_conv_ground_truth",
     "check_fallback_exact",

@@ -257,6 +257,15 @@ def _example_records() -> list[PropertyRecord]:
             teeth=("backend:planted-scaled", "backend:planted-wide-rounding"),
         ),
         PropertyRecord(
+            "P7-combinations",
+            "the backend's conv call = torch's in every cell of T vs W x initial state x final state x packing x grad",
+            any_examples,
+            P.check_conv_combinations,
+            not_applicable=_other_backend,
+            teeth=("backend:planted-short-state-grad", "backend:planted-short-state-grad-no-final"),
+            # the gate runs it on grids of conv calls drawn directly (gdn_equiv.suite.test_combinations)
+        ),
+        PropertyRecord(
             "P7-ground-truth",
             "the backend's conv call (torch included) = an independent fp64 F.conv1d, within the tolerance table",
             any_examples,

@@ -4,8 +4,9 @@ A kernel wrong only where regions meet (``T < W`` with an initial state, under g
 ``cu_seqlens``) passes properties that reach each region on its own. Here each example draws one base
 call of the backend's scope (channels, width, dtype, bias, activation, layouts) and runs it in every
 feasible cell of :data:`gdn_equiv.strategies.combinations.CONV_DIMENSIONS` (120 on the torch backend),
-so a ``ci`` run reaches them all by construction; ``gdn-equiv coverage`` shows it (its combination
-tables), and ``tests/test_coverage.py`` fails a run that leaves a cell unreached.
+so a ``ci`` run reaches them all by construction. Each example first checks that its calls themselves
+reach every promised pair and triple (:data:`gdn_equiv.harness.coverage.PROMISED`; a strategy that lost one fails
+here), and ``gdn-equiv coverage --require-all`` fails a run that leaves one unreached.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.harness import properties as P
-from gdn_equiv.harness.cells import check_cell
+from gdn_equiv.harness.cells import check_cell, missed_combinations, missed_layer_combinations
 from gdn_equiv.harness.coverage import label_example
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.backends import get_backend, supported_activations, supported_widths
@@ -26,9 +27,13 @@ from gdn_equiv.strategies.convs import LAYOUTS
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-def combination_calls(backend: str) -> st.SearchStrategy:
+def _widths(backend: str) -> tuple[int, int]:
     lo, hi = supported_widths([backend])
-    widths = (lo, min(hi, 4))
+    return lo, min(hi, 4)
+
+
+def combination_calls(backend: str) -> st.SearchStrategy:
+    widths = _widths(backend)
     base = conv_calls(
         widths=widths,
         varlen=False,
@@ -48,9 +53,18 @@ def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):
     """One base call in every cell: y, the final state when requested, gradients when taken, within §6."""
     cells = data.draw(combination_calls(gdn_backend), label="cells")
     count_example()
+    check_cells(cells, gdn_backend, device)
+
+
+def check_cells(cells: list, backend: str, device: str) -> None:
+    """Every promised combination the backend can run reached by the calls themselves (a strategy that
+    lost one fails here, before any kernel runs), then each call checked in its cell."""
+    varlen_state = get_backend(backend).varlen_initial_state
+    missed = missed_combinations(cells, widths=_widths(backend), varlen_initial_state=varlen_state)
+    assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
     note(f"{len(cells)} cells; a failure names its call and cell")
     for cell, call in cells:
-        check_cell(call, cell, gdn_backend, device)
+        check_cell(call, cell, backend, device)
 
 
 #: the layer checks each cell runs: the path taken, whichever of P3/P4/P5 the cell's state meets, and
@@ -76,6 +90,8 @@ def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, 
         layer_cell_examples(backends=(gdn_backend,), family=gdn_families, max_seq_len=8), label="layer cells"
     )
     count_example()
+    missed = missed_layer_combinations([example for _, example in cells])
+    assert not missed, f"{len(missed)} promised layer combination(s) not reached by this example's cells: {missed}"
     for cell, example in cells:
         label_example(example)
         applied = 0

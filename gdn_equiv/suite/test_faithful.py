@@ -1,6 +1,6 @@
 """Our in-house reference layers = fla's layers, on a CPU (:mod:`gdn_equiv.harness.faithful`).
 
-For every in-house family with a naive-core adapter and the installed fla version: output and
+For every in-house family (each has a naive-core adapter) and the installed fla version: output and
 gradients of fla's layer (its projections, convs and norms as fla wrote them, its core fla's own
 pure-torch naive recurrence) against ours on the same state_dict, by the project's whole-layer
 accuracy bar; once with fla's convs built from our per-conv facts, once with fla's own conv defaults.
@@ -26,20 +26,27 @@ MAX_EXAMPLES = max(2, settings().max_examples // 15)
 
 @st.composite
 def faithful_examples(draw: st.DrawFn, family: str) -> Example:
-    """A tiny layer of ``family`` (its ``small`` dims; GVA, gate, conv size and bias, mode drawn, the
-    rest the config's defaults) on a plain call, with or without gradients."""
+    """A tiny layer of ``family`` (its ``small`` dims) on a plain call, with or without gradients: one
+    in four the family's defaults (every other argument as a user gets it without passing one), the
+    rest with grouped heads, gates, conv size and bias and the core's mode drawn."""
     fam = get_family(family)
     small = dict(fam.small)
-    fields = {
-        "num_v_heads": draw(st.sampled_from([small.get("num_heads", 2), small.get("num_v_heads", 4)])),
-        "use_gate": draw(st.booleans()),
-        "conv_size": draw(st.integers(2, 4)),
-        "conv_bias": draw(st.booleans()),
-        "allow_neg_eigval": draw(st.booleans()),
-        "mode": draw(st.sampled_from(["chunk", "recurrent"])),
-    }
     known = fam.config_cls.__dataclass_fields__
-    config = fam.config_cls(**{**small, **{k: v for k, v in fields.items() if k in known}})
+    if draw(st.integers(0, 3)) == 0:
+        config = fam.config_cls(**small)
+    else:
+        heads = small.get("num_heads", 2)
+        fields = {
+            "num_v_heads": draw(st.sampled_from([heads, small.get("num_v_heads", 4)])),
+            "num_kv_heads": draw(st.sampled_from([None, small.get("num_kv_heads", heads)])),
+            "use_gate": draw(st.booleans()),
+            "use_output_gate": draw(st.booleans()),
+            "conv_size": draw(st.integers(2, 4)),
+            "conv_bias": draw(st.booleans()),
+            "allow_neg_eigval": draw(st.booleans()),
+            "mode": draw(st.sampled_from(["chunk", "recurrent"])),
+        }
+        config = fam.config_cls(**{**small, **{k: v for k, v in fields.items() if k in known}})
     return Example(
         config=config,
         family=family,

@@ -146,7 +146,7 @@ def test_the_rows_asked_are_the_registry_s_with_their_reasons() -> None:
     assert [(row.family, row.name) for row, _, _ in rows] == expected
     for row, record, reason in rows:
         assert row.dtype == ("float32" if record.per_dtype else "any")
-        same = record.name in ("P7-backend-vs-torch", "P7-conv-conformance")
+        same = record.name in ("P7-backend-vs-torch", "P7-conv-conformance", "P7-combinations")
         assert (reason is not None and "same backend" in reason) == same, (record.name, reason)
     for record in registry.property_records():
         assert record.not_applicable("mypkg.kernels:conv") is None  # a plug-in is compared with torch

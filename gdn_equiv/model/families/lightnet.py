@@ -32,6 +32,10 @@ from gdn_equiv.model.sampling import sampled
 Tensor = torch.Tensor
 
 
+#: the eps of fla's ``rms_norm_swish_gate_linear``, which LightNetAttention.forward calls without one
+FLA_OUTPUT_NORM_EPS = 1e-6
+
+
 @dataclass(frozen=True)
 class LightNetConfig(LayerConfig):
     """Constructor arguments of fla's ``LightNetAttention`` (``num_heads`` and ``expand_ratio`` both
@@ -89,7 +93,10 @@ class LightNetAttention(ShortConvLayer):
             nn.Linear(c.hidden_size, c.gate_low_rank_dim, bias=False, **factory),
             nn.Linear(c.gate_low_rank_dim, c.hidden_size, bias=False, **factory),
         )
-        self.g_norm = RMSNorm(c.hidden_size, c.norm_eps, "swish", **factory)
+        # fla builds its g_norm with norm_eps, but its forward calls rms_norm_swish_gate_linear without
+        # an eps, so the norm runs at that function's default (0.5.2, #977 and 0.6.0 alike): what fla
+        # computes, found by gdn_equiv.harness.faithful (gradients 1e-4 apart at T = 1)
+        self.g_norm = RMSNorm(c.hidden_size, FLA_OUTPUT_NORM_EPS, "swish", **factory)
         self.o_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False, **factory)
 
     def _input_linears(self) -> list[tuple[str, Any]]:

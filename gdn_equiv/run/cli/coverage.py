@@ -14,8 +14,10 @@ from gdn_equiv.run.cli.common import EXIT_FAILED, EXIT_OK, UsageError, _make_dir
 
 COVERAGE_EXIT_STATUS = """\
 exit status:
-  0    the report was printed (with --require-all: and every expected region was reached)
-  1    with --require-all: an expected region was NOT REACHED (the report lists them)
+  0    the report was printed (with --require-all: and every expected region and every
+       promised combination of regions was reached)
+  1    with --require-all: an expected region or a promised combination was NOT REACHED
+       (the report lists them)
   2    --observed is missing, holds no *_testcases.jsonl file or no test case, or has a line
        that is not JSON; --json names a directory; one line on stderr names the path
   4    internal error of gdn-equiv itself; the traceback is saved in gdn-equiv-report/
@@ -48,9 +50,10 @@ def plan_coverage(args: argparse.Namespace) -> CoveragePlan:
 
 
 def cmd_coverage(plan: CoveragePlan) -> int:
-    """Print the report (and write its JSON); with ``--require-all``, exit 1 when a region was not
-    reached. Without it the report only informs: a rare region (1,025+ channels is one conformance draw in
-    75 on a CPU) can miss one randomized ``ci`` run without anything being wrong."""
+    """Print the report (and write its JSON); with ``--require-all``, exit 1 when a region or a promised
+    combination (:data:`gdn_equiv.harness.coverage.PROMISED`) was not reached. Without it the report only
+    informs: a rare region (1,025+ channels is one conformance draw in 75 on a CPU) can miss one
+    randomized ``ci`` run without anything being wrong."""
     import json
 
     tally = coverage.tally(plan.observations)
@@ -58,7 +61,8 @@ def cmd_coverage(plan: CoveragePlan) -> int:
     if plan.json is not None:
         plan.json.write_text(json.dumps(coverage.report_json(tally), indent=2) + "\n")
         print(f"json: {plan.json}")
-    return EXIT_FAILED if plan.require_all and coverage.not_reached(tally) else EXIT_OK
+    missing = coverage.not_reached(tally) or coverage.unreached_promised(tally)
+    return EXIT_FAILED if plan.require_all and missing else EXIT_OK
 
 
 def add_parser(sub: Any) -> None:
@@ -80,6 +84,8 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the counts as JSON")
     p.add_argument(
-        "--require-all", action="store_true", help="exit 1 when an expected region was not reached (default: report)"
+        "--require-all",
+        action="store_true",
+        help="exit 1 when an expected region or a promised combination of regions was not reached (default: report)",
     )
     p.set_defaults(prepare=plan_coverage, run=cmd_coverage)
