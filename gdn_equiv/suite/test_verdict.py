@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import Phase, find, settings
 
+from gdn_equiv import strategies
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness import registry
 from gdn_equiv.harness.compare import Report
@@ -25,7 +27,7 @@ from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
 from gdn_equiv.model.example import build_layer
 from gdn_equiv.model.guard import Condition, decide
 from gdn_equiv.run import runner
-from gdn_equiv.run.report import FAILING, UNREACHED, Check, ReportWriter, merge
+from gdn_equiv.run.report import FAILING, UNREACHED, Check, ReportWriter, merge, read_failure
 
 GREEN = ("pass", "counterexample", "n/a", "none found")
 
@@ -96,6 +98,46 @@ def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseExcept
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == status
     assert [c["result"] for c in summary["checks"]] == ["pass", UNREACHED]
+
+
+def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
+    """The summary, its ``--json`` copy and the JUnit XML say the same thing about every asked row, and
+    a failure with an example leaves a failure file that reads back and a reproducer beside it."""
+    example = find(strategies.examples(dtypes=("float32",), max_seq_len=2), lambda e: True)
+    json_copy, junit = tmp_path / "copies" / "summary.json", tmp_path / "junit" / "gdn.xml"
+    writer = ReportWriter(
+        tmp_path / "report", device="cpu", meta={"mode": "check"}, json_copy=json_copy, junit_xml=junit
+    )
+    writer.ask(
+        [
+            _row(function="check_forward_exact"),
+            *(_row(name=n) for n in ("P4-gradients", "P5-fallback-exact", "P2-path-taken")),
+        ]
+    )
+    found = _row("FAIL", examples=1, failure="Mismatch: planted", function="check_forward_exact", example=example)
+    writer.add(found)
+    writer.add(_row(name="P4-gradients", examples=2))
+    writer.add(_row("n/a", name="P2-path-taken", failure="same backend"))
+    assert writer.asked == 4
+    summary = writer.finish("complete")
+    assert summary == tmp_path / "report" / "summary.json"
+    data = json.loads(summary.read_text())
+    assert json.loads(json_copy.read_text()) == data
+    assert [c["result"] for c in data["checks"]] == ["FAIL", "pass", UNREACHED, "n/a"]
+    assert data["counts"] == {"FAIL": 1, "pass": 1, UNREACHED: 1, "n/a": 1}
+    # the finding: its failure file reads back to the same example, its reproducer beside it
+    (row,) = [r for r in writer.rows if r.result == "FAIL"]
+    assert row.repro_json and Path(row.repro_json).parent == tmp_path / "report" and Path(row.repro).is_file()
+    failure = read_failure(Path(row.repro_json), functions=("check_forward_exact",))
+    assert failure.example == example and failure.function == "check_forward_exact"
+    # JUnit: one testcase per asked row; FAIL and not reached are failures, n/a a skip
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "1")
+    kinds = [
+        next((child.tag for child in case if child.tag in ("failure", "skipped")), "passed")
+        for case in suite.iter("testcase")
+    ]
+    assert kinds == ["failure", "passed", "failure", "skipped"]
 
 
 def test_a_rows_worst_comparison_is_its_failures_else_the_closest_to_tolerance() -> None:
