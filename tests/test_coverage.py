@@ -564,14 +564,14 @@ def test_require_all_fails_a_run_that_leaves_a_promised_combination_unreached(gd
     status, out, _ = gdn(
         "coverage", "--observed", str(_observe_script(tmp_path, PROMISE_RUN, "planted")), "--require-all"
     )
-    assert status == cli.EXIT_FAILED, out
+    assert status == cli_common.EXIT_FAILED, out
     lost = "conv.length=T<W-1 & conv.initial_state=on"
     assert f"- NOT REACHED: {lost}\n" in out  # promised: listed without "(not promised)"
     assert "T<W-1 & conv.initial_state=on & conv.final_state=requested" in out
     # the same grid without the planted defect: no promised combination unreached (the one-dimensional
     # regions it never draws, 1,025+ channels say, still fail --require-all: this run is no ci run)
     status, out, _ = gdn("coverage", "--observed", str(_observe_script(tmp_path, PROMISE_RUN, "grid")))
-    assert status == cli.EXIT_OK
+    assert status == cli_common.EXIT_OK
     assert lost not in out
     assert re.search(r"### conv: \d+ of \d+ combination\(s\) NOT REACHED, 0 of them promised", out), out
 

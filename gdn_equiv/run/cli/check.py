@@ -494,7 +494,8 @@ def print_findings(writer: ReportWriter) -> int:
             continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
         print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
-        if c.repro and registry.get_record(c.name.partition("#")[0]).serving:
+        record = registry.records().get(c.name.partition("#")[0])  # None: an upstream target's gap row
+        if c.repro and record is not None and record.serving:
             print(f"reproducer: python {c.repro}")  # its script is the replay: `repro` reads layer examples
         elif c.repro:
             print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
