@@ -140,6 +140,22 @@ def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
     assert kinds == ["failure", "passed", "failure", "skipped"]
 
 
+def test_a_further_kind_of_failure_is_a_row_of_its_own(tmp_path: Path) -> None:
+    """A second kind of failure found by the same run was not asked for by name: it joins the ledger as a
+    row of its own (a harmless finding must not hide a real one), in the summary and in its line log."""
+    writer = ReportWriter(tmp_path, device="cpu", meta={})
+    writer.ask([_row()])
+    writer.add(_row("FAIL", examples=3, failure="Mismatch: one ulp"))
+    second = _row("FAIL", name="P3-forward-exact#2", examples=1, failure="Mismatch: the bias")
+    assert writer.add(second) is second
+    assert [(r.name, r.result) for r in writer.rows] == [("P3-forward-exact", "FAIL"), ("P3-forward-exact#2", "FAIL")]
+    assert len(writer.failed) == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [c["property"] for c in summary["checks"]] == ["P3-forward-exact", "P3-forward-exact#2"]
+    logged = [json.loads(line)["property"] for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert logged == ["P3-forward-exact", "P3-forward-exact#2"]
+
+
 def test_a_rows_worst_comparison_is_its_failures_else_the_closest_to_tolerance() -> None:
     close = Report("y", ("fused", "separate"), ok=True, numel=4, rtol=1e-5, atol=1e-5, tol_used=0.9)
     far = Report("y", ("fused", "separate"), ok=True, numel=4, rtol=1e-5, atol=1e-5, tol_used=0.1)
