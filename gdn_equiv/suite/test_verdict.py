@@ -88,7 +88,8 @@ def test_an_unfinished_row_says_why(tmp_path: Path) -> None:
 def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseException] | None, status: str) -> None:
     """However the run ends, the summary on disk says so and still lists every asked row."""
     try:
-        with ReportWriter(tmp_path, device="cpu", meta={}) as writer:
+        copy = tmp_path / "summary-copy.json"  # into a directory that exists already
+        with ReportWriter(tmp_path, device="cpu", meta={}, json_copy=copy) as writer:
             writer.ask([_row(), _row(name="P4-gradients")])
             writer.add(_row(examples=3))
             if raised is not None:
@@ -96,7 +97,7 @@ def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseExcept
     except (KeyboardInterrupt, RuntimeError):
         pass
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == status
+    assert summary["status"] == status and json.loads(copy.read_text()) == summary
     assert [c["result"] for c in summary["checks"]] == ["pass", UNREACHED]
 
 
@@ -104,7 +105,7 @@ def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
     """The summary, its ``--json`` copy and the JUnit XML say the same thing about every asked row, and
     a failure with an example leaves a failure file that reads back and a reproducer beside it."""
     example = find(strategies.examples(dtypes=("float32",), max_seq_len=2), lambda e: True)
-    json_copy, junit = tmp_path / "copies" / "summary.json", tmp_path / "junit" / "gdn.xml"
+    json_copy, junit = tmp_path / "copies" / "of-the" / "summary.json", tmp_path / "junit" / "gdn.xml"
     writer = ReportWriter(
         tmp_path / "report", device="cpu", meta={"mode": "check"}, json_copy=json_copy, junit_xml=junit
     )
@@ -127,6 +128,7 @@ def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
     assert data["counts"] == {"FAIL": 1, "pass": 1, UNREACHED: 1, "n/a": 1}
     # the finding: its failure file reads back to the same example, its reproducer beside it
     (row,) = [r for r in writer.rows if r.result == "FAIL"]
+    assert (found.repro, found.repro_json) == (row.repro, row.repro_json)  # what the command line prints
     assert row.repro_json and Path(row.repro_json).parent == tmp_path / "report" and Path(row.repro).is_file()
     failure = read_failure(Path(row.repro_json), functions=("check_forward_exact",))
     assert failure.example == example and failure.function == "check_forward_exact"
