@@ -200,7 +200,6 @@ def pytest_configure(config: pytest.Config) -> None:
     _use_database(config)
     if "hypofuzz" in sys.modules and sys.modules["hypofuzz"].detection.in_hypofuzz_run():
         # a HypoFuzz worker started some other way than fork keeps no patch of its parent's
-
         hypofuzz_compat()
     _load_backends(config)
     targets = _load_targets(config)
