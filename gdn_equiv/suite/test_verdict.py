@@ -112,20 +112,21 @@ def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
     writer.ask(
         [
             _row(function="check_forward_exact"),
-            *(_row(name=n) for n in ("P4-gradients", "P5-fallback-exact", "P2-path-taken")),
+            *(_row(name=n) for n in ("P4-gradients", "P5-fallback-exact", "P2-path-taken", "P2-no-short-conv")),
         ]
     )
     found = _row("FAIL", examples=1, failure="Mismatch: planted", function="check_forward_exact", example=example)
     writer.add(found)
     writer.add(_row(name="P4-gradients", examples=2))
     writer.add(_row("n/a", name="P2-path-taken", failure="same backend"))
-    assert writer.asked == 4
+    writer.add(_row("not exercised", name="P2-no-short-conv", examples=2, not_applicable=2))
+    assert writer.asked == 5
     summary = writer.finish("complete")
     assert summary == tmp_path / "report" / "summary.json"
     data = json.loads(summary.read_text())
     assert json.loads(json_copy.read_text()) == data
-    assert [c["result"] for c in data["checks"]] == ["FAIL", "pass", UNREACHED, "n/a"]
-    assert data["counts"] == {"FAIL": 1, "pass": 1, UNREACHED: 1, "n/a": 1}
+    assert [c["result"] for c in data["checks"]] == ["FAIL", "pass", UNREACHED, "n/a", "not exercised"]
+    assert data["counts"] == {"FAIL": 1, "pass": 1, UNREACHED: 1, "n/a": 1, "not exercised": 1}
     # the finding: its failure file reads back to the same example, its reproducer beside it
     (row,) = [r for r in writer.rows if r.result == "FAIL"]
     assert (found.repro, found.repro_json) == (row.repro, row.repro_json)  # what the command line prints
@@ -134,12 +135,27 @@ def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
     assert failure.example == example and failure.function == "check_forward_exact"
     # JUnit: one testcase per asked row; FAIL and not reached are failures, n/a a skip
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "1")
+    assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("5", "3", "1")
     kinds = [
         next((child.tag for child in case if child.tag in ("failure", "skipped")), "passed")
         for case in suite.iter("testcase")
     ]
-    assert kinds == ["failure", "passed", "failure", "skipped"]
+    assert kinds == ["failure", "passed", "failure", "skipped", "failure"]
+    # the finding's JUnit text carries what replays it: the shrunk example and the reproducer
+    text = next(case.find("failure") for case in suite.iter("testcase")).text or ""  # type: ignore[union-attr]
+    assert example.to_json() in text and f"Reproducer: python {row.repro}" in text
+
+
+def test_an_upstream_gap_reproducer_names_its_target(tmp_path: Path) -> None:
+    """A gap of an upstream target (fla's guard against the spec) replays against that target, with the
+    options it ran with (fla's core), not against ours."""
+    example = find(strategies.examples(dtypes=("float32",), max_seq_len=2), lambda e: True)
+    writer = ReportWriter(tmp_path, device="cpu", meta={})
+    gap = Check("P1-fla-gap-BiasDropped", "-", target="fla", target_options={"core": "reference"})
+    gap.result, gap.failure, gap.example, gap.function = "FAIL", "BiasDropped", example, "check_target_guard"
+    writer.add(gap)
+    script = Path(gap.repro).read_text()
+    assert "check_target_guard(EXAMPLE, device='cpu', target='fla', core='reference')" in script
 
 
 def test_a_further_kind_of_failure_is_a_row_of_its_own(tmp_path: Path) -> None:
