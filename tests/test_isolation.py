@@ -188,7 +188,7 @@ def test_a_suite_run_with_gdn_isolate_survives_a_crashing_kernel(tmp_path) -> No
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--pyargs", "gdn_equiv.suite",
          "--gdn-backend", "deadly_kernels:segfaults_on_every_call", "--gdn-family", "gated_deltanet",
          "--gdn-isolate", "-q", "-rf", "-k", select],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     out = done.stdout + done.stderr
     assert done.returncode == 1, out  # tests failed; pytest itself finished (a crash would be -11)
