@@ -461,7 +461,7 @@ class ReportWriter:
         check.repro, check.repro_json = str(script), str(failure_json)
 
 
-def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Path:
+def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> None:
     """JUnit XML, one testcase per row: a failure carries the message, the shrunk example and its
     reproducer; "not exercised" and "not reached" are failures too; a P6 search that found nothing (or cannot run here)
     is a skip with the reason."""
@@ -528,7 +528,6 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Pat
     ET.indent(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
-    return path
 
 
 def format_table(checks: list[Check]) -> str:

@@ -88,8 +88,8 @@ def test_an_unfinished_row_says_why(tmp_path: Path) -> None:
 def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseException] | None, status: str) -> None:
     """However the run ends, the summary on disk says so and still lists every asked row."""
     try:
-        copy = tmp_path / "summary-copy.json"  # into a directory that exists already
-        with ReportWriter(tmp_path, device="cpu", meta={}, json_copy=copy) as writer:
+        copy, junit = tmp_path / "summary-copy.json", tmp_path / "junit.xml"  # into a directory that exists
+        with ReportWriter(tmp_path, device="cpu", meta={}, json_copy=copy, junit_xml=junit) as writer:
             writer.ask([_row(), _row(name="P4-gradients")])
             writer.add(_row(examples=3))
             if raised is not None:
@@ -98,6 +98,7 @@ def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseExcept
         pass
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == status and json.loads(copy.read_text()) == summary
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
     assert [c["result"] for c in summary["checks"]] == ["pass", UNREACHED]
 
 
@@ -105,7 +106,7 @@ def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
     """The summary, its ``--json`` copy and the JUnit XML say the same thing about every asked row, and
     a failure with an example leaves a failure file that reads back and a reproducer beside it."""
     example = find(strategies.examples(dtypes=("float32",), max_seq_len=2), lambda e: True)
-    json_copy, junit = tmp_path / "copies" / "of-the" / "summary.json", tmp_path / "junit" / "gdn.xml"
+    json_copy, junit = tmp_path / "copies" / "of-the" / "summary.json", tmp_path / "junit" / "deeper" / "gdn.xml"
     writer = ReportWriter(
         tmp_path / "report", device="cpu", meta={"mode": "check"}, json_copy=json_copy, junit_xml=junit
     )
@@ -141,6 +142,8 @@ def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
         for case in suite.iter("testcase")
     ]
     assert kinds == ["failure", "passed", "failure", "skipped", "failure"]
+    types = [f.get("type") for case in suite.iter("testcase") for f in case.iter("failure")]
+    assert types == ["Mismatch", "NotReached", "NotExercised"]  # what a CI system groups failures by
     # the finding's JUnit text carries what replays it: the shrunk example and the reproducer
     text = next(case.find("failure") for case in suite.iter("testcase")).text or ""  # type: ignore[union-attr]
     assert example.to_json() in text and f"Reproducer: python {row.repro}" in text
