@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from gdn_equiv.harness.isolation import DEFAULT_TIMEOUT
+from gdn_equiv.serving.engines import installed_version
 from gdn_equiv.targets import get_target
 
 PLANTED = textwrap.dedent(
@@ -107,7 +108,11 @@ def _cases() -> dict[str, tuple[list[str], dict[str, str | None]]]:
         "isolate, bad timeout": ([*suite, "--gdn-isolate", "--gdn-example-timeout", "-1"], {}),
         "reference core, other families": ([*suite, "--gdn-target", "fla", "--fla-core", "reference"], {}),
         "unknown fla version": ([*suite, *fla], {"FAKE_FLA": "1"}),
+        "unknown serving engine": ([*suite, "--gdn-serving-engine", "tgi"], {}),
+        "unknown vllm version": ([*suite, "--gdn-serving-engine", "vllm"], {"FAKE_VLLM": "1"}),
     }
+    if installed_version("sglang") is None:
+        cases["sglang not installed"] = ([*suite, "--gdn-serving-engine", "sglang"], {})
     if HAS_XDIST:
         cases["absent backend, xdist"] = ([*suite, "--gdn-backend", "gate_planted:absent", "-n", "2"], {})
     if FLA_REASON is None and ON_CPU:
@@ -135,6 +140,10 @@ class Runs:
         fake = work / "fake_fla" / "fla"  # an fla whose version the adapter's table does not know
         fake.mkdir(parents=True)
         (fake / "__init__.py").write_text('__version__ = "9.9.9"\n')
+        # a vLLM whose version the serving engines' table does not know: its metadata alone
+        info = work / "fake_vllm" / "vllm-9.9.9.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
         # an unrelated project: its pytest run must not become a gdn-equiv run
         (work / "other_project").mkdir()
         (work / "other_project" / "test_plain.py").write_text("def test_plain():\n    pass\n")
@@ -150,8 +159,10 @@ class Runs:
             path = [str(self.work), os.environ.get("PYTHONPATH", "")]
             if changes.get("FAKE_FLA"):
                 path.insert(0, str(self.work / "fake_fla"))
+            if changes.get("FAKE_VLLM"):
+                path.insert(0, str(self.work / "fake_vllm"))
             for key, value in changes.items():
-                if key != "FAKE_FLA":
+                if not key.startswith("FAKE_"):
                     env.pop(key, None) if value is None else env.__setitem__(key, value)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
             if name == "not a gdn-equiv run":
@@ -266,6 +277,18 @@ def test_a_backend_or_target_that_cannot_run_here_ends_the_session_with_status_3
     _environment_exit(
         runs["unknown fla version"], "--gdn-target 'fla'", "fla 9.9.9 is not a version the fla adapter knows"
     )
+
+
+@pytest.mark.slow
+def test_serving_engine_names_are_checked_and_one_that_cannot_run_here_ends_the_session(runs) -> None:
+    runs.start(
+        "unknown serving engine", "unknown vllm version", *[n for n in runs.cases if n == "sglang not installed"]
+    )
+    _usage_error(runs["unknown serving engine"], "--gdn-serving-engine: no serving engine 'tgi'; known:")
+    why = "vllm 9.9.9 is not a version the adapter knows"
+    _environment_exit(runs["unknown vllm version"], "--gdn-serving-engine 'vllm'", why)
+    if "sglang not installed" in runs.cases:
+        _environment_exit(runs["sglang not installed"], "--gdn-serving-engine 'sglang'", "sglang is not installed")
 
 
 @pytest.mark.slow
