@@ -110,6 +110,7 @@ def _cases() -> dict[str, tuple[list[str], dict[str, str | None]]]:
         "unknown fla version": ([*suite, *fla], {"FAKE_FLA": "1"}),
         "unknown serving engine": ([*suite, "--gdn-serving-engine", "tgi"], {}),
         "unknown vllm version": ([*suite, "--gdn-serving-engine", "vllm"], {"FAKE_VLLM": "1"}),
+        "unknown vllm version, one path": ([*suite, "--gdn-serving-engine", "vllm-gpu"], {"FAKE_VLLM": "1"}),
     }
     if installed_version("sglang") is None:
         cases["sglang not installed"] = ([*suite, "--gdn-serving-engine", "sglang"], {})
@@ -282,11 +283,17 @@ def test_a_backend_or_target_that_cannot_run_here_ends_the_session_with_status_3
 @pytest.mark.slow
 def test_serving_engine_names_are_checked_and_one_that_cannot_run_here_ends_the_session(runs) -> None:
     runs.start(
-        "unknown serving engine", "unknown vllm version", *[n for n in runs.cases if n == "sglang not installed"]
+        "unknown serving engine",
+        "unknown vllm version",
+        "unknown vllm version, one path",
+        *[n for n in runs.cases if n == "sglang not installed"],
     )
     _usage_error(runs["unknown serving engine"], "--gdn-serving-engine: no serving engine 'tgi'; known:")
     why = "vllm 9.9.9 is not a version the adapter knows"
-    _environment_exit(runs["unknown vllm version"], "--gdn-serving-engine 'vllm'", why)
+    # an engine's paths each say why; one path asked by name gives its reason alone
+    _environment_exit(runs["unknown vllm version"], "--gdn-serving-engine 'vllm'", f"vllm-cpu-torch: {why}")
+    one_path = runs["unknown vllm version, one path"]
+    _environment_exit(one_path, f"--gdn-serving-engine 'vllm-gpu' cannot run here: {why}")
     if "sglang not installed" in runs.cases:
         _environment_exit(runs["sglang not installed"], "--gdn-serving-engine 'sglang'", "sglang is not installed")
 
