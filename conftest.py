@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +46,44 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if not isinstance(options, type):
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
+
+
+# ---- a real redis-server for the shared example database's tests (Debian's package; skipped without it) ----
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A local TCP port nothing listens on (a redis URL that cannot be reached)."""
+    return _free_port()
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("needs redis-server (apt-get install redis-server)")
+    redis = pytest.importorskip("redis", reason="needs the redis package (pip install gdn-equiv[redis])")
+    port = _free_port()
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -14,13 +14,9 @@ real ``redis-server`` this test starts on a free port. Under pytest, Hypothesis'
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,38 +39,6 @@ NO_BIAS = textwrap.dedent(
 )
 P7 = ["--property", "P7-backend-vs-torch", "--backend", "db_kernels:no_bias", "--no-isolate", "--device", "cpu"]
 TINY = ["--profile", "dev", "--max-seq-len", "4", "--dtype", "float32", "--skip-necessity"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("needs redis-server (apt-get install redis-server)")
-    redis = pytest.importorskip("redis", reason="needs the redis package (pip install gdn-equiv[redis])")
-    port = _free_port()
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        for _ in range(100):
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def _gdn(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -104,8 +68,8 @@ def test_a_finding_in_a_redis_database_is_replayed_first_by_the_next_check(tmp_p
     assert "FAIL P7-backend-vs-torch[db_kernels:no_bias-float32]" in done.stdout
 
 
-def test_an_unreachable_redis_database_is_refused_before_any_example(capsys) -> None:
+def test_an_unreachable_redis_database_is_refused_before_any_example(capsys, free_port) -> None:
     pytest.importorskip("redis", reason="needs the redis package (pip install gdn-equiv[redis])")
-    status = cli.main(["check", "--device", "cpu", "--database", f"redis://127.0.0.1:{_free_port()}/0"])
+    status = cli.main(["check", "--device", "cpu", "--database", f"redis://127.0.0.1:{free_port}/0"])
     assert status == cli_common.EXIT_ENVIRONMENT
     assert "cannot reach the server" in capsys.readouterr().err

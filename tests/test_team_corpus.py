@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,39 +31,13 @@ ASK = ["--property", "P3-forward-exact", "--family", "gated_deltanet", "--dtype"
 TEST = "test_fused_forward_is_bitwise_equal"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
+def team_redis_url(request: pytest.FixtureRequest) -> str:
+    """conftest.py's redis-server, once HypoFuzz is known to be here (no server started for a skip)."""
     reason = fuzz_engines.hypofuzz_missing()
     if reason is not None:
         pytest.skip(reason)
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("needs redis-server (apt-get install redis-server)")
-    redis = pytest.importorskip("redis", reason="needs the redis package (pip install gdn-equiv[redis])")
-    port = _free_port()
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        for _ in range(100):
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
+    return str(request.getfixturevalue("redis_url"))
 
 
 def _env() -> dict[str, str]:
@@ -90,8 +60,8 @@ def _p3_cases(report: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.slow
-def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_path, redis_url) -> None:
-    fuzz = ["-m", "gdn_equiv", "fuzz", "--engine", "hypofuzz", *ASK, "--database", redis_url]
+def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_path, team_redis_url) -> None:
+    fuzz = ["-m", "gdn_equiv", "fuzz", "--engine", "hypofuzz", *ASK, "--database", team_redis_url]
     first = _host(tmp_path / "host-a", *fuzz, "--seconds", "60")
     out = first.stdout + first.stderr
     print(out)
@@ -118,7 +88,7 @@ def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_p
 
     # a later pytest gate replays it first: Hypothesis' reuse phase holds the failing example
     gate = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--pyargs", "gdn_equiv.suite", "-k", TEST]
-    gate += ["--gdn-backend", PLANTED, "--gdn-family", "gated_deltanet", "--gdn-database", redis_url]
+    gate += ["--gdn-backend", PLANTED, "--gdn-family", "gated_deltanet", "--gdn-database", team_redis_url]
     replay = _host(tmp_path / "replay", *gate, "--hypothesis-show-statistics", "-q")
     out = replay.stdout + replay.stderr
     print(out[-3000:])
