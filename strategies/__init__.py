@@ -14,7 +14,7 @@ Every strategy follows Hypothesis' own API style: keyword-only arguments, ``min_
 """
 
 from .bad_inputs import bad_calls
-from .convs import ConvCall, conv_calls
+from .convs import ConvCall, OutsideCall, conv_calls, outside_calls
 from .examples import CALL_REASONS, REASONS, attention_mask_lens, cu_seqlens_for, examples, seq_lens
 from .facts import call_facts, conv_facts, dtypes, layer_facts, rare
 from .layers import CONV_REASONS, conv_specs, layer_configs
@@ -25,6 +25,7 @@ __all__ = [
     "CONV_REASONS",
     "REASONS",
     "ConvCall",
+    "OutsideCall",
     "attention_mask_lens",
     "bad_calls",
     "call_facts",
@@ -36,6 +37,7 @@ __all__ = [
     "examples",
     "layer_configs",
     "layer_facts",
+    "outside_calls",
     "rare",
     "seq_lens",
     "violating",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from gdn_equiv.model.backends.capabilities import Capabilities
 from gdn_equiv.model.conv_ops import activation_names
 from gdn_equiv.model.example import DTYPES
 from gdn_equiv.model.sampling import sampled
@@ -118,6 +120,13 @@ class ConvCall:
             out[name] = None if t is None else apply_layout(t, self.layout(name))
         return out
 
+    def refusal(self, capabilities: Capabilities) -> str | None:
+        """The limit of ``capabilities`` this call breaks (its tensors' dtypes, widths, layouts...), or ``None``;
+        devices aside (the call's tensors are built on whichever device a test runs)."""
+        t = self.tensors()
+        caps = dataclasses.replace(capabilities, devices=None)
+        return caps.refusal(t["x"], t["weight"], t["bias"], self.activation, t["initial_state"], t["cu_seqlens"])
+
     def cotangents(self, device: str = "cpu", *, unused_state_slots: int = 0) -> dict[str, torch.Tensor]:
         """``dy [B,T,D]`` and ``dfinal [N,D,W]`` (seeded from :attr:`seed`), each in its :meth:`layout`;
         ``dfinal`` is zero in the first ``unused_state_slots`` slots (a backend's state convention)."""
@@ -138,12 +147,15 @@ _CHANNEL_EDGES = tuple(
 _LENGTH_EDGES = tuple(sorted({e + d for e in (16, 32, 64, 128, 256) for d in (-1, 0, 1)}))
 
 
-def _channels(draw: st.DrawFn, lo: int, hi: int, wide: int | None) -> int:
-    """Mostly ``lo..hi``; with ``wide``, one draw in five is a channel count at a kernel edge up to it."""
-    edges = [d for d in _CHANNEL_EDGES if max(lo, hi + 1) <= d <= (wide or 0)]
+def _channels(draw: st.DrawFn, lo: int, hi: int, wide: int | None, multiple: int = 1) -> int:
+    """Mostly ``lo..hi``; with ``wide``, one draw in five is a channel count at a kernel edge up to it.
+    Every count a multiple of ``multiple`` (a backend's channel multiple: the least one at or above ``lo``
+    when ``hi`` leaves none)."""
+    edges = [d for d in _CHANNEL_EDGES if max(lo, hi + 1) <= d <= (wide or 0) and d % multiple == 0]
     if edges and draw(st.integers(0, 4)) == 0:
         return draw(sampled(edges))
-    return draw(st.integers(lo, hi))
+    k_lo = -(-lo // multiple)
+    return multiple * draw(st.integers(k_lo, max(k_lo, hi // multiple)))
 
 
 def _length(draw: st.DrawFn, W: int, max_len: int, long: int | None) -> int:
@@ -158,9 +170,7 @@ def _length(draw: st.DrawFn, W: int, max_len: int, long: int | None) -> int:
     return draw(st.integers(1, max_len))
 
 
-@st.composite
 def conv_calls(
-    draw: st.DrawFn,
     *,
     dtypes: Sequence[str] = ("float32", "float16", "bfloat16"),
     min_channels: int = 1,
@@ -175,21 +185,88 @@ def conv_calls(
     layouts: Sequence[str] = ("contiguous",),
     activations: Sequence[str | None] = (None, "silu", "swish"),
     mixed_precision: bool = True,
-) -> ConvCall:
-    """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``
-    (give a backend's :func:`gdn_equiv.model.backends.supported_widths`). Shrinks towards fp32, one channel,
+    capabilities: Capabilities | None = None,
+) -> st.SearchStrategy[ConvCall]:
+    """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``.
+    Shrinks towards fp32, one channel,
     the smallest width, one short sequence, no bias, no activation, no initial state, no varlen. Up to
     40 channels so that a defect in a second 8- or 16-channel block is reachable; ``wide_channels``
     adds channel counts at block edges up to it (where real kernels change code path), ``long_seq_len``
     lengths at tile edges up to it; lengths around the kernel width are always drawn. Without
-    ``varlen_initial_state`` (a backend that refuses per-sequence states, e.g. causal-conv1d), varlen
-    calls carry no initial state. ``layouts`` are the memory layouts (:data:`LAYOUTS`) each tensor of
-    :data:`LAYOUT_TENSORS` may be drawn in, independently (inputs and cotangents); they shrink to
-    contiguous, and one draw in three keeps every tensor contiguous. ``activations`` are drawn from
-    (give :func:`gdn_equiv.model.backends.supported_activations` of the backends compared: registered ones
-    such as ``relu`` only where every one runs them); they shrink to the first. With
-    ``mixed_precision``, one call in four holds its weight and bias in another of ``dtypes`` than x
-    (:attr:`ConvCall.param_dtype`; shrinks to none)."""
+    ``varlen_initial_state``, varlen calls carry no initial state. ``layouts`` are the memory layouts
+    (:data:`LAYOUTS`) each tensor of :data:`LAYOUT_TENSORS` may be drawn in, independently (inputs and
+    cotangents); they shrink to contiguous, and one draw in three keeps every tensor contiguous.
+    ``activations`` are drawn from; they shrink to the first. With ``mixed_precision``, one call in four
+    holds its weight and bias in another of ``dtypes`` than x (:attr:`ConvCall.param_dtype`; shrinks to none).
+
+    ``capabilities``: only calls inside them (the joint capabilities of the backends a property runs,
+    :func:`gdn_equiv.model.backends.capabilities`): their dtypes, widths, activations, channel multiple,
+    the layouts their stride and bias rules allow, per-sequence states only where they take them. Built
+    so by construction; a final filter on :meth:`ConvCall.refusal` keeps any rule the construction missed
+    from reaching a kernel (a strategy that needed it often fails Hypothesis' health check, loudly)."""
+    caps = capabilities or Capabilities()
+    dtypes = caps.dtypes_among(dtypes)
+    if not dtypes:
+        raise InvalidArgument(f"none of the dtypes is in the capabilities' {caps.dtypes}")
+    if caps.widths is not None:
+        widths = (max(widths[0], caps.widths[0]), min(widths[1], caps.widths[1]))
+        if widths[0] > widths[1]:
+            raise InvalidArgument(f"no kernel width in range is in the capabilities' {caps.widths}")
+    if caps.activations is not None:
+        activations = [a for a in activations if a in caps.activations]
+    kinds = {name: _allowed_layouts(caps, name, layouts) for name in LAYOUT_TENSORS}
+    drawn = _conv_calls(
+        dtypes=tuple(dtypes),
+        min_channels=min_channels,
+        max_channels=max_channels,
+        widths=widths,
+        max_seq_len=max_seq_len,
+        varlen=varlen,
+        initial_state=initial_state,
+        varlen_initial_state=varlen_initial_state and caps.varlen_initial_state,
+        wide_channels=wide_channels,
+        long_seq_len=long_seq_len,
+        layouts=tuple((name, tuple(k)) for name, k in kinds.items()),
+        activations=tuple(_nonempty_activations(activations)),
+        mixed_precision=mixed_precision,  # weight and bias share param_dtype: one dtype, as bias_dtype_of_weight asks
+        channel_multiple=caps.channel_multiple,
+    )
+    return drawn.filter(lambda call: call.refusal(caps) is None) if caps.declared else drawn
+
+
+def _allowed_layouts(caps: Capabilities, name: str, layouts: Sequence[str]) -> list[str]:
+    """The layouts of ``layouts`` tensor ``name`` may take under ``caps``: x (and its cotangent dy, read the
+    same way by a backward) keeps channel stride 1 and its strides' multiples only contiguous or broadcast
+    along the batch; a bias that must be contiguous keeps stride 1 only contiguous or as a slice."""
+    unknown = [k for k in layouts if k not in LAYOUTS]
+    if unknown:
+        raise InvalidArgument(f"unknown layouts {unknown}; known: {', '.join(LAYOUTS)}")
+    if name in ("x", "dy") and caps.stride_multiple > 1:
+        return [k for k in layouts if k in ("contiguous", "expanded")]
+    if name == "bias" and caps.contiguous_bias:
+        return [k for k in layouts if k in ("contiguous", "sliced")]
+    return list(layouts)
+
+
+@st.composite
+def _conv_calls(
+    draw: st.DrawFn,
+    *,
+    dtypes: tuple[str, ...],
+    min_channels: int,
+    max_channels: int,
+    widths: tuple[int, int],
+    max_seq_len: int,
+    varlen: bool | None,
+    initial_state: bool | None,
+    varlen_initial_state: bool,
+    wide_channels: int | None,
+    long_seq_len: int | None,
+    layouts: tuple[tuple[str, tuple[str, ...]], ...],
+    activations: tuple[str | None, ...],
+    mixed_precision: bool,
+    channel_multiple: int,
+) -> ConvCall:
     W = draw(st.integers(*widths))
     use_varlen = draw(st.booleans()) if varlen is None else varlen
     if use_varlen:
@@ -203,12 +280,12 @@ def conv_calls(
     return ConvCall(
         B=B,
         T=T,
-        D=_channels(draw, min_channels, max_channels, wide_channels),
+        D=_channels(draw, min_channels, max_channels, wide_channels, channel_multiple),
         W=W,
         dtype=dtype,
         param_dtype=param_dtype,
         bias=draw(st.booleans()),
-        activation=draw(sampled(_nonempty_activations(activations))),
+        activation=draw(sampled(activations)),
         initial_state=(draw(st.booleans()) if initial_state is None else initial_state)
         and (varlen_initial_state or not use_varlen),
         seq_lens=lens,
@@ -232,12 +309,104 @@ def _nonempty_activations(activations: Sequence[str | None]) -> Sequence[str | N
     return activations
 
 
-def _layouts(draw: st.DrawFn, kinds: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    unknown = [k for k in kinds if k not in LAYOUTS]
-    if unknown:
-        raise InvalidArgument(f"unknown layouts {unknown}; known: {', '.join(LAYOUTS)}")
-    kinds = ["contiguous", *(k for k in kinds if k != "contiguous")]
-    if len(kinds) == 1 or draw(st.integers(0, 2)) == 0:
+def _layouts(draw: st.DrawFn, kinds: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[tuple[str, str], ...]:
+    """Each tensor's layout from its own allowed ``kinds`` (contiguous first, where shrinking goes)."""
+    per_tensor = {name: ("contiguous", *(k for k in allowed if k != "contiguous")) for name, allowed in kinds}
+    if all(len(k) == 1 for k in per_tensor.values()) or draw(st.integers(0, 2)) == 0:
         return ()
-    chosen = ((name, draw(sampled(kinds))) for name in LAYOUT_TENSORS)
+    chosen = ((name, draw(sampled(per_tensor[name]))) for name in LAYOUT_TENSORS)
     return tuple((name, kind) for name, kind in chosen if kind != "contiguous")
+
+
+#: the declared limits a call can be taken outside of on any machine, one at a time (devices aside)
+OUTSIDE_LIMITS = (
+    "dtypes",
+    "widths",
+    "activations",
+    "channel_multiple",
+    "stride_multiple",
+    "contiguous_bias",
+    "bias_dtype_of_weight",
+    "state_dtype_of_x",
+    "varlen_initial_state",
+)
+
+
+@dataclass(frozen=True)
+class OutsideCall:
+    """A call inside ``capabilities`` but for one declared ``limit`` (:data:`OUTSIDE_LIMITS`), broken by
+    :meth:`tensors`: the refusal property's input."""
+
+    call: ConvCall
+    limit: str
+
+    def tensors(self, device: str = "cpu") -> dict[str, Any]:
+        """The call's tensors with :attr:`limit` broken: fp64 for ``dtypes``, ``x`` a channel slice of a
+        wider buffer for ``stride_multiple``, a bias of stride 2, a bias or state in another dtype; the
+        other limits are broken by the call itself (its width, activation, channels, packing)."""
+        t = self.call.tensors(device)
+        if self.limit == "dtypes":
+            t = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in t.items()}
+        elif self.limit == "stride_multiple":
+            t["x"] = apply_layout(t["x"], "sliced")
+        elif self.limit == "contiguous_bias":
+            t["bias"] = apply_layout(t["bias"], "strided")
+        elif self.limit == "bias_dtype_of_weight":
+            t["bias"] = t["bias"].to(torch.float32 if t["weight"].dtype != torch.float32 else torch.float16)
+        elif self.limit == "state_dtype_of_x":
+            t["initial_state"] = t["initial_state"].to(
+                torch.float32 if t["x"].dtype != torch.float32 else torch.float16
+            )
+        return t
+
+
+def breakable_limits(capabilities: Capabilities) -> tuple[str, ...]:
+    """The declared limits of ``capabilities`` a call here can break (a limit it declares nothing for, or one
+    every registered value meets, cannot be)."""
+    caps, out = capabilities, []
+    if caps.dtypes is not None and "float64" not in caps.dtypes:
+        out.append("dtypes")
+    if caps.widths is not None and (caps.widths[0] > 1 or caps.widths[1] < 8):
+        out.append("widths")
+    if caps.activations is not None and set(activation_names()) - set(caps.activations):
+        out.append("activations")
+    if caps.channel_multiple > 1:
+        out.append("channel_multiple")
+    if caps.stride_multiple > 1:
+        out.append("stride_multiple")
+    for flag in ("contiguous_bias", "bias_dtype_of_weight", "state_dtype_of_x"):
+        if getattr(caps, flag):
+            out.append(flag)
+    if not caps.varlen_initial_state:
+        out.append("varlen_initial_state")
+    return tuple(out)
+
+
+@st.composite
+def outside_calls(draw: st.DrawFn, capabilities: Capabilities, *, max_channels: int = 24) -> OutsideCall:
+    """A call that breaks one declared limit of ``capabilities`` (:func:`breakable_limits`) and keeps the
+    others; shrinks towards the first limit on a small fp32 call."""
+    caps = capabilities
+    limits = breakable_limits(caps)
+    if not limits:
+        raise InvalidArgument("the capabilities declare no limit a call can break here")
+    limit = draw(sampled(limits))
+    call = draw(conv_calls(capabilities=caps, max_channels=max_channels, mixed_precision=False, varlen=False))
+    lo, hi = caps.widths or (1, 64)
+    if limit == "widths":
+        W = draw(sampled([w for w in (lo - 1, hi + 1) if 1 <= w <= 8]))
+        call = dataclasses.replace(call, W=W)
+    elif limit == "activations":
+        assert caps.activations is not None
+        others = [a for a in activation_names() if a not in caps.activations]
+        call = dataclasses.replace(call, activation=draw(sampled(others)))
+    elif limit == "channel_multiple":
+        call = dataclasses.replace(call, D=call.D + draw(st.integers(1, caps.channel_multiple - 1)))
+    elif limit in ("contiguous_bias", "bias_dtype_of_weight"):
+        call = dataclasses.replace(call, bias=True)
+    elif limit == "state_dtype_of_x":
+        call = dataclasses.replace(call, initial_state=True)
+    elif limit == "varlen_initial_state":
+        lens = tuple(draw(_packed_lens(8)))
+        call = dataclasses.replace(call, B=1, T=sum(lens), seq_lens=lens, initial_state=True)
+    return OutsideCall(call, limit)

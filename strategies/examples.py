@@ -13,6 +13,7 @@ from hypothesis import target
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.harness.testing import fuzzing
+from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.config import LayerConfig
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY, fla_only_families, get_family, known_families
@@ -140,6 +141,7 @@ def _flag(value: bool | None, p: float) -> st.SearchStrategy[bool]:
 def examples(
     *,
     backends: Sequence[str] = ("torch",),
+    within: Sequence[str] = (),
     dtypes: Sequence[str] = DTYPE_NAMES,
     conv_dtypes: Sequence[str] | None = None,
     min_batch: int = 1,
@@ -181,6 +183,9 @@ def examples(
     ``fusable=None`` draws freely, with per-conv variations rare (``vary_convs``), so most
     examples look fusable while every guard reason stays reachable.
 
+    ``backends``: the convs' backends (the layer's drawn from them); everything is drawn inside their
+    capabilities and those of ``within`` too (backends a property moves a conv to later, G5's).
+
     ``family``: one family name, or several to draw from (shrinking towards the first); an fla-only
     family (:func:`gdn_equiv.model.families.fla_only_families`) draws the configs it borrows, under its own
     name. ``fla_version``: only configs that fla version's class for the family accepts (see
@@ -200,6 +205,12 @@ def examples(
             )
     dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
     conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
+    # inside every chosen backend's capabilities (causal-conv1d: no fp64, no per-sequence states of packed
+    # sequences); widths, activations and channel multiples are the config strategy's
+    caps = capabilities((*backends, *within))
+    dtypes, conv_dtypes = caps.dtypes_among(dtypes), caps.dtypes_among(conv_dtypes)
+    if not dtypes or not conv_dtypes:
+        raise InvalidArgument(f"no dtype asked is run by all of {tuple(backends)} (they take {caps.dtypes})")
     if not 1 <= min_batch <= max_batch:
         raise InvalidArgument(f"need 1 <= min_batch <= max_batch, got {min_batch}, {max_batch}")
     if not 1 <= min_seq_len <= max_seq_len:
@@ -222,6 +233,10 @@ def examples(
         bad = set(reasons) - set(allowed)
         if bad or not reasons:
             raise InvalidArgument(f"reasons must be a non-empty subset of {allowed} here, got {sorted(reasons)}")
+        if not caps.varlen_initial_state and {"G2", "G4"} <= set(reasons):
+            raise InvalidArgument(
+                f"reasons G2 and G4 together pass a cached state with cu_seqlens, which {tuple(backends)} do not take"
+            )
     varlen_kinds = ("none", "cu_seqlens", "mask") if min_batch == 1 else ("none", "mask")
 
     return _examples(
@@ -234,6 +249,7 @@ def examples(
             dtypes=tuple(dtypes),
             conv_dtypes=conv_dtypes,
             backends=tuple(_nonempty("backends", backends)),  # type: ignore[arg-type]
+            within=tuple(within),
             max_heads=max_heads,
             vary_convs=vary_convs,
             use_short_conv=use_short_conv,
@@ -251,8 +267,14 @@ def examples(
             grad=grad,
             train=train,
             fla_version=fla_version,
+            varlen_states=caps.varlen_initial_state,
         )
     )
+
+
+def _packs(kind: str, family: str) -> bool:
+    """Whether a call of varlen ``kind`` reaches the convs as packed sequences (``cu_seqlens``)."""
+    return kind == "cu_seqlens" or (kind == "mask" and get_family(family).mask != "dense")
 
 
 def _allowed_reasons(
@@ -294,6 +316,7 @@ class _ExampleParams:
     dtypes: tuple[str, ...]
     conv_dtypes: tuple[str, ...]
     backends: tuple[str, ...]
+    within: tuple[str, ...]
     max_heads: int
     vary_convs: float
     use_short_conv: bool | None
@@ -311,6 +334,8 @@ class _ExampleParams:
     grad: bool | None
     train: bool | None
     fla_version: str | None
+    #: whether the backends take a cached (per-sequence) state together with cu_seqlens
+    varlen_states: bool
     # The config strategies drawn from, one per (family, dtype, branch), built at their first draw: a
     # fresh one per example cost its construction (the family's dims strategy, its default config) and
     # Hypothesis's validation every time. So the registries (activations, conv facts) are read once per
@@ -321,7 +346,10 @@ class _ExampleParams:
 
     @functools.cached_property
     def reason_sets(self) -> st.SearchStrategy[list[str]]:
-        return st.lists(st.sampled_from(self.allowed), min_size=1, max_size=self.max_reasons, unique=True)
+        sets = st.lists(st.sampled_from(self.allowed), min_size=1, max_size=self.max_reasons, unique=True)
+        if self.varlen_states:
+            return sets
+        return sets.filter(lambda r: not {"G2", "G4"} <= set(r))  # a cached state with cu_seqlens
 
     def configs(self, family: str, dtype: str, **pins: Any) -> st.SearchStrategy[LayerConfig]:
         key = (family, dtype, *sorted(pins.items()))
@@ -329,6 +357,7 @@ class _ExampleParams:
             self._configs[key] = layer_configs(
                 family=family,
                 backends=self.backends,
+                within=self.within,
                 max_heads=self.max_heads,
                 vary_convs=self.vary_convs,
                 conv_dtypes=self.conv_dtypes,
@@ -385,6 +414,9 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
         else:
             cache_kind = draw(sampled({None: ("none", "empty"), False: ("none",)}.get(p.cache, ("empty",))))
         writes = "G3" in broken
+    if cache_kind == "populated" and not p.varlen_states and _packs(kind, family):
+        # the backends take no cached state with cu_seqlens: the packed call keeps an empty cache
+        cache_kind = "empty"
     batch = 1 if kind == "cu_seqlens" else draw(st.integers(p.min_batch, p.max_batch))
     seq_len = draw(seq_lens(min_value=p.min_seq_len, max_value=p.max_seq_len))
     lens: tuple[int, ...] = ()

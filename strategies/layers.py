@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.model.backends import supported_activations, supported_widths
+from gdn_equiv.model.backends import capabilities, supported_activations
 from gdn_equiv.model.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_activation
 from gdn_equiv.model.conv_ops import conv_facts as registered_conv_facts
 from gdn_equiv.model.families import DEFAULT_FAMILY, get_family, is_fla_only
@@ -129,6 +130,7 @@ def _breakable(backends: Sequence[str], dtypes: Sequence[str], dtype: str | None
 def layer_configs(
     *,
     backends: Sequence[str] = ("torch",),
+    within: Sequence[str] = (),
     family: str = DEFAULT_FAMILY,
     max_heads: int = 2,
     min_hidden_size: int = 8,
@@ -159,7 +161,9 @@ def layer_configs(
     ``conv_dtypes``). ``dtype`` is the dtype the layer will be built in (``None``: unknown).
 
     ``fla_version``: only configs whose arguments that fla version's class for ``family`` accepts (the
-    family record's ``fla_rules``; ``None``: any config of the in-house layer). An fla-only family
+    family record's ``fla_rules``; ``None``: any config of the in-house layer). ``within``: backends whose
+    capabilities the config stays inside too (a conv a property moves to one of them later, G5's). An
+    fla-only family
     (borrowed configs) always keeps only what its class accepts, in every version when none is named.
 
     Shrinks towards the family's smallest dims, short conv on, no bias, ``conv_size=min_conv_size``,
@@ -175,12 +179,15 @@ def layer_configs(
     backends = _nonempty("backends", backends)  # type: ignore[assignment]
     if fusable_convs is not None and use_short_conv is False:
         raise InvalidArgument("fusable_convs needs short convs; got use_short_conv=False")
-    # e.g. causal-conv1d runs widths 2-4 only: draw what every chosen backend supports
-
-    lo, hi = supported_widths(tuple(backends))
+    # draw inside every chosen backend's capabilities (causal-conv1d: widths 2-4, no fp64, channels in 8s)
+    caps = capabilities((*backends, *within))
+    lo, hi = caps.widths or (1, 64)
     min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)
     if min_conv_size > max_conv_size:
         raise InvalidArgument(f"no conv size in range is supported by all of {backends} (widths {lo}..{hi})")
+    conv_dtypes = caps.dtypes_among(conv_dtypes)
+    if not conv_dtypes or (dtype is not None and not caps.dtypes_among([dtype])):
+        raise InvalidArgument(f"the dtypes asked ({dtype}, convs {conv_dtypes}) are outside {backends}' {caps.dtypes}")
 
     if fla_version is not None and fla_version not in VERSIONS:
         raise InvalidArgument(
@@ -203,9 +210,9 @@ def layer_configs(
             # that all of ``backends`` run (relu/relu2 on torch and triton, not on causal-conv1d)
             activations=(
                 own := fam.config_cls().q_conv.activation,
-                *(a for a in supported_activations(tuple(backends)) if a != own),
+                *(a for a in supported_activations((*backends, *within)) if a != own),
             ),
-            dims=fam.dims(max_heads=max_heads, hidden_sizes=tuple(range(min_hidden_size, max_hidden_size + 1))),
+            dims=_dims(fam, max_heads, tuple(range(min_hidden_size, max_hidden_size + 1)), caps.channel_multiple),
             use_short_conv=use_short_conv,
             conv_bias=conv_bias,
             min_conv_size=min_conv_size,
@@ -221,11 +228,22 @@ def layer_configs(
             breakable=breakable,
         )
     )
+    m = caps.channel_multiple
+    if m > 1:  # the dims were drawn for it; a plug-in family's dims that cannot be are filtered here
+        configs = configs.filter(lambda config: all(config.conv_channels(n) % m == 0 for n in config.SLOTS))
     if fla_version is None and not is_fla_only(fam):
         return configs
     # a filter, not a construction: the rules are fla's, over its constructor arguments, and reject
     # few draws (fla 0.6.0's ABC: an odd head_k_dim in about one GLA config in five)
     return configs.filter(lambda config: fam.fla_refusal(config, fla_version) is None)
+
+
+def _dims(fam: Any, max_heads: int, hidden_sizes: tuple[int, ...], channel_multiple: int) -> st.SearchStrategy:
+    """The family's own fields; for a backend with a channel multiple, drawn so that every conv's channel
+    count is one (a family whose ``dims`` takes no ``channel_multiple`` is filtered by the caller)."""
+    if channel_multiple > 1 and "channel_multiple" in inspect.signature(fam.dims).parameters:
+        return fam.dims(max_heads=max_heads, hidden_sizes=hidden_sizes, channel_multiple=channel_multiple)
+    return fam.dims(max_heads=max_heads, hidden_sizes=hidden_sizes)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from gdn_equiv import strategies  # strategies.examples read per draw: the package (still loading here) holds it
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.backends import available_backends, supported_widths
+from gdn_equiv.model.backends import available_backends, capabilities, supported_widths
+from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import get_family
@@ -38,8 +39,12 @@ def violating(
     Shrinks towards the smallest fusable example with the smallest change: q's conv is the one
     changed, towards no bias and no cache.
     """
+    # every conv on the first backend, drawn inside all of ``backends``' capabilities (G5 moves one conv to
+    # another of them, which must take the call too)
     base: Example = draw(
-        strategies.examples(backends=backends[:1], fusable=True, max_seq_len=max_seq_len, family=family)
+        strategies.examples(
+            backends=backends[:1], within=backends, fusable=True, max_seq_len=max_seq_len, family=family
+        )
     )
     c = base.config
     name = draw(st.sampled_from(c.SLOTS))
@@ -91,7 +96,9 @@ def violating(
         return _with_conv(base, name, bias=not c.conv_bias)
     if condition is Condition.G9:
         current = c.conv_spec(name).dtype or base.dtype
-        return _with_conv(base, name, dtype=_OTHER_DTYPE[current])
+        taken = capabilities(backends).dtypes_among(DTYPE_NAMES)
+        other = _OTHER_DTYPE[current]
+        return _with_conv(base, name, dtype=other if other in taken else next(d for d in taken if d != current))
     if condition.fact is not None:
         # a registered per-conv fact (the L2 norm): the fact says how one conv disagrees with the
         # others (the base is fusable, so they agree); shrinks to its simplest disagreement

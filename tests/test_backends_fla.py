@@ -51,7 +51,8 @@ def test_fla_backends_are_registered_by_name_and_declare_fla_state_convention():
         backend = get_backend(name)
         assert backend.name == name and backend.unused_state_slots == 1
         assert backend.state_slots(4) == slice(1, 4)
-    assert get_backend("fla-cuda").widths == (2, 4) and not get_backend("fla-cuda").varlen_initial_state
+    caps = get_backend("fla-cuda").capabilities
+    assert caps.widths == (2, 4) and not caps.varlen_initial_state and caps.channel_multiple == 8
 
 
 def test_each_fla_version_row_names_its_conv_and_the_state_convention_the_backends_declare():

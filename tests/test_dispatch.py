@@ -15,6 +15,7 @@ from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.harness.testing import randn
 from gdn_equiv.model.backends import (
     Backend,
+    Capabilities,
     as_backend,
     available_backends,
     causal_conv1d,
@@ -85,7 +86,10 @@ def test_as_backend_reads_what_a_plug_in_object_declares():
 
 
 def test_supported_widths_is_the_intersection():
-    with registered(_named("w-2-4", widths=(2, 4)), _named("w-3-8", widths=(3, 8))):
+    with registered(
+        _named("w-2-4", capabilities=Capabilities(widths=(2, 4))),
+        _named("w-3-8", capabilities=Capabilities(widths=(3, 8))),
+    ):
         assert supported_widths(["w-2-4", "w-3-8", "torch"]) == (3, 4)
         assert supported_widths(["torch"]) == (1, 64)
 

@@ -12,7 +12,7 @@ import torch
 from gdn_equiv.harness.conformance import NotAConvCall, _close, _forward, _slots, _state_name, conv_call_of
 from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
 from gdn_equiv.harness.premise import NotApplicable
-from gdn_equiv.model.backends import get_backend, supported_widths
+from gdn_equiv.model.backends import capabilities, get_backend
 from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible, layer_cells
 
 if TYPE_CHECKING:
@@ -124,11 +124,12 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> Non
         call, _, backend = conv_call_of(example)
     except NotAConvCall as exc:
         raise NotApplicable(str(exc)) from None
-    lo, hi = supported_widths([backend])
+    caps = capabilities([backend])
+    lo, hi = caps.widths or (1, 4)
     widths = (lo, min(hi, 4))
     base = dataclasses.replace(call, seq_lens=(), B=max(1, call.B))
     rng = random.Random(example.seed)
-    varlen_state = get_backend(backend).varlen_initial_state
+    varlen_state = caps.varlen_initial_state
     for cell in all_cells():
         if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None:
             check_cell(cell_call(rng, base, cell, widths), cell, backend, device)

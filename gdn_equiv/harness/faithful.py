@@ -320,16 +320,15 @@ class Difference:
     bound: float
 
 
-def _fla_layer(example: Example, defaults: bool, layer_cls: type | None) -> tuple[Any, Any]:
-
+def _fla_layer(example: Example, defaults: bool, layer_cls: type | None, device: str) -> tuple[Any, Any]:
     family = get_family(example.family)
-    ours = build_layer(example, layer_cls or family.layer_cls)
+    ours = build_layer(example, layer_cls or family.layer_cls, device)
     if defaults:  # fla's class as a user builds it: its own ShortConvolution defaults
         theirs, _ = _construct(_fla_class(example.family), example.family, example.config)
     else:
         theirs = build_fla_layer(example.config, family=example.family, pinnable=False)
-    load_reference_state(theirs, ours.state_dict())
-    theirs.train(example.train)
+    load_reference_state(theirs, ours.state_dict())  # fla's parameters take ours' dtype and device
+    theirs.to(device).train(example.train)
     return ours, theirs
 
 
@@ -339,12 +338,16 @@ def _distance(value: Tensor | None, truth: Tensor | None) -> float:
     return float((value.double() - truth.double()).abs().max())
 
 
-def check_faithful(example: Example, *, defaults: bool = False, layer_cls: type | None = None) -> list[Difference]:
+def check_faithful(
+    example: Example, *, defaults: bool = False, layer_cls: type | None = None, device: str = "cpu"
+) -> list[Difference]:
     """Our reference layer (``layer_cls``: default the family's) and fla's layer of ``example``'s family
     (same state_dict) on the example's inputs: the output and, under ``example.grad``, dx and every
     parameter's gradient, each no further from our layer's fp64 twin than ``ACCURACY_FACTOR`` x the least
     accurate of our same-dtype runs (the project's bar for a whole layer of another implementation:
-    :func:`gdn_equiv.model.example.accuracy_runs`). Raises :class:`gdn_equiv.harness.compare.Mismatch` on the first
+    :func:`gdn_equiv.model.example.accuracy_runs`). Both layers and the inputs live on ``device`` (fla's
+    Triton kernels take no CPU tensors on a GPU machine; on a CPU they run in the interpreter).
+    Raises :class:`gdn_equiv.harness.compare.Mismatch` on the first
     tensor past it; returns every compared tensor's distances."""
 
     reason = unfaithful_reason(example.family)
@@ -354,11 +357,11 @@ def check_faithful(example: Example, *, defaults: bool = False, layer_cls: type 
         raise InvalidArgument(
             f"faithfulness compares a plain call (varlen='none', cache='none', use_cache=False), got {example.short()}"
         )
-    ours, theirs = _fla_layer(example, defaults, layer_cls)
+    ours, theirs = _fla_layer(example, defaults, layer_cls, device)
     backward = unit_cotangent_backward(example.seed + 11) if example.grad else None
 
     def inputs() -> Any:
-        return materialize(example, ours, "cpu")
+        return materialize(example, ours, device)
 
     with naive_cores(example.family):
         got = run_layer(theirs, inputs(), backward)

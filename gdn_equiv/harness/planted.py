@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.model.backends import Backend, causal_conv1d
+from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, causal_conv1d
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.conv_ops import apply_conv_facts
 from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, compute_dtype, delta_rule
@@ -24,7 +24,9 @@ from gdn_equiv.model.reference import RMSNorm, repad
 __all__ = [
     "BACKENDS",
     "COMBINATION_BACKENDS",
+    "LAX_CAUSAL_CONV1D",
     "LAYER_DEFECTS",
+    "STRICT_CAUSAL_CONV1D",
     "defect_family",
     "fused_biases",
     "fused_conv",
@@ -175,6 +177,70 @@ scaled = BACKENDS["planted-scaled"]
 #: the same, importable as ``--gdn-backend gdn_equiv.harness.planted:SHORT_STATE_GRAD`` (a fresh process)
 SHORT_STATE_GRAD = COMBINATION_BACKENDS["planted-short-state-grad"]
 SHORT_STATE_GRAD_NO_FINAL = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
+
+
+# ---- a backend with declared limits, strict about them (SPEC §3 capabilities; the gate's CPU check)
+
+#: causal-conv1d's limits (:data:`gdn_equiv.model.backends.CAUSAL_CONV1D`) on any device
+STRICT_LIMITS = dataclasses.replace(CAUSAL_CONV1D, devices=None)
+
+
+def _strict_forward(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """torch's conv, behind causal-conv1d's limits: a call outside them raises as the package does (a
+    ``RuntimeError``, not the suite's ``InvalidArgument``), so a test that draws outside them fails."""
+    reason = STRICT_LIMITS.refusal(x, weight, bias, activation, initial_state, cu_seqlens)
+    if reason is not None:
+        raise RuntimeError(f"strict causal-conv1d limits: {reason}")
+    return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+def _strict_update(x: Any, state: Any, weight: Any, bias: Any, activation: Any) -> Any:
+    reason = STRICT_LIMITS.refusal(x, weight, bias, activation, state, step=True)
+    if reason is not None:
+        raise RuntimeError(f"strict causal-conv1d limits: {reason}")
+    return tb.update(x, state, weight, bias, activation)
+
+
+#: ``--gdn-backend gdn_equiv.harness.planted:STRICT_CAUSAL_CONV1D``: the whole gate on a CPU with a backend that
+#: has causal-conv1d's limits and refuses every call outside them. The gate passes on it only when every
+#: property that compares results draws inside a backend's declared capabilities, so the GPU's false
+#: alarms of that kind (widths, fp64, channel multiples, strides, bias layout, packed states) show here.
+STRICT_CAUSAL_CONV1D = Backend(
+    "strict-causal-conv1d",
+    forward=_strict_forward,
+    update=_strict_update,
+    description="torch's conv behind causal-conv1d's declared limits, raising outside them (planted, CPU)",
+    capabilities=STRICT_LIMITS,
+)
+
+
+def _lax_forward(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """Declares causal-conv1d's limits but answers every call; outside them, wrongly (the widths past 4 lose
+    their oldest taps, packed sequences drop their initial states, odd channel counts their last channel)."""
+    W = weight.shape[-1]
+    if W > 4:
+        weight = torch.cat([torch.zeros_like(weight[:, : W - 4]), weight[:, W - 4 :]], dim=-1)
+    if cu_seqlens is not None and initial_state is not None:
+        initial_state = torch.zeros_like(initial_state)
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    if x.shape[-1] % 8:
+        y = torch.cat([y[..., :-1], torch.zeros_like(y[..., -1:])], dim=-1)
+    return y, final
+
+
+#: a planted defect for the refusal property: limits declared, calls outside them answered wrongly
+LAX_CAUSAL_CONV1D = Backend(
+    "planted-lax-limits",
+    forward=_lax_forward,
+    update=tb.update,
+    description="declares causal-conv1d's limits, answers outside them wrongly (planted)",
+    capabilities=STRICT_LIMITS,
+)
+BACKENDS["planted-lax-limits"] = LAX_CAUSAL_CONV1D
 
 
 # ---- in-house reference layers that silently differ from fla's (gdn_equiv.harness.faithful must catch them)

@@ -19,7 +19,7 @@ from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.cells import check_cell, missed_combinations, missed_layer_combinations
 from gdn_equiv.harness.coverage import label_example
 from gdn_equiv.harness.testing import count_example
-from gdn_equiv.model.backends import get_backend, supported_activations, supported_widths
+from gdn_equiv.model.backends import capabilities
 from gdn_equiv.strategies import conv_calls
 from gdn_equiv.strategies.combinations import conv_cells, layer_cell_examples
 from gdn_equiv.strategies.convs import LAYOUTS
@@ -28,21 +28,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def _widths(backend: str) -> tuple[int, int]:
-    lo, hi = supported_widths([backend])
+    lo, hi = capabilities([backend]).widths or (1, 4)
     return lo, min(hi, 4)
 
 
 def combination_calls(backend: str) -> st.SearchStrategy:
+    """Base calls inside the capabilities of the backend and torch, one per cell the backend can be asked."""
+    caps = capabilities([backend, "torch"])
     widths = _widths(backend)
-    base = conv_calls(
-        widths=widths,
-        varlen=False,
-        max_seq_len=1,
-        layouts=LAYOUTS,
-        activations=supported_activations([backend, "torch"]),
-        max_channels=40,
-    )
-    return conv_cells(base, widths=widths, varlen_initial_state=get_backend(backend).varlen_initial_state)
+    base = conv_calls(widths=widths, varlen=False, max_seq_len=1, layouts=LAYOUTS, max_channels=40, capabilities=caps)
+    return conv_cells(base, widths=widths, varlen_initial_state=caps.varlen_initial_state)
 
 
 # each example runs every cell (120 calls), so a sixth of the profile's examples keeps the test's cost
@@ -59,7 +54,7 @@ def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):
 def check_cells(cells: list, backend: str, device: str) -> None:
     """Every promised combination the backend can run reached by the calls themselves (a strategy that
     lost one fails here, before any kernel runs), then each call checked in its cell."""
-    varlen_state = get_backend(backend).varlen_initial_state
+    varlen_state = capabilities([backend]).varlen_initial_state
     missed = missed_combinations(cells, widths=_widths(backend), varlen_initial_state=varlen_state)
     assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
     note(f"{len(cells)} cells; a failure names its call and cell")

@@ -40,27 +40,27 @@ from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ 
     check_forward,
     check_fused_slices,
     check_gradients,
+    check_outside_capabilities,
     check_update,
 )
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.testing import count_example
-from gdn_equiv.model.backends import get_backend, supported_activations, supported_widths
-from gdn_equiv.strategies import ConvCall, conv_calls
-from gdn_equiv.strategies.convs import LAYOUTS
+from gdn_equiv.model.backends import capabilities
+from gdn_equiv.strategies import ConvCall, conv_calls, outside_calls
+from gdn_equiv.strategies.convs import LAYOUTS, breakable_limits
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
-    """The conv calls the backend's declared scope covers: its kernel widths (causal-conv1d: 2..4) and,
-    for packed sequences, initial states only where it supports them (its refusal is checked in
-    tests/test_backends_cuda.py); every tensor in any of :data:`LAYOUTS`; every activation both it
-    and the torch reference run (registered ones such as relu included)."""
-    lo, hi = supported_widths([backend])
-    varlen_state = get_backend(backend).varlen_initial_state
-    acts = supported_activations([backend, "torch"])
-    options = {**_reach(backend), "layouts": LAYOUTS, "activations": acts, **options}
-    return conv_calls(widths=(lo, min(hi, 4)), varlen_initial_state=varlen_state, **options)
+    """The conv calls inside the capabilities of the backend and of the torch reference it is compared with
+    (causal-conv1d: widths 2..4, no fp64, no per-sequence states of packed sequences...; a call outside
+    them is the refusal property's, test_outside_capabilities_is_refused_or_right); widths up to 4; every
+    tensor in any of :data:`LAYOUTS` the capabilities allow; every activation both run."""
+    caps = capabilities([backend, "torch"])
+    lo, hi = caps.widths or (1, 4)
+    options = {**_reach(backend), "layouts": LAYOUTS, "widths": (lo, min(hi, 4)), **options}
+    return conv_calls(capabilities=caps, **options)
 
 
 def _draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
@@ -156,9 +156,11 @@ def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, 
     count_example()
     note(repr(call))
     twin = dataclasses.replace(call, dtype="float32", bias=True, T=max(call.T, 2 * call.W))
+    step = capabilities([gdn_backend]).channel_multiple  # the narrowest slice the backend takes
     for swept in dict.fromkeys([call, twin]):
         for edge in block_edges(gdn_backend):
-            isolation.call(check_fused_slices, swept, [edge, 1], gdn_backend, device)
+            if edge % step == 0:
+                isolation.call(check_fused_slices, swept, [edge, step], gdn_backend, device)
 
 
 @settings(deadline=None)
@@ -167,6 +169,25 @@ def test_backend_fused_channel_slices_are_bitwise_the_split_calls(data, dims, gd
     """One call over concatenated channels == one call per channel slice (strided views of the wide tensor,
     as the fused prologue hands q|k|v over): y and dx bitwise. This is what makes P3 hold."""
     call = _draw_call(data, gdn_backend, varlen=False, initial_state=False, max_channels=1)
+    dims = [d * capabilities([gdn_backend]).channel_multiple for d in dims]  # slices the backend takes
     count_example()
     note(f"{call!r}, slices {dims}")
     isolation.call(check_fused_slices, call, dims, gdn_backend, device)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_outside_capabilities_is_refused_or_right(data, gdn_backend, device):
+    """A call outside the backend's declared capabilities (one limit broken: a dtype, a width, an activation,
+    a channel count, x's strides, the bias' layout or dtype, a state's dtype, packed sequences with states)
+    is refused with an error that says why, or answered right; never answered wrongly. A backend that
+    declares no limits has no such call: n/a, with the reason."""
+    caps = capabilities([gdn_backend])
+    if not breakable_limits(caps):
+        pytest.skip(
+            f"n/a: {gdn_backend!r} declares no limit a call can break here (capabilities: {caps.limits() or 'all'})"
+        )
+    outside = data.draw(outside_calls(caps), label="outside")
+    count_example()
+    note(repr(outside))
+    isolation.call(check_outside_capabilities, outside, gdn_backend, device)

@@ -1,4 +1,4 @@
-"""Our in-house reference layers = fla's layers, on a CPU (:mod:`gdn_equiv.harness.faithful`).
+"""Our in-house reference layers = fla's layers, on the run's device (:mod:`gdn_equiv.harness.faithful`).
 
 For every in-house family (each has a naive-core adapter) and the installed fla version: output and
 gradients of fla's layer (its projections, convs and norms as fla wrote them, its core fla's own
@@ -68,10 +68,10 @@ FAMILIES = [
 @pytest.mark.parametrize("family", FAMILIES)
 @settings(deadline=None, max_examples=MAX_EXAMPLES)
 @given(data=st.data())
-def test_reference_layer_matches_fla_layer(data, family: str, defaults: bool) -> None:
-    """Output (and dx, parameter gradients) of fla's layer within the accuracy bar of ours."""
+def test_reference_layer_matches_fla_layer(data, family: str, defaults: bool, device: str) -> None:
+    """Output (and dx, parameter gradients) of fla's layer within the accuracy bar of ours, on the run's device."""
     assert family in FAITHFUL_FAMILIES
     example = data.draw(faithful_examples(family), label="example")
     count_example()
     note(example.short())
-    check_faithful(example, defaults=defaults)
+    check_faithful(example, defaults=defaults, device=device)

@@ -26,7 +26,7 @@ from gdn_equiv.harness.ground_truth import (  # tests/ plant defects and run the
     gated_deltanet_truth,
 )
 from gdn_equiv.harness.testing import count_example, randn
-from gdn_equiv.model.backends import get_backend, supported_widths
+from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.example import Example, build_layer
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies import ConvCall, conv_calls
@@ -39,9 +39,9 @@ def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     on a GPU up to the PR's 6,144 fused channels and tile-edge lengths, on a CPU up to 1,025 channels
     (but small shapes for Triton kernels, ours and fla's, which run in the interpreter there): the
     conformance properties' reach, one definition for both."""
-    lo, hi = supported_widths([backend])
-    options.setdefault("varlen_initial_state", get_backend(backend).varlen_initial_state)
-    return data.draw(conv_calls(widths=(lo, min(hi, 4)), **_reach(backend), **options), label="call")
+    caps = capabilities([backend])
+    lo, hi = caps.widths or (1, 4)
+    return data.draw(conv_calls(widths=(lo, min(hi, 4)), capabilities=caps, **_reach(backend), **options), label="call")
 
 
 @settings(deadline=None)

@@ -33,15 +33,19 @@ from gdn_equiv.model.backends.base import (
     check_update_args,
     compute_dtype,
 )
+from gdn_equiv.model.backends.capabilities import CAUSAL_CONV1D, Capabilities, joint
 from gdn_equiv.model.conv_ops import CORE_ACTIVATIONS, Activation, activation_names, get_activation
 
 __all__ = [
     "BUILTIN_BACKENDS",
+    "CAUSAL_CONV1D",
     "Backend",
+    "Capabilities",
     "ConvBackend",
     "LaunchCounter",
     "as_backend",
     "available_backends",
+    "capabilities",
     "causal_conv1d",
     "causal_conv1d_update",
     "check_cu_seqlens",
@@ -159,6 +163,7 @@ def as_backend(obj: object, name: str, origin: str = "") -> Backend:
             unavailable=unavailable if callable(unavailable) else (lambda: None),
             description=(getattr(obj, "__doc__", None) or "").strip().split("\n")[0],
             unused_state_slots=getattr(obj, "unused_state_slots", 0),
+            capabilities=getattr(obj, "capabilities", Capabilities()),
         )
     elif callable(obj) and not inspect.isclass(obj):
         backend = Backend(name=name, forward=obj)
@@ -170,17 +175,21 @@ def as_backend(obj: object, name: str, origin: str = "") -> Backend:
     return backend.check()
 
 
-def supported_widths(names: list[str] | tuple[str, ...]) -> tuple[int, int]:
-    """The kernel widths every backend in ``names`` supports, as an inclusive ``(min, max)``."""
-    lo, hi = 1, 64
+def capabilities(names: Sequence[str]) -> Capabilities:
+    """What every backend of ``names`` runs (:func:`~gdn_equiv.model.backends.capabilities.joint`); a name that
+    does not load counts as claiming everything (the run refuses it elsewhere, naming why)."""
+    declared = []
     for name in names:
         try:
-            widths = get_backend(name).widths
+            declared.append(get_backend(name).capabilities)
         except InvalidArgument:
             continue
-        if widths is not None:
-            lo, hi = max(lo, widths[0]), min(hi, widths[1])
-    return lo, hi
+    return joint(declared)
+
+
+def supported_widths(names: Sequence[str]) -> tuple[int, int]:
+    """The kernel widths every backend in ``names`` supports, as an inclusive ``(min, max)`` (1..64 undeclared)."""
+    return capabilities(names).widths or (1, 64)
 
 
 def available_backends() -> list[str]:
@@ -274,6 +283,7 @@ def _sequence_kernel(
     check_forward_args(x, weight, bias, activation, initial_state, cu_seqlens)
     impl = _runnable(backend)
     _check_runs_activation(impl.name, activation)
+    x, bias = _fit_layout(impl.capabilities, x, bias)
     _record(impl.name, kind)
     y, final = impl.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
     _check_outputs(impl.name, x, y, final, output_final_state, weight.shape[1], cu_seqlens, initial_state)
@@ -300,6 +310,7 @@ def causal_conv1d_update(
         )
         assert new_state is not None
         return y[:, 0], new_state
+    _, bias = _fit_layout(impl.capabilities, None, bias)
     _record(impl.name, "update")
     version = state._version
     y, new_state = impl.update(x, state, weight, bias, activation)
@@ -307,24 +318,38 @@ def causal_conv1d_update(
     return y, new_state
 
 
+def _fit_layout(caps: Capabilities, x: Tensor | None, bias: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """``x`` and ``bias`` in a layout the backend declares it takes: a contiguous copy (same values, same
+    shape; differentiable) of an ``x`` whose strides break its stride rule (the layers hand q, k and v over
+    as channel slices of one projection, and causal-conv1d's channel-last kernel needs strides in 8s) and
+    of a bias it needs contiguous. Only layouts: a call outside its other capabilities reaches it as it
+    is, and is its to refuse (the refusal property calls it that way)."""
+    if x is not None and caps.stride_multiple > 1:
+        m, strides = caps.stride_multiple, x.stride()
+        if strides[-1] != 1 or any(s % m for s in strides[:-1]):
+            # clone, not contiguous(): a [1, 1, D] slice counts as contiguous whatever its strides
+            x = x.clone(memory_format=torch.contiguous_format)
+    if bias is not None and caps.contiguous_bias and bias.stride(-1) != 1:
+        bias = bias.contiguous()
+    return x, bias
+
+
 def supported_activations(backends: Sequence[str]) -> tuple[str | None, ...]:
-    """The activations every one of ``backends`` runs: the core ones, and each registered one whose
-    ``backends`` include them all (or a backend's own ``activations`` declaration, where it has one)."""
-    out = []
-    for act in (get_activation(n) for n in activation_names()):
-        if act.name in CORE_ACTIVATIONS or all(_backend_runs(b, act) for b in backends):
-            out.append(act.name)
-    return tuple(out)
+    """The activations every one of ``backends`` runs: those a backend's capabilities declare, else the core
+    ones and each registered one whose ``backends`` include it."""
+    return tuple(
+        act.name for act in (get_activation(n) for n in activation_names()) if all(_runs(b, act) for b in backends)
+    )
 
 
-def _backend_runs(backend: str, act: Activation) -> bool:
-    if act.backends is None or backend in act.backends:
-        return True
-    try:  # a backend may declare what it runs (``Backend.activations``, where the protocol has it)
-        declared = getattr(get_backend(backend), "activations", None)
-    except Exception:
-        return False
-    return declared is not None and act.name in declared
+def _runs(backend: str, act: Activation) -> bool:
+    try:
+        declared = get_backend(backend).capabilities.activations
+    except InvalidArgument:
+        declared = None
+    if declared is not None:  # the backend's own declaration decides
+        return act.name in declared
+    return act.name in CORE_ACTIVATIONS or act.backends is None or backend in act.backends
 
 
 def _check_runs_activation(backend: str, activation: str | None) -> None:

@@ -10,6 +10,7 @@ from typing import Protocol
 import torch
 
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.backends.capabilities import Capabilities
 from gdn_equiv.model.config import CONV_ACTIVATIONS
 
 Tensor = torch.Tensor
@@ -46,6 +47,7 @@ class ConvBackend(Protocol):
         unavailable() -> str | None                         # optional: why it cannot run here
         unused_state_slots: int                             # optional: leading state slots it leaves
                                                             # meaningless (0; fla: 1, see Backend)
+        capabilities: Capabilities                          # optional: what it runs (default: everything)
 
     Arguments are passed positionally, in the order of SPEC §3. Parameter names are free, but a
     SPEC name at another position is refused at load time (it would receive the wrong argument;
@@ -112,11 +114,11 @@ class Backend:
     update: UpdateFn | None = None
     unavailable: Callable[[], str | None] = lambda: None
     description: str = ""
-    #: Supported kernel widths ``(min, max)``, inclusive; strategies draw only these. ``None``: any.
-    widths: tuple[int, int] | None = None
-    #: Whether ``initial_state`` may come with ``cu_seqlens`` (per-sequence states of packed sequences);
-    #: a backend without it must refuse that call with :class:`InvalidArgument`, and strategies do not draw it.
-    varlen_initial_state: bool = True
+    #: What it runs (:class:`~gdn_equiv.model.backends.capabilities.Capabilities`): dtypes, kernel widths,
+    #: activations, channel and stride multiples, bias layout, per-sequence states with ``cu_seqlens``,
+    #: devices. Strategies draw inside it; a call outside must be refused, never answered wrongly.
+    #: The default claims everything.
+    capabilities: Capabilities = Capabilities()  # noqa: RUF009 - frozen, one shared value
     #: The backend's state convention: how many leading slots of a ``[N, D, W]`` state carry no meaning
     #: for it. ``0``: all ``W`` slots are the last ``W`` inputs, forward and backward. ``1``: only the last
     #: ``W - 1`` are, all a width-``W`` conv ever reads back (fla: its backward drops the gradient of a
@@ -131,6 +133,11 @@ class Backend:
         check_signature(self.forward, FORWARD_PARAMS, f"conv backend {self.name!r}: forward")
         if self.update is not None:
             check_signature(self.update, UPDATE_PARAMS, f"conv backend {self.name!r}: update")
+        if not isinstance(self.capabilities, Capabilities):
+            raise InvalidArgument(
+                f"conv backend {self.name!r}: capabilities must be a gdn_equiv.model.backends.Capabilities, "
+                f"got {type(self.capabilities).__name__}"
+            )
         if not isinstance(self.unused_state_slots, int) or self.unused_state_slots < 0:
             raise InvalidArgument(
                 f"conv backend {self.name!r}: unused_state_slots must be a non-negative int, "

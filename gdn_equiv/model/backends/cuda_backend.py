@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model.backends.base import Backend, token_sequence_ids
+from gdn_equiv.model.backends.capabilities import Capabilities
 
 Tensor = torch.Tensor
 
@@ -96,11 +97,14 @@ def _check(x: Tensor, weight: Tensor, bias: Tensor | None, state: Tensor | None,
 
 
 def _params(weight: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
-    """Weight and bias in one dtype (the package's rule), promoted losslessly."""
-    if bias is None or bias.dtype == weight.dtype:
+    """Weight and bias in one dtype, promoted losslessly, and the bias contiguous (the package's rules:
+    ``Expected bias.stride(-1) == 1``; a bias of stride 2 is a valid SPEC §3 argument)."""
+    if bias is None:
         return weight, bias
-    dtype = torch.promote_types(weight.dtype, bias.dtype)
-    return weight.to(dtype), bias.to(dtype)
+    if bias.dtype != weight.dtype:
+        dtype = torch.promote_types(weight.dtype, bias.dtype)
+        weight, bias = weight.to(dtype), bias.to(dtype)
+    return weight, bias.contiguous()
 
 
 def _channel_last_ok(x: Tensor) -> bool:
@@ -267,6 +271,14 @@ BACKEND = Backend(
     update=update,
     unavailable=unavailable,
     description="Dao-AILab causal-conv1d (channel-last kernel, widths 2-4, fp32 arithmetic inside); CUDA only",
-    widths=(_MIN_W, _MAX_W),
-    varlen_initial_state=False,
+    # what the adapter cannot hand over: the package's other limits (channel multiples, strides, bias layout
+    # and dtype) it meets itself, by a padded copy or a promotion
+    capabilities=Capabilities(
+        dtypes=("float32", "float16", "bfloat16"),
+        widths=(_MIN_W, _MAX_W),
+        activations=(None, "silu", "swish"),
+        state_dtype_of_x=True,
+        varlen_initial_state=False,
+        devices=("cuda",),
+    ),
 )

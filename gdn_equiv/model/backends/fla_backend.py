@@ -54,6 +54,7 @@ import torch
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.model import fla_versions  # fla_versions.fla_version read per call (tests plant a version)
 from gdn_equiv.model.backends.base import Backend
+from gdn_equiv.model.backends.capabilities import CAUSAL_CONV1D, Capabilities
 
 if TYPE_CHECKING:
     from gdn_equiv.model.fla_versions import FlaConv
@@ -457,8 +458,9 @@ TRITON = _backend(
 CUDA = _backend(
     "fla-cuda",
     "fla's cuda conv backend (causal-conv1d forward, fla's Triton final state); CUDA only, widths 2-4",
-    widths=(2, 4),
-    varlen_initial_state=False,
+    # fla hands x to the package's channel-last kernel as it is (its input_guard makes the other tensors
+    # contiguous): the package's own limits, on a GPU
+    capabilities=CAUSAL_CONV1D.intersect(Capabilities(devices=("cuda",))),
 )
 GLUON = _backend(
     "fla-gluon",

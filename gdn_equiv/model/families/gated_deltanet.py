@@ -157,15 +157,20 @@ def delta_rule(layer: Any, q: Tensor, k: Tensor, v: Tensor, g: Tensor, b: Tensor
     return o.to(q.dtype), {"recurrent_state": state}
 
 
-def value_head_dims(draw: st.DrawFn, max_heads: int, hidden_sizes: tuple[int, ...]) -> dict[str, Any]:
+def value_head_dims(
+    draw: st.DrawFn, max_heads: int, hidden_sizes: tuple[int, ...], channel_multiple: int = 1
+) -> dict[str, Any]:
     """The delta-rule families' heads: 1..``max_heads`` q/k heads of dim 2..8, GVA ratio 1-2, ``expand_v``
-    in (1, 2, 0.5) where ``head_dim * expand_v`` is an integer; shrinks to one head of dim 2."""
+    in (1, 2, 0.5) where ``head_dim * expand_v`` is an integer; shrinks to one head of dim 2. With a
+    ``channel_multiple`` (a conv backend's), head dims of 1-2 times it and value head dims that stay
+    multiples of it, so every conv's channel count is one."""
     num_heads = draw(st.integers(1, max_heads))
     ratio = draw(st.integers(1, 2))
-    head_dim = draw(st.integers(2, 8))
+    m = channel_multiple
+    head_dim = draw(st.integers(2, 8)) if m == 1 else m * draw(st.integers(1, 2))
     return {
         "hidden_size": draw(sampled(hidden_sizes)),
-        "expand_v": draw(sampled(e for e in (1, 2, 0.5) if float(head_dim * e).is_integer())),
+        "expand_v": draw(sampled(e for e in (1, 2, 0.5) if float(head_dim * e).is_integer() and head_dim * e % m == 0)),
         "head_dim": head_dim,
         "num_heads": num_heads,
         "num_v_heads": None if ratio == 1 else num_heads * ratio,
@@ -226,10 +231,12 @@ FusedGatedDeltaNet = fused_variant(GatedDeltaNet)
 
 
 @st.composite
-def gdn_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16)) -> dict[str, Any]:
+def gdn_dims(
+    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
+) -> dict[str, Any]:
     """:func:`value_head_dims`, the output gate on/off with its activation, negative eigenvalues.
     Shrinks towards one head of dim 2, ``expand_v=1``, no gate."""
-    return value_head_dims(draw, max_heads, hidden_sizes) | {
+    return value_head_dims(draw, max_heads, hidden_sizes, channel_multiple) | {
         "use_gate": draw(st.booleans()),
         "allow_neg_eigval": draw(st.booleans()),
         "output_gate_activation": draw(sampled(GATE_ACTIVATIONS)),

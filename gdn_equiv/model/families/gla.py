@@ -194,17 +194,22 @@ def gated_norm(layer: Any, o: Tensor, g: Tensor | None) -> Tensor:
     return layer.g_norm(o) * (torch.sigmoid(g) if layer.gate_fn == "sigmoid" else F.silu(g))
 
 
-def _valid_dims() -> list[tuple[int, float, float, int, int]]:
-    """(hidden, expand_k, expand_v, num_heads, num_kv_heads) where every dim is an exact integer."""
+def _valid_dims(
+    hiddens: tuple[int, ...] = (8, 16), channel_multiple: int = 1
+) -> list[tuple[int, float, float, int, int]]:
+    """(hidden, expand_k, expand_v, num_heads, num_kv_heads) where every dim is an exact integer (and every
+    conv's channel count a multiple of ``channel_multiple``)."""
     out = []
-    for hidden in (8, 16):
+    for hidden in hiddens:
         for ek in (0.25, 0.5, 1.0):
             for ev in (0.5, 1.0):
                 for kv in (1, 2):
                     for g in (1, 2):
                         h = kv * g
                         if (hidden * ek) % h == 0 and (hidden * ev) % h == 0:
-                            out.append((hidden, ek, ev, h, kv))
+                            channels = (hidden * ek, hidden * ek * kv / h, hidden * ev * kv / h)
+                            if all(c % channel_multiple == 0 for c in channels):
+                                out.append((hidden, ek, ev, h, kv))
     return out
 
 
@@ -212,11 +217,15 @@ _DIMS = _valid_dims()
 
 
 @st.composite
-def gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16)) -> dict[str, Any]:
+def gla_dims(
+    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16), channel_multiple: int = 1
+) -> dict[str, Any]:
     """Hidden 8 or 16, ``expand_k`` in (0.25, 0.5, 1), ``expand_v`` in (0.5, 1), 1-2 kv heads with 1-2
     query heads each (grouped k/v convs), output gate on/off with its activation. Shrinks towards
-    the first valid combination (hidden 8, one head)."""
-    choices = [d for d in _DIMS if d[3] <= max(max_heads, 2) and d[0] in hidden_sizes] or _DIMS
+    the first valid combination (hidden 8, one head). With a ``channel_multiple`` (a conv backend's),
+    hidden sizes up to 64 where every conv's channel count is a multiple of it."""
+    table = _DIMS if channel_multiple == 1 else _valid_dims((8, 16, 32, 64), channel_multiple)
+    choices = [d for d in table if d[3] <= max(max_heads, 2) and d[0] in hidden_sizes] or table
     hidden, ek, ev, h, kv = draw(sampled(choices))
     return {
         "hidden_size": hidden,

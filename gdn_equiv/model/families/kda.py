@@ -99,9 +99,11 @@ class KimiDeltaAttention(ShortConvLayer):
 
 
 @st.composite
-def kda_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16)) -> dict[str, Any]:
+def kda_dims(
+    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
+) -> dict[str, Any]:
     """:func:`gdn_equiv.model.families.gated_deltanet.value_head_dims` and negative eigenvalues."""
-    return value_head_dims(draw, max_heads, hidden_sizes) | {"allow_neg_eigval": draw(st.booleans())}
+    return value_head_dims(draw, max_heads, hidden_sizes, channel_multiple) | {"allow_neg_eigval": draw(st.booleans())}
 
 
 def _fla_kwargs(c: KDAConfig) -> dict[str, Any]:

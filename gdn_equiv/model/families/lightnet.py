@@ -171,16 +171,19 @@ class LightNetAttention(ShortConvLayer):
 
 @st.composite
 def lightnet_dims(
-    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16)
+    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
 ) -> dict[str, Any]:
     """Heads 1..``max_heads`` dividing the hidden size, ``expand_ratio`` (key dim per head) 2..6, a
-    low-rank gate of 1..4. Shrinks towards one head, ``expand_ratio=2``."""
+    low-rank gate of 1..4. Shrinks towards one head, ``expand_ratio=2``. With a ``channel_multiple`` (a
+    conv backend's): hidden sizes and key dims per head that are multiples of it."""
     num_heads = draw(st.integers(1, max_heads))
-    hidden = draw(sampled([h for h in hidden_sizes if h % num_heads == 0] or [8 * num_heads]))
+    m = channel_multiple
+    fits = [h for h in hidden_sizes if h % num_heads == 0 and h % m == 0]
+    hidden = draw(sampled(fits or [8 * m * num_heads]))
     return {
         "hidden_size": hidden,
         "num_heads": num_heads,
-        "expand_ratio": draw(st.integers(2, 6)),
+        "expand_ratio": draw(st.integers(2, 6)) if m == 1 else m * draw(st.integers(1, 2)),
         "gate_low_rank_dim": draw(st.integers(1, 4)),
     }
 

@@ -105,10 +105,12 @@ class SimpleGatedLinearAttention(ShortConvLayer):
 
 
 @st.composite
-def simple_gla_dims(draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16)) -> dict[str, Any]:
+def simple_gla_dims(
+    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16), channel_multiple: int = 1
+) -> dict[str, Any]:
     """GLA's grouped heads (:func:`gdn_equiv.model.families.gla.gla_dims`) without its low-rank and optional
     output gates; the gate activation drawn."""
-    dims = draw(gla_dims(max_heads=max_heads, hidden_sizes=hidden_sizes))
+    dims = draw(gla_dims(max_heads=max_heads, hidden_sizes=hidden_sizes, channel_multiple=channel_multiple))
     keep = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "gate_logit_normalizer")
     return {k: dims[k] for k in keep} | {"gate_fn": draw(sampled(GATE_ACTIVATIONS))}
 
