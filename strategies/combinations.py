@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
+from gdn_equiv.model.backends import capabilities
+
 from .convs import ConvCall
 from .examples import attention_mask_lens, examples
 
@@ -147,8 +149,14 @@ LAYER_DIMENSIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def layer_cells() -> list[dict[str, str]]:
-    return [dict(zip(LAYER_DIMENSIONS, combo, strict=True)) for combo in itertools.product(*LAYER_DIMENSIONS.values())]
+def layer_cells(*, varlen_initial_state: bool = True) -> list[dict[str, str]]:
+    """Every combination of :data:`LAYER_DIMENSIONS`; without ``varlen_initial_state`` (backends that take no
+    cached state with packed sequences, causal-conv1d) not a populated cache with ``cu_seqlens`` or a mask
+    (a mask is unpadded into ``cu_seqlens`` by most families)."""
+    cells = [dict(zip(LAYER_DIMENSIONS, c, strict=True)) for c in itertools.product(*LAYER_DIMENSIONS.values())]
+    if varlen_initial_state:
+        return cells
+    return [c for c in cells if not (c["layer.cache"] == "populated" and c["layer.varlen"] != "none")]
 
 
 @st.composite
@@ -159,7 +167,8 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
     conv's width, packed (``cu_seqlens``: a sequence of that length beside another, possibly empty) or
     masked rows, an empty cache or one populated by a prefix."""
     out = []
-    for cell in layer_cells():
+    backends = (*kwargs.get("backends", ("torch",)), *kwargs.get("within", ()))
+    for cell in layer_cells(varlen_initial_state=capabilities(backends).varlen_initial_state):
         pins: dict[str, Any] = {"cache": False, "varlen": False, "use_short_conv": True}
         pins["use_cache"] = cell["layer.use_cache"] == "on"
         pins["grad"] = cell["layer.grad"] == "on"

@@ -63,12 +63,13 @@ def missed_combinations(
     return _names(promised - reached)
 
 
-def missed_layer_combinations(examples: list[Example]) -> list[str]:
+def missed_layer_combinations(examples: list[Example], *, varlen_initial_state: bool = True) -> list[str]:
     """The promised layer combinations (every cell of
-    :data:`gdn_equiv.strategies.combinations.LAYER_DIMENSIONS`) none of ``examples`` reached."""
+    :data:`gdn_equiv.strategies.combinations.LAYER_DIMENSIONS` the backends can be asked:
+    :func:`~gdn_equiv.strategies.combinations.layer_cells`) none of ``examples`` reached."""
 
     promised: set[Combo] = set()
-    for cell in layer_cells():
+    for cell in layer_cells(varlen_initial_state=varlen_initial_state):
         promised |= _sub_combinations({d: (r,) for d, r in cell.items()}, "layer")
     reached: set[Combo] = set()
     for example in examples:

@@ -18,6 +18,7 @@ A plugin mutant that weakens any of these fails one of the tests below (``script
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -188,8 +189,25 @@ class Runs:
         return self.done[name]
 
 
+def not_installed() -> str | None:
+    """Why the runs below cannot see the plugin as a user's pytest does (its ``pytest11`` entry point), or
+    ``None``. A tree on ``PYTHONPATH`` is loaded by the checkout's ``conftest.py`` only: every run outside
+    it would fail on "unrecognized arguments: --gdn-..." instead of checking a promise."""
+    points = [e for e in importlib.metadata.entry_points(group="pytest11") if e.value == "gdn_equiv.pytest_plugin"]
+    if not points:
+        return (
+            "gdn-equiv is not installed with its entry points (no pytest11 entry point names gdn_equiv.pytest_plugin): "
+            "these promises are the installed plugin's; install the package (pip install --no-deps "
+            "--no-build-isolation . on a machine without a network) and run the gate again"
+        )
+    return None
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    reason = not_installed()
+    if reason is not None:
+        pytest.fail(reason, pytrace=False)  # a promise not checked is not kept: red, with the one reason
     return Runs(tmp_path_factory.mktemp("promises"))
 
 

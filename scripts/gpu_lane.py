@@ -1,0 +1,172 @@
+"""The GPU lane: the installed gate on each conv backend, cold then warm, written up under docs/gpu/.
+
+One command on a GPU machine with gdn-equiv installed (a wheel, entry points registered)::
+
+    python scripts/gpu_lane.py --backends triton,cuda,fla-triton,fla-cuda,fla-gluon --out docs/gpu
+
+For each backend: ``pytest --pyargs gdn_equiv.suite --gdn-backend B`` from a directory outside any checkout
+(the installed package, as a kernel repository's CI runs it), once with an empty Triton kernel cache (cold)
+and once more on the kernels that run compiled (warm), each with a JUnit file. Then ``lane.json`` (device,
+versions, per run and per test file: passed, failed, skipped with reasons, seconds) and ``lane.md`` (the
+same as tables). Every failure's report goes to ``<backend>-<cold|warm>-failures.txt`` as it happens.
+
+The lane's verdict is the runs': a run that failed, errored, collected nothing or was cut by its time
+limit is red (exit 1), and the table says which; 0 only when every asked run passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("gdn-equiv", "torch", "triton", "hypothesis", "pytest", "pytest-xdist", "causal-conv1d", "fla-core"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def _device() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu (no CUDA device)"
+    return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+
+
+def _file_of(case: ET.Element) -> str:
+    name = case.get("classname", "") or case.get("file", "")
+    parts = name.split(".")
+    # gdn_equiv.suite.test_x[.Class] -> test_x.py
+    module = next((p for p in parts if p.startswith("test_")), parts[-1] if parts else "?")
+    return f"{module}.py"
+
+
+def summarise_junit(path: Path) -> dict[str, dict]:
+    """Per test file: passed, failed (failures and errors), skipped, seconds, and the skip reasons (n/a)."""
+    files: dict[str, dict] = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0, "n/a": {}})
+    if not path.exists():
+        return {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        row = files[_file_of(case)]
+        row["seconds"] += float(case.get("time", 0) or 0)
+        if case.find("failure") is not None or case.find("error") is not None:
+            row["failed"] += 1
+        elif (skip := case.find("skipped")) is not None:
+            row["skipped"] += 1
+            reason = (skip.get("message") or "").strip()[:160]
+            row["n/a"][reason] = row["n/a"].get(reason, 0) + 1
+        else:
+            row["passed"] += 1
+    return {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in sorted(files.items())}
+
+
+def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, out: Path) -> dict:
+    stem = f"{backend}-{phase}"
+    junit, failures, log = out / f"{stem}.xml", out / f"{stem}-failures.txt", out / f"{stem}.log"
+    for stale in (junit, failures):
+        stale.unlink(missing_ok=True)
+    argv = [
+        sys.executable, "-m", "pytest", "--pyargs", "gdn_equiv.suite", "--gdn-backend", backend,
+        "-n", str(args.workers), "-p", "no:cacheprovider", "-q", "-rfE", f"--junitxml={junit}",
+        f"--gdn-failure-log={failures}", "--durations=25", *args.pytest_args,
+    ]  # fmt: skip
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "HYPOTHESIS_PROFILE": args.profile, "PYTHONUNBUFFERED": "1"}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as elsewhere, log.open("w") as sink:  # outside any checkout
+        try:
+            proc = subprocess.run(
+                argv, cwd=elsewhere, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=args.limit
+            )
+            status: int | str = proc.returncode
+        except subprocess.TimeoutExpired:
+            status = f"cut at {args.limit} s"
+    seconds = round(time.perf_counter() - started, 1)
+    files = summarise_junit(junit)
+    totals = {k: sum(f[k] for f in files.values()) for k in ("passed", "failed", "skipped")}
+    green = status == 0 and totals["passed"] > 0
+    tail = log.read_text(errors="replace").splitlines()[-3:]
+    print(f"[lane] {stem}: {'green' if green else 'RED'} status={status} {totals} in {seconds} s", flush=True)
+    return {"backend": backend, "phase": phase, "status": status, "green": green, "seconds": seconds,
+            "totals": totals, "files": files, "tail": tail, "kernels": _kernel_count(cache)}  # fmt: skip
+
+
+def _kernel_count(cache: Path) -> int:
+    """Compiled kernels in the Triton cache (one folder per specialisation that holds a cubin)."""
+    return sum(1 for _ in cache.rglob("*.cubin")) if cache.exists() else 0
+
+
+def write_markdown(report: dict, path: Path) -> None:
+    lines = [
+        "# The installed gate on the GPU",
+        "",
+        f"Device: {report['device']}. Profile `{report['profile']}`, `-n {report['workers']}`. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
+        "",
+        "| backend | run | verdict | passed | failed | skipped (n/a) | seconds | kernels compiled |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in report["runs"]:
+        t = r["totals"]
+        verdict = "green" if r["green"] else f"RED ({r['status']})"
+        lines.append(
+            f"| {r['backend']} | {r['phase']} | {verdict} | {t['passed']} | {t['failed']} | {t['skipped']} | "
+            f"{r['seconds']} | {r['kernels']} |"
+        )
+    for r in report["runs"]:
+        lines += ["", f"## {r['backend']}, {r['phase']}", "", "| test file | passed | failed | n/a | seconds |"]
+        lines.append("| --- | --- | --- | --- | --- |")
+        for name, f in r["files"].items():
+            lines.append(f"| {name} | {f['passed']} | {f['failed']} | {f['skipped']} | {f['seconds']} |")
+        reasons = {why: n for f in r["files"].values() for why, n in f["n/a"].items()}
+        if reasons:
+            lines += ["", "n/a, with the reasons the tests gave:", ""]
+            lines += [f"- {n} x {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="triton,cuda,fla-triton,fla-cuda,fla-gluon")
+    parser.add_argument("--out", type=Path, default=Path("docs/gpu"))
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    parser.add_argument("--profile", default="gpu")
+    parser.add_argument("--phases", default="cold,warm", help="cold (an empty kernel cache), warm, or both")
+    parser.add_argument("--limit", type=float, default=600.0, help="seconds a run may take before it is cut (red)")
+    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
+    args = parser.parse_args(argv)
+    phases = args.phases.split(",")
+    if not set(phases) <= {"cold", "warm"} or args.workers < 1 or args.limit <= 0:
+        parser.error(f"--phases takes cold,warm; --workers >= 1; --limit > 0 (got {args.phases}, {args.workers})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"device": _device(), "versions": _versions(), "profile": args.profile, "workers": args.workers,
+              "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": []}  # fmt: skip
+    for backend in args.backends.split(","):
+        cache = Path(tempfile.mkdtemp(prefix=f"lane-{backend}-"))
+        try:
+            for phase in phases:
+                report["runs"].append(run_gate(backend, phase, args, cache, args.out))
+                (args.out / "lane.json").write_text(json.dumps(report, indent=1) + "\n")  # as it goes
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    write_markdown(report, args.out / "lane.md")
+    return 0 if report["runs"] and all(r["green"] for r in report["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
