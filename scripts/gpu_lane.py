@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
@@ -49,46 +48,66 @@ def _device() -> str:
     return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
 
 
-def _file_of(case: ET.Element) -> str:
-    name = case.get("classname", "") or case.get("file", "")
-    parts = name.split(".")
-    # gdn_equiv.suite.test_x[.Class] -> test_x.py
-    module = next((p for p in parts if p.startswith("test_")), parts[-1] if parts else "?")
-    return f"{module}.py"
+#: a plugin the lane's pytest loads (``-p lane_timing``): each finished test's outcome and seconds, written by
+#: the controller as it arrives, so a run cut by its time limit still says what ran and how long it took
+TIMING_PLUGIN = r"""
+import os
 
 
-def summarise_junit(path: Path) -> dict[str, dict]:
+def pytest_runtest_logreport(report):
+    if os.environ.get("PYTEST_XDIST_WORKER") or not (report.when == "call" or report.outcome != "passed"):
+        return
+    reason = ""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])[:160]
+    with open(os.environ["LANE_TIMING"], "a") as out:
+        out.write("\t".join([report.nodeid, report.when, report.outcome, f"{report.duration:.2f}", reason]) + "\n")
+"""
+
+
+def summarise_timing(path: Path) -> dict[str, dict]:
     """Per test file: passed, failed (failures and errors), skipped, seconds, and the skip reasons (n/a)."""
     files: dict[str, dict] = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0, "n/a": {}})
     if not path.exists():
         return {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        row = files[_file_of(case)]
-        row["seconds"] += float(case.get("time", 0) or 0)
-        if case.find("failure") is not None or case.find("error") is not None:
+    for line in path.read_text().splitlines():
+        nodeid, _when, outcome, seconds, reason = (line.split("\t") + [""] * 5)[:5]
+        row = files[nodeid.split("::")[0].rsplit("/", 1)[-1]]
+        row["seconds"] += float(seconds or 0)
+        if outcome == "failed":
             row["failed"] += 1
-        elif (skip := case.find("skipped")) is not None:
+        elif outcome == "skipped":
             row["skipped"] += 1
-            reason = (skip.get("message") or "").strip()[:160]
             row["n/a"][reason] = row["n/a"].get(reason, 0) + 1
         else:
             row["passed"] += 1
     return {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in sorted(files.items())}
 
 
+def slowest(path: Path, n: int = 15) -> list[tuple[str, float]]:
+    if not path.exists():
+        return []
+    rows = [(line.split("\t")[0], float(line.split("\t")[3])) for line in path.read_text().splitlines()]
+    return sorted(rows, key=lambda r: -r[1])[:n]
+
+
 def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, out: Path) -> dict:
     stem = f"{backend}-{phase}"
     junit, failures, log = out / f"{stem}.xml", out / f"{stem}-failures.txt", out / f"{stem}.log"
-    for stale in (junit, failures):
+    timing = out / f"{stem}-tests.tsv"
+    for stale in (junit, failures, timing):
         stale.unlink(missing_ok=True)
     argv = [
-        sys.executable, "-m", "pytest", "--pyargs", "gdn_equiv.suite", "--gdn-backend", backend,
+        sys.executable, "-m", "pytest", "-p", "lane_timing", "--pyargs", "gdn_equiv.suite", "--gdn-backend", backend,
         "-n", str(args.workers), "-p", "no:cacheprovider", "-q", "-rfE", f"--junitxml={junit}",
         f"--gdn-failure-log={failures}", "--durations=25", *args.pytest_args,
     ]  # fmt: skip
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "HYPOTHESIS_PROFILE": args.profile, "PYTHONUNBUFFERED": "1"}
+    env["LANE_TIMING"] = str(timing.resolve())
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as elsewhere, log.open("w") as sink:  # outside any checkout
+        Path(elsewhere, "lane_timing.py").write_text(TIMING_PLUGIN)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (elsewhere, os.environ.get("PYTHONPATH", "")) if p)
         try:
             proc = subprocess.run(
                 argv, cwd=elsewhere, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=args.limit
@@ -97,13 +116,14 @@ def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, ou
         except subprocess.TimeoutExpired:
             status = f"cut at {args.limit} s"
     seconds = round(time.perf_counter() - started, 1)
-    files = summarise_junit(junit)
+    files = summarise_timing(timing)
     totals = {k: sum(f[k] for f in files.values()) for k in ("passed", "failed", "skipped")}
     green = status == 0 and totals["passed"] > 0
     tail = log.read_text(errors="replace").splitlines()[-3:]
     print(f"[lane] {stem}: {'green' if green else 'RED'} status={status} {totals} in {seconds} s", flush=True)
     return {"backend": backend, "phase": phase, "status": status, "green": green, "seconds": seconds,
-            "totals": totals, "files": files, "tail": tail, "kernels": _kernel_count(cache)}  # fmt: skip
+            "totals": totals, "files": files, "tail": tail, "kernels": _kernel_count(cache),
+            "slowest": slowest(timing)}  # fmt: skip
 
 
 def _kernel_count(cache: Path) -> int:
@@ -129,10 +149,12 @@ def write_markdown(report: dict, path: Path) -> None:
             f"{r['seconds']} | {r['kernels']} |"
         )
     for r in report["runs"]:
-        lines += ["", f"## {r['backend']}, {r['phase']}", "", "| test file | passed | failed | n/a | seconds |"]
+        lines += ["", f"## {r['backend']}, {r['phase']}", "", "| test file | passed | failed | n/a | seconds (sum) |"]
         lines.append("| --- | --- | --- | --- | --- |")
         for name, f in r["files"].items():
             lines.append(f"| {name} | {f['passed']} | {f['failed']} | {f['skipped']} | {f['seconds']} |")
+        if r["slowest"]:
+            lines += ["", "slowest tests: " + "; ".join(f"{n.split('::')[-1]} {t:.1f} s" for n, t in r["slowest"][:8])]
         reasons = {why: n for f in r["files"].values() for why, n in f["n/a"].items()}
         if reasons:
             lines += ["", "n/a, with the reasons the tests gave:", ""]

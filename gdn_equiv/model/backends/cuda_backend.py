@@ -207,9 +207,17 @@ def forward(
             "the cuda backend (causal-conv1d) has no per-sequence initial states: cu_seqlens together with "
             "initial_state is not supported (use the torch or triton backend)"
         )
-    pkg = _package()
-    _, T, D = x.shape
+    B, T, D = x.shape
     W = weight.shape[1]
+    if B * T == 0:
+        # no token (an all-padding mask unpadded, empty packed sequences): the package launches an empty grid,
+        # "CUDA error: invalid argument" (H100, causal-conv1d 1.7.0); each sequence's state is what it was
+        N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+        final = None
+        if output_final_state:
+            final = initial_state.clone() if initial_state is not None else x.new_zeros(N, D, W)
+        return x.clone(), final
+    pkg = _package()
     w, b = _params(weight, bias)
     pad = 0
     if _channel_last_ok(x):
