@@ -310,7 +310,7 @@ def causal_conv1d_update(
         )
         assert new_state is not None
         return y[:, 0], new_state
-    _, bias = _fit_layout(impl.capabilities, None, bias)
+    _, bias = _fit_layout(impl.capabilities, x, bias)  # a step's x [N, D] has no layout rule
     _record(impl.name, "update")
     version = state._version
     y, new_state = impl.update(x, state, weight, bias, activation)
@@ -318,13 +318,13 @@ def causal_conv1d_update(
     return y, new_state
 
 
-def _fit_layout(caps: Capabilities, x: Tensor | None, bias: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+def _fit_layout(caps: Capabilities, x: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """``x`` and ``bias`` in a layout the backend declares it takes: a contiguous copy (same values, same
     shape; differentiable) of an ``x`` whose strides break its stride rule (the layers hand q, k and v over
     as channel slices of one projection, and causal-conv1d's channel-last kernel needs strides in 8s) and
     of a bias it needs contiguous. Only layouts: a call outside its other capabilities reaches it as it
     is, and is its to refuse (the refusal property calls it that way)."""
-    if x is not None and caps.stride_multiple > 1:
+    if caps.stride_multiple > 1 and x.dim() == 3:
         m, strides = caps.stride_multiple, x.stride()
         if strides[-1] != 1 or any(s % m for s in strides[:-1]):
             # clone, not contiguous(): a [1, 1, D] slice counts as contiguous whatever its strides
