@@ -196,6 +196,16 @@ class StateOneSlotOff(ReferenceAdapter):
         return y
 
 
+class GuardAdmitsNothing(ReferenceAdapter):
+    """Not a defect: an engine whose fast-path guard admits no batch, so S6 never compares anything (the drivers
+    must say "not exercised", never pass)."""
+
+    name = "guard-admits-nothing"
+
+    def fast_admits(self, starts: Tensor, has_state: Tensor) -> tuple[bool, str]:
+        return False, "this engine has no fast path"
+
+
 S0 = "check_s0_reference"
 
 #: planted adapter -> the properties (function names in :mod:`gdn_equiv.serving.properties`) that must catch it

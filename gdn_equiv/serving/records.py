@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,7 +130,15 @@ def plugin(spec: str) -> EngineAdapter:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
         raise KeyError(f"serving engine plug-in {spec!r} does not import: {type(exc).__name__}: {exc}") from None
-    made = obj() if callable(obj) and not isinstance(obj, EngineAdapter) else obj
+    made = obj
+    if isinstance(obj, type) or (callable(obj) and not isinstance(obj, EngineAdapter)):
+        try:
+            inspect.signature(obj).bind()
+        except (TypeError, ValueError):
+            raise KeyError(
+                f"serving engine plug-in {spec!r} is not an engine adapter, nor makes one without arguments"
+            ) from None
+        made = obj()
     if not isinstance(made, EngineAdapter):
         missing = sorted(m for m in EngineAdapter.__protocol_attrs__ if not hasattr(made, m))  # type: ignore[attr-defined]
         raise KeyError(f"serving engine plug-in {spec!r} is not an engine adapter: it lacks {', '.join(missing)}")
