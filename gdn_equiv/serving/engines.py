@@ -58,19 +58,29 @@ class EngineVersion:
     #: path -> call kind (prefill, decode, verify, packed, snapshots) -> the engine's own caller each adapter call
     #: mirrors ("file:Class.function: its argument conventions"), reported with every row
     callers: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: vLLM's ShortConv caller passes accepted counts to its verify steps (vLLM #50272, 0.29.0 on)
+    short_conv_fixed: bool = True
     notes: tuple[str, ...] = field(default=())
 
 
 #: every path an engine may list; ``-ds`` runs the same ops on vLLM's DS conv-state layout (dim first) instead of its
 #: default SD (state_len first, dim contiguous: what ``conv_state.transpose(-1, -2)`` hands the kernels)
-PATHS = ("cpu-torch", "cpu-torch-ds", "interpret", "interpret-ds", "gpu", "gpu-ds")
+#: ``-short-conv`` runs vLLM's Triton ops the way its ShortConv layer (LFM2) calls them: the caller vLLM #50272
+#: fixed (0.29.0): before it, a verify step kept every draft in the conv window
+PATHS = (
+    "cpu-torch", "cpu-torch-ds", "interpret", "interpret-ds", "interpret-short-conv", "gpu", "gpu-ds",
+    "gpu-short-conv",
+)  # fmt: skip
 
 VLLM_OPS = "vllm/model_executor/layers/mamba/ops"
 VLLM_GDN = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:QwenGatedDeltaNetAttention"
 _VLLM_CONSTANTS = {"NULL_BLOCK_ID": 0, "PAD_SLOT_ID": -1}  # vllm/v1/attention/backends/utils.py, 0.30.0-0.34.0
 _VLLM_SHIMS: dict[str, dict[str, Any]] = {
     "vllm.v1.attention.backends.utils": _VLLM_CONSTANTS,
-    "vllm._cpu_ops": {"causal_conv1d_update_cpu_vec": None},  # the C++ decode op; the torch one is run
+    # the C++ decode op (0.34.0 imports it from vllm._cpu_ops, 0.28.0-0.33.0 from vllm._custom_ops): the torch one
+    # is run
+    "vllm._cpu_ops": {"causal_conv1d_update_cpu_vec": None},
+    "vllm._custom_ops": {"causal_conv1d_update_cpu_vec": None},
     "vllm.platforms": {"current_platform": "platform"},
     "vllm.triton_utils": {"tl": "triton.language", "triton": "triton"},
 }
@@ -96,6 +106,26 @@ VLLM_CALLERS: dict[str, str] = {
     "snapshots": "vllm/v1/core/single_type_kv_cache_manager.py:MambaManager ('align' prefix caching: chunks end at "
     "block boundaries, the state copied into the next block's slot before each chunk)",
 }
+VLLM_SHORT_CONV = "vllm/model_executor/layers/mamba/short_conv.py:ShortConv.forward_cuda"
+#: vLLM's ShortConv before #50272 (0.28.0 and older): conv state W-1 wide (mamba_utils.short_conv_state_shape
+#: without num_spec), and the decode branch's causal_conv1d_update never given num_accepted_tokens
+VLLM_SHORT_CONV_UNFIXED = {
+    **VLLM_CALLERS,
+    "prefill": f"{VLLM_SHORT_CONV}: causal_conv1d_fn(Bx.T, conv_weights, bias, activation=None, conv_states=..., "
+    "has_initial_state=..., cache_indices=..., metadata=attn_metadata, query_start_loc=...): no pad_slot_id",
+    "decode": f"{VLLM_SHORT_CONV}: causal_conv1d_update(Bx_d, conv_state, conv_weights, bias, activation=None, "
+    "conv_state_indices=state_indices_tensor_d)",
+    "verify": f"{VLLM_SHORT_CONV}: the decode branch's call for a verify step too (no num_accepted_tokens, conv "
+    "state W-1 wide: every draft stays in the window)",
+}
+#: after #50272 (0.29.0 on): conv state W-1+num_spec wide, num_accepted_tokens passed on verify steps
+VLLM_SHORT_CONV_FIXED = {
+    **VLLM_CALLERS,
+    "prefill": VLLM_SHORT_CONV_UNFIXED["prefill"],
+    "decode": VLLM_SHORT_CONV_UNFIXED["decode"],
+    "verify": f"{VLLM_SHORT_CONV}: causal_conv1d_update(Bx_d, conv_state, ..., conv_state_indices=..., "
+    "num_accepted_tokens=..., query_start_loc=query_start_loc_d, max_query_len=...)",
+}
 VLLM_CPU_CALLERS = {
     **VLLM_CALLERS,
     "decode": f"{VLLM_OPS}/cpu/causal_conv1d.py:causal_conv1d_update_torch, as its docstring's aarch64 fallback "
@@ -103,7 +133,13 @@ VLLM_CPU_CALLERS = {
 }
 
 
-def _vllm(version: str, notes: tuple[str, ...] = ()) -> EngineVersion:
+def _callers(path: str, short_conv_fixed: bool) -> dict[str, str]:
+    if path.endswith("-short-conv"):
+        return VLLM_SHORT_CONV_FIXED if short_conv_fixed else VLLM_SHORT_CONV_UNFIXED
+    return VLLM_CPU_CALLERS if path.startswith("cpu") else VLLM_CALLERS
+
+
+def _vllm(version: str, notes: tuple[str, ...] = (), *, short_conv_fixed: bool = True) -> EngineVersion:
     return EngineVersion(
         "vllm",
         version,
@@ -112,8 +148,10 @@ def _vllm(version: str, notes: tuple[str, ...] = ()) -> EngineVersion:
             "cpu-torch-ds": _VLLM_CPU,
             "interpret": _VLLM_TRITON,
             "interpret-ds": _VLLM_TRITON,
+            "interpret-short-conv": _VLLM_TRITON,
             "gpu": _VLLM_TRITON,
             "gpu-ds": _VLLM_TRITON,
+            "gpu-short-conv": _VLLM_TRITON,
         },
         pad_slot=0,  # NULL_BLOCK_ID: what vLLM puts in cache_indices for a pad; both Triton kernels skip it
         first_slot=1,
@@ -124,12 +162,15 @@ def _vllm(version: str, notes: tuple[str, ...] = ()) -> EngineVersion:
             for p in ("cpu-torch", "cpu-torch-ds")
         },
         shims=_VLLM_SHIMS,
-        callers={p: VLLM_CPU_CALLERS if p.startswith("cpu") else VLLM_CALLERS for p in PATHS},
+        callers={p: _callers(p, short_conv_fixed) for p in PATHS},
+        short_conv_fixed=short_conv_fixed,
         notes=notes,
     )
 
 
 VLLM_VERSIONS: dict[str, EngineVersion] = {
+    "0.28.0": _vllm("0.28.0", ("causal_conv1d.py = 0.30.0's; ShortConv before vLLM #50272",), short_conv_fixed=False),
+    "0.29.0": _vllm("0.29.0", ("causal_conv1d.py = 0.30.0's; ShortConv with vLLM #50272's fix",)),
     "0.30.0": _vllm("0.30.0", ("causal_conv1d_fn writes prefix-cache block states itself (APC args, unused here)",)),
     "0.31.0": _vllm("0.31.0", ("causal_conv1d.py = 0.30.0's but for two docstrings",)),
     "0.32.0": _vllm("0.32.0", ("causal_conv1d.py = 0.31.0's",)),
@@ -370,6 +411,11 @@ class EngineOps(ReferenceAdapter):
         relpath, _, attr = spec.partition(":")
         return getattr(_load(self.engine, self.version, relpath, self.root), attr)
 
+    def _keeps_every_draft(self) -> bool:
+        """vLLM's ShortConv before #50272: a conv state W-1 wide, and verify steps fed as decode (no counts)."""
+        row = ENGINES[self.engine].get(self.version)
+        return self.path.endswith("-short-conv") and row is not None and not row.short_conv_fixed
+
     def _device(self) -> str:
         return "cuda" if self.path.startswith("gpu") else "cpu"
 
@@ -379,7 +425,7 @@ class EngineOps(ReferenceAdapter):
         spec = self.speculative and max_step > 1
         # vLLM's conv state is wider by the drafts a verify step may leave behind (W-1 + num_spec); sglang keeps
         # them in separate draft windows
-        extra = max_step - 1 if spec and self.engine == "vllm" else 0
+        extra = max_step - 1 if spec and self.engine == "vllm" and not self._keeps_every_draft() else 0
         dev = self._device()
         if self.layout == "SD":
             buffer = torch.zeros(S, w1 + extra, D, dtype=states.dtype, device=dev)
@@ -437,6 +483,8 @@ class EngineOps(ReferenceAdapter):
         }
         if self.engine == "sglang":
             kwargs["seq_lens_cpu"] = starts.diff().tolist()
+        elif not self.path.startswith("cpu"):
+            kwargs["metadata"] = _vllm_conv_metadata(starts, dev)
         y = fwd(xt, weight.to(dev), None if bias is None else bias.to(dev), **kwargs)
         return y.T.cpu()  # [D, T] -> [T, D]
 
@@ -464,6 +512,9 @@ class EngineOps(ReferenceAdapter):
         named = [i for i, s in enumerate(slots.tolist()) if s != self.pad_slot]
         w, b = weight.to(dev), None if bias is None else bias.to(dev)
         keep = torch.full((N,), k, dtype=torch.int32) if accepted is None else accepted.to(torch.int32).cpu()
+        if self._keeps_every_draft():  # the decode branch's call, [N, D, k]: the window takes all k tokens
+            y = upd(x.to(dev).transpose(1, 2).clone(), pool.view, w, b, activation, conv_state_indices=idx)
+            return y.transpose(1, 2).cpu()
         if pool.speculative and self.engine == "vllm":
             counts = torch.ones_like(idx)
             counts[named] = pool.pending[idx[named].long()]
@@ -547,12 +598,46 @@ class EngineOps(ReferenceAdapter):
         return self.states(pool)[first : first + blocks]
 
 
+def _vllm_conv_metadata(starts: Tensor, device: str) -> types.SimpleNamespace:
+    """What vLLM's layer passes its Triton prefill as ``metadata`` (its attention metadata's ``nums_dict``,
+    ``batch_ptr``, ``token_chunk_offset_ptr``), built here as vLLM's metadata builder documents it
+    (``vllm/v1/attention/backends/utils.py:compute_causal_conv1d_metadata``): the kernel's programs take
+    ``BLOCK_M = 8`` tokens of one sequence each; ``batch_ptr[p]`` is program ``p``'s sequence,
+    ``token_chunk_offset_ptr[p]`` its chunk within it, both padded with PAD_SLOT_ID (-1) to
+    ``2 * max(1024, programs)``. (Under the Triton interpreter the launch grid's callback, which stores these
+    into its ``META``, hands the kernel a raw tensor: an interpreter limit, :data:`INTERPRETER_LIMITS`.)"""
+    block_m, pad = 8, -1
+    lens = [int(n) for n in starts.diff().tolist()]
+    chunks = [-(-n // block_m) for n in lens]
+    mlist = [i for i, c in enumerate(chunks) for _ in range(c)]
+    offsets = [j for c in chunks for j in range(c)]
+    size = 2 * max(1024, len(mlist))
+    batch_ptr = torch.full((size,), pad, dtype=torch.int32)
+    chunk_ptr = torch.full((size,), pad, dtype=torch.int32)
+    batch_ptr[: len(mlist)] = torch.tensor(mlist, dtype=torch.int32)
+    chunk_ptr[: len(offsets)] = torch.tensor(offsets, dtype=torch.int32)
+    batch_ptr, chunk_ptr = batch_ptr.to(device), chunk_ptr.to(device)
+    entry = {
+        "nums": torch.tensor(chunks),
+        "tot": sum(chunks),
+        "mlist": torch.tensor(mlist, dtype=torch.int64),
+        "mlist_len": len(mlist),
+        "offsetlist": torch.tensor(offsets, dtype=torch.int32),
+        "batch_ptr": batch_ptr,
+        "token_chunk_offset_ptr": chunk_ptr,
+    }
+    return types.SimpleNamespace(nums_dict={block_m: entry}, batch_ptr=batch_ptr, token_chunk_offset_ptr=chunk_ptr)
+
+
 #: (exception class name, message part) of what the Triton interpreter (3.9) lacks, seen on these engines'
-#: kernels: a mask arriving as int32 where the GPU compiler makes it boolean, and a launch-grid callback that
-#: reads a tensor argument the interpreter has wrapped (vLLM's ``num_program`` calls ``.nelement()`` on it)
+#: kernels: a mask arriving as int32 where the GPU compiler makes it boolean; a launch-grid callback that reads a
+#: tensor argument the interpreter has wrapped (vLLM's ``num_program`` calls ``.nelement()`` on it); and one that
+#: stores into its ``META``, which the interpreter (unlike the GPU launcher) passes on to the kernel as a raw
+#: tensor (vLLM's prefill with its layer's ``metadata``)
 INTERPRETER_LIMITS: tuple[tuple[str, str], ...] = (
     ("InterpreterError", "mask has unsupported dtype"),
     ("AttributeError", "'tensor' object has no attribute 'nelement'"),
+    ("InterpreterError", "'torch.dtype' object has no attribute 'is_ptr'"),
 )
 #: (engine, version, path) -> the interpreter limit its smallest call met, or None: asked once per process
 _INTERPRETER: dict[tuple[str, str, str], str | None] = {}
