@@ -3,7 +3,8 @@
 # .engines/<engine>-<version>/ (scripts/fetch_engines.sh): vLLM's gpu (SD conv-state layout, its default) and
 # gpu-ds paths, its gpu-short-conv path (S0 and S4 only: the vLLM #50272 replay, 0.28.0 unfixed, 0.29.0 on fixed),
 # and sglang's gpu path. One process per engine path (its kernels compile once), 14 at a time; each row a fixed,
-# derandomized N cases, cut off as "not reached" after SECONDS_PER_ROW. Writes into OUT: one JSON and one log per
+# derandomized N cases, cut off as "not reached" after SECONDS_PER_ROW (a path's process after PATH_SECONDS:
+# the rows it did not reach are missing from its JSON, and its exit status is 124). Writes into OUT: one JSON and one log per
 # path, serving_gpu.json (every row), summary.txt, and all of it as serving_gpu.tgz.
 # The device has no network and needs only .engines (1.5 MB) carried; torch and triton are its own:
 #   run(command='timeout 570 sh scripts/serving_gpu.sh 30 25 "$OUT"', carry=['.engines'], timeout_s=600)
@@ -12,11 +13,12 @@
 N=${1:-30}
 SECONDS_PER_ROW=${2:-25}
 OUT=${3:-serving-gpu}
+PATH_SECONDS=${4:-250}  # a path's process is cut here (its JSON keeps every finished row): 2 waves fit 570 s
 mkdir -p "$OUT"
 export GDN_EQUIV_ENGINES="$PWD/.engines"
 export PYTHONPATH="$PWD"
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/triton-serving}"
-export N SECONDS_PER_ROW OUT
+export N SECONDS_PER_ROW OUT PATH_SECONDS
 (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || echo "no nvidia-smi") > "$OUT/device.txt"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/device.txt"
 if [ -z "${ENGINES:-}" ]; then
@@ -28,7 +30,7 @@ fi
 : > "$OUT/exits.txt"
 for engine in $ENGINES; do echo "$engine"; done | xargs -P 14 -n 1 sh -c '
     case "$0" in *-short-conv) props=S0,S4 ;; *) props=S0,S1,S2,S3,S4,S5,S6,S7 ;; esac
-    python3 scripts/serving_search.py "$0" "$N" --properties "$props" --seconds "$SECONDS_PER_ROW" \
+    timeout "$PATH_SECONDS" python3 scripts/serving_search.py "$0" "$N" --properties "$props" --seconds "$SECONDS_PER_ROW" \
         --json "$OUT/$0.json" > "$OUT/$0.log" 2>&1
     echo "$0 exit $?" >> "$OUT/exits.txt"'
 python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
