@@ -337,7 +337,9 @@ class EngineOps(ReferenceAdapter):
         self.first_slot = row.first_slot
         self.min_accepted = row.min_accepted
         self.handoff_exact = False
-        self.layout = "DS" if path.endswith("-ds") else "SD"
+        # vLLM's default is SD (its -ds paths the other); sglang's GDN pool keeps [D, W-1] per slot
+        # (sglang/srt/configs/mamba_utils.py: the GDN conv_state_shape), so DS
+        self.layout = "DS" if path.endswith("-ds") or engine == "sglang" else "SD"
         #: why this path's step takes no accepted count (S4 cannot run), or None
         self.not_speculative: str | None = row.speculative.get(path)
         self.speculative = self.not_speculative is None
