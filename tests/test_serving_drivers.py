@@ -249,6 +249,15 @@ def test_a_serving_test_none_of_whose_examples_compared_anything_fails_in_the_ga
     assert "not exercised: none of the" in result.stdout and "1 failed" in result.stdout, result.stdout[-3000:]
 
 
+def test_an_adapter_that_raises_is_a_failing_row_never_cannot_run_here(gdn) -> None:
+    spec = "gdn_equiv.serving.planted:AdapterTypeError"
+    status, out, err = gdn("check", "--device", "cpu", "--serving-engine", spec, "--examples", "5",
+                           "--skip-necessity", *_properties("S0-reference"))  # fmt: skip
+    assert status == cli_common.EXIT_FAILED, out + err
+    assert f"FAIL S0-reference[{spec}-any--]" in out and "TypeError: causal_conv1d_fn() got an unexpected" in out
+    assert "ledger: 1 rows asked, 1 to run, 0 n/a" in out
+
+
 def test_check_says_not_exercised_for_the_same_engine(gdn) -> None:
     spec = "gdn_equiv.serving.planted:GuardAdmitsNothing"
     status, out, err = gdn("check", "--device", "cpu", "--serving-engine", spec, "--examples", "10",

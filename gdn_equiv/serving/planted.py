@@ -206,6 +206,16 @@ class GuardAdmitsNothing(ReferenceAdapter):
         return False, "this engine has no fast path"
 
 
+class AdapterTypeError(ReferenceAdapter):
+    """Not an engine's defect: an adapter that calls its engine wrongly (a TypeError on every prefill). Its rows
+    must fail (an error of the row, with its case), never read "cannot run here"."""
+
+    name = "adapter-type-error"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        raise TypeError("causal_conv1d_fn() got an unexpected keyword argument 'pad_slot_idx'")
+
+
 S0 = "check_s0_reference"
 
 #: planted adapter -> the properties (function names in :mod:`gdn_equiv.serving.properties`) that must catch it
