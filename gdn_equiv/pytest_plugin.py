@@ -141,9 +141,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--gdn-serving-engine",
         default=None,
-        help="comma list of serving engines the S1-S7 tests (gdn_equiv.suite.test_serving) run on: reference "
-        "(the in-house pool), vllm, sglang (each path its version table lists) or one path (vllm-cpu-torch, "
-        "vllm-interpret, vllm-gpu, ...). Default: every path, each one that cannot run here skipped with why",
+        help="comma list of serving engines the S0-S7 tests (gdn_equiv.suite.test_serving) run on: reference "
+        "(the in-house pool), vllm, sglang (each path of the installed release and of every release in "
+        ".engines/<engine>-<version>/), one path (vllm-interpret, vllm-0.33.0-gpu-ds, ...), a "
+        "gdn_equiv.serving_engines entry point, or a plug-in module:attr. Default: every path, each one that "
+        "cannot run here skipped with why",
     )
     group.addoption(
         "--gdn-database",

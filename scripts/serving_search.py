@@ -1,7 +1,10 @@
-"""Unaided search of S1-S7 on serving engine paths: each property for up to N cases (a fixed, derandomized
+"""Unaided search of S0-S7 on serving engine paths: each property for up to N cases (a fixed, derandomized
 sequence: the same cases on every machine), the first failure shrunk by Hypothesis; one ledger line per
 engine path x property (pass / FINDING / not exercised / cannot run here / ERROR), and with ``--json`` the
-same rows as JSON (what a device call brings back). Exit 0: every row that can run here ran and passed; 1: a
+same rows as JSON (what a device call brings back). A path "runs here" when its smallest case (D1 W2, one
+token) computes right against the reference (S0); "cannot run here" is only what the adapter's ``unavailable()``
+says is missing (package, version, ops file, device, a known interpreter limit).
+Exit 0: every row that can run here ran and passed; 1: a
 finding, an error, or a row not exercised or not reached; 3: no asked engine path can run here.
 
     PYTHONPATH=.engines python scripts/serving_search.py vllm-cpu-torch 300
@@ -22,7 +25,11 @@ from hypothesis import HealthCheck, find, settings
 
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.serving import properties as S
+from gdn_equiv.serving.cases import Batch, ConvSpec, SpecCase
 from gdn_equiv.serving.records import SERVING, adapter
+
+#: the smallest S0 case: one fresh sequence of one token, D1 W2 fp32, no bias, no activation
+SMALLEST = SpecCase(Batch(ConvSpec(1, 2), 1, (1,), (0,), (False,), 0), 1, (1,))
 
 
 class _Spent(Exception):
@@ -102,11 +109,16 @@ def search(
     }
 
 
+def _callers(a: Any) -> dict[str, str]:
+    callers = getattr(a, "callers", None)
+    return callers() if callable(callers) else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("engines", help="comma list of engine paths (reference, vllm-cpu-torch, vllm-gpu, ...)")
     parser.add_argument("examples", type=int, help="cases per property row")
-    parser.add_argument("--properties", default=None, help="comma list of S<n> to run (default: S1-S7)")
+    parser.add_argument("--properties", default=None, help="comma list of S<n> to run (default: S0-S7)")
     parser.add_argument("--json", default=None, help="write the rows here")
     parser.add_argument("--seconds", type=float, default=float("inf"), help="per row: then it is not reached")
     args = parser.parse_args(argv)
@@ -123,9 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     for engine in args.engines.split(","):
         a = adapter(engine)
         t0 = time.perf_counter()
-        reason = a.unavailable()  # the first call of a path: imports and the smallest call (a first compile)
+        reason = a.unavailable()  # what is missing here, if anything (imports the ops)
+        runs = "cannot run here: " + str(reason)
+        if reason is None:
+            try:
+                S.check_s0_reference(a, SMALLEST)  # a first call: a first compile on a GPU
+                runs = "runs here (S0 on the smallest case: = the reference)"
+            except Mismatch as exc:
+                runs = f"does not compute right (S0 on the smallest case): {str(exc).splitlines()[0]}"
+            except Exception as exc:  # the adapter's or the engine's error: an ERROR row below, never n/a
+                runs = f"raises on the smallest case: {type(exc).__name__}: {str(exc)[:200]}"
         first = round(time.perf_counter() - t0, 2)
-        print(f"{engine} {a.version}: {'runs here' if reason is None else reason} ({first} s)", flush=True)
+        print(f"{engine} {a.version}: {runs} ({first} s)", flush=True)
+        out.setdefault("paths", {})[engine] = {"version": a.version, "runs": runs, "callers": _callers(a)}
         for name, _, premise, check, _ in SERVING:
             if wanted is not None and name.split("-")[0] not in wanted:
                 continue

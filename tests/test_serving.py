@@ -28,6 +28,7 @@ from gdn_equiv.suite.test_serving import *  # noqa: F403
 
 #: the case strategy each property's teeth search draws from (the gate's own)
 CASES: dict[str, Any] = {
+    "check_s0_reference": spec_cases(),
     "check_s1_pool_equals_alone": batches(),
     "check_s2_untouched": spec_cases(),
     "check_s3_handoff": handoff_cases(),
@@ -52,12 +53,25 @@ def _fails(prop: Any, adapter: Any) -> Any:
 
 
 @pytest.mark.teeth
-@pytest.mark.parametrize("defect", sorted(PLANTED))
-def test_each_planted_engine_is_caught_by_its_property(defect: str) -> None:
-    cls, prop_name = PLANTED[defect]
+@pytest.mark.parametrize(("defect", "prop_name"), [(d, p) for d, (_, props) in sorted(PLANTED.items()) for p in props])
+def test_each_planted_engine_is_caught_by_its_properties(defect: str, prop_name: str) -> None:
     prop = getattr(S, prop_name)
-    case = find(CASES[prop_name], _fails(prop, cls()), settings=first_hit(300))
+    case = find(CASES[prop_name], _fails(prop, PLANTED[defect][0]()), settings=first_hit(300))
     print(f"{defect} caught by {prop_name}: {case.short()}")
+
+
+@pytest.mark.parametrize(
+    ("defect", "also"),
+    [("planted-zeros", {"check_s5_prefix_cache"}), ("planted-bias-dropped", set()), ("planted-identity", set())],
+)
+def test_the_defects_only_s0_catches_pass_the_metamorphic_properties(defect: str, also: set[str]) -> None:
+    """Why S0 exists: an engine compared only with itself can compute nothing (its snapshots, the reference's,
+    disagree with its prefill: S5), return its input, or drop every bias, and pass S1-S7."""
+    for prop_name, strategy in CASES.items():
+        if prop_name != "check_s0_reference" and prop_name not in also:
+            with pytest.raises(Exception) as caught:
+                find(strategy, _fails(getattr(S, prop_name), PLANTED[defect][0]()), settings=first_hit(25))
+            assert type(caught.value).__name__ == "NoSuchExample", prop_name
 
 
 @pytest.mark.parametrize("prop_name", sorted(CASES))
@@ -144,29 +158,42 @@ def test_the_records_for_the_registry_run_through_the_runner(entry: Any) -> None
 def test_an_engine_version_the_table_lacks_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engines, "installed_version", lambda engine: "9.9.9")
     reason = EngineOps("vllm", "cpu-torch").unavailable()
-    assert reason == "vllm 9.9.9 is not a version the adapter knows; known versions: 0.34.0"
+    assert (
+        reason == f"vllm 9.9.9 is not a version the adapter knows; known versions: {', '.join(engines.VLLM_VERSIONS)}"
+    )
 
 
-class _KernelRaises(EngineOps):
-    """An engine whose ops import but whose kernel raises on the smallest call (as the Triton interpreter does
-    on vLLM's and sglang's kernels)."""
+class _AdapterTypeError(EngineOps):
+    """An engine path whose ops load, and whose adapter calls them wrongly (a TypeError on every call)."""
 
     def unavailable(self) -> str | None:
-        self.version = "0.34.0"
-        self._smoke = (self._try_smallest_call(),)
-        return self._smoke[0]
+        return None
 
     def _ops(self) -> tuple[Any, Any]:
-        def kernel(*args: Any, **kwargs: Any) -> Any:
-            raise ValueError("mask has unsupported dtype")
+        def kernel(x: Any, weight: Any) -> Any:
+            return x
 
         return kernel, kernel
 
 
-def test_a_path_that_imports_but_cannot_run_says_what_the_engine_raised() -> None:
-    reason = _KernelRaises("vllm", "cpu-torch").unavailable()
-    assert reason is not None and reason.endswith("ValueError: mask has unsupported dtype")
-    assert "smallest call, D1 W2 one token" in reason
+def test_an_adapter_type_error_is_an_error_of_the_row_never_cannot_run_here() -> None:
+    a = _AdapterTypeError("vllm", "cpu-torch")
+    with pytest.raises(TypeError):
+        S.check_s0_reference(a, spec_cases().example())
+    row = run_property("S0-reference", "reference", max_examples=1)
+    assert row.result == "pass"
+
+
+def test_every_adapter_call_names_the_engine_caller_it_mirrors() -> None:
+    """Data of the version row, not a comment: every path of every release names a caller per call kind."""
+    for table in engines.ENGINES.values():
+        for row in table.values():
+            for path in row.ops:
+                callers = row.callers[path]
+                assert set(callers) == {"prefill", "decode", "verify", "packed", "snapshots"}, (row.version, path)
+                assert all(".py:" in w or w.startswith("none mirrored:") for w in callers.values()), callers
+    prefill = engines.VLLM_VERSIONS["0.34.0"].callers["interpret"]["prefill"]
+    assert "pad_slot_id never passed" in prefill and "null_block_id" in prefill
 
 
 def test_a_path_without_speculative_steps_refuses_an_accepted_count() -> None:

@@ -10,7 +10,6 @@ default the in-house reference) and the pytest gate's ``--gdn-serving-engine``.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -103,7 +102,8 @@ def test_an_engine_that_cannot_run_here_is_an_environment_problem(gdn, tmp_path,
     assert (
         "--serving-engine 'vllm' cannot run here: vllm-cpu-torch: vllm 9.9.9 is not a version the adapter knows" in line
     )
-    assert "vllm-gpu: vllm 9.9.9 is not a version the adapter knows; known versions: 0.34.0" in line
+    known = ", ".join(engines.VLLM_VERSIONS)
+    assert f"vllm-gpu: vllm 9.9.9 is not a version the adapter knows; known versions: {known}" in line
     monkeypatch.setattr(engines, "installed_version", lambda engine: None)
     status, _, err = gdn("check", "--device", "cpu", "--serving-engine", "sglang-gpu")
     assert status == cli_common.EXIT_ENVIRONMENT, err
@@ -126,25 +126,70 @@ def test_a_failing_serving_row_keeps_its_shrunk_case_and_writes_a_reproducer_tha
     assert "k y of sequence 0: packed q|k|v vs k alone are not equal" in replay.stdout
 
 
-@pytest.mark.skipif(not EXTRACTED.is_dir(), reason="vLLM's ops not extracted here (scripts/extract_engines.sh)")
-def test_vllm_cpu_packed_qkv_finding_is_a_fail_row_and_other_paths_say_why_not(gdn, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(EXTRACTED))
-    if importlib.metadata.version("vllm") != "0.34.0":
-        pytest.skip("another vLLM is installed here")
+@pytest.mark.skipif(
+    not (EXTRACTED / "vllm-0.34.0").is_dir(), reason="vLLM 0.34.0's ops not extracted here (scripts/fetch_engines.sh)"
+)
+def test_vllm_cpu_rows_from_a_release_folder_and_what_cannot_run_says_why(gdn, monkeypatch) -> None:
+    """A release beside the others (.engines/vllm-0.34.0/): its CPU path runs S0 (= the reference) and its S4 row
+    is n/a with why; its GPU paths are n/a on a CPU."""
+    monkeypatch.setenv(engines.ENGINES_DIR_ENV, str(EXTRACTED))
     status, out, err = gdn(
         "check",
         "--device",
         "cpu",
         "--serving-engine",
-        "vllm",
+        "vllm-0.34.0",
         "--examples",
-        "60",
-        *_properties("S4-speculation", "S7-packed-qkv"),
+        "30",
+        *_properties("S0-reference", "S4-speculation"),
     )
+    assert status == cli_common.EXIT_OK, out + err
+    assert "S0-reference             -               vllm-0.34.0-cpu-torch any      pass" in out, out
+    assert (
+        "n/a: S4-speculation[vllm-0.34.0-cpu-torch-any--]: vllm-0.34.0-cpu-torch: vLLM 0.34.0's CPU speculative" in out
+    )
+    assert "n/a: S0-reference[vllm-0.34.0-gpu-any--]: no CUDA device here" in out
+
+
+#: the defects only S0 catches, through the plug-in door
+ANCHOR_ONLY = ("Zeros", "NoOpPrefill", "Identity", "BiasDropped", "SkipsSequence0", "StateOneSlotOff")
+#: the two the gate's own subprocess runs are asked for (each run is seconds; scripts/serving_catch_table.py runs
+#: every planted engine through every driver)
+GATE_PLANTED = ("Zeros", "SkipsSequence0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", ["check", "fuzz"])
+def test_check_and_fuzz_catch_each_planted_engine_through_the_plug_in_door(gdn, driver) -> None:
+    """Six engines, each found and shrunk (30-60 s on a busy 2-core machine: shrinking dominates)."""
+    budget = ["--examples", "40"] if driver == "check" else ["--seconds", "4"]
+    for cls in ANCHOR_ONLY:
+        spec = f"gdn_equiv.serving.planted:{cls}"
+        status, out, err = gdn(driver, "--device", "cpu", "--serving-engine", spec, *budget, "--skip-necessity",
+                               *_properties("S0-reference"))  # fmt: skip
+        assert status == cli_common.EXIT_FAILED, (cls, out + err)
+        assert f"FAIL S0-reference[{spec}-any--]" in out, (cls, out)
+
+
+def test_an_installed_package_offers_an_engine_by_entry_point(gdn, tmp_path, monkeypatch) -> None:
+    """An engine team's package names its adapter in the ``gdn_equiv.serving_engines`` group: the name is then
+    an engine like vllm's (a planted one here, so the row must fail)."""
+    site = _fake_dist(tmp_path / "site", "their-engine", "1.0")
+    ep = "[gdn_equiv.serving_engines]\ntheirs = gdn_equiv.serving.planted:SkipsSequence0\n"
+    (site / "their-engine-1.0.dist-info" / "entry_points.txt").write_text(ep)
+    monkeypatch.syspath_prepend(str(site))
+    status, out, err = gdn("check", "--device", "cpu", "--serving-engine", "theirs", "--examples", "40",
+                           "--skip-necessity", *_properties("S0-reference"))  # fmt: skip
     assert status == cli_common.EXIT_FAILED, out + err
-    assert "S7-packed-qkv            -               vllm-cpu-torch any      FAIL" in out
-    assert "n/a: S4-speculation[vllm-cpu-torch-any--]: vllm-cpu-torch: vLLM 0.34.0's CPU speculative conv" in out
-    assert "n/a: S7-packed-qkv[vllm-gpu-any--]: no CUDA device here" in out or "vllm-gpu any      pass" in out
+    assert "FAIL S0-reference[theirs-any--]" in out, out
+
+
+def test_a_plug_in_that_is_not_an_engine_is_a_usage_error_before_any_example(gdn, tmp_path) -> None:
+    status, out, err = gdn("check", "--device", "cpu", "--serving-engine", "gdn_equiv.serving.pool:prefill")
+    assert status == cli_common.EXIT_USAGE, out + err
+    assert "is not an engine adapter, nor makes one without arguments" in err
+    status, out, err = gdn("check", "--device", "cpu", "--serving-engine", "no_such_module:Engine")
+    assert status == cli_common.EXIT_USAGE and "does not import: ModuleNotFoundError" in err, out + err
 
 
 # ---- the pytest gate: --gdn-serving-engine ----------------------------------------------------------------------
@@ -158,6 +203,11 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.
     suite = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--pyargs"]
     # (names checked and an engine that cannot run here: the gate's own gdn_equiv.suite.test_plugin_promises)
     runs = {"reference": [*suite, "gdn_equiv.suite.test_serving", "--gdn-serving-engine", "reference"]}
+    for cls in GATE_PLANTED:  # planted engines only S0 catches, through the plug-in door
+        spec = f"gdn_equiv.serving.planted:{cls}"
+        runs[cls] = [*suite, "-rf", "gdn_equiv.suite.test_serving", "--gdn-serving-engine", spec, "-k", "test_s0"]
+    runs["never exercised"] = [*suite, "gdn_equiv.suite.test_serving", "--gdn-serving-engine",
+                               "gdn_equiv.serving.planted:GuardAdmitsNothing", "-k", "test_s6"]  # fmt: skip
     procs = {}
     for name, argv in runs.items():
         path = [str(fake)] if name == "unknown version" else []
@@ -178,7 +228,42 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.
 def test_gdn_serving_engine_reference_runs_s1_to_s7_on_the_reference_only(gate_runs) -> None:
     result = gate_runs["reference"]
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    assert "7 passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-3000:]
+    assert "8 passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", GATE_PLANTED)
+def test_the_gate_catches_each_planted_engine_through_the_plug_in_door(gate_runs, cls) -> None:
+    result = gate_runs[cls]
+    assert result.returncode == 1, (result.stdout + result.stderr)[-3000:]
+    assert f"FAILED ::test_s0_the_engine_equals_the_in_house_reference[gdn_equiv.serving.planted:{cls}]" in (
+        result.stdout
+    )
+
+
+@pytest.mark.slow
+def test_a_serving_test_none_of_whose_examples_compared_anything_fails_in_the_gate(gate_runs) -> None:
+    """As ``check`` says NOT EXERCISED (exit 1): an engine whose fast path admits no batch."""
+    result = gate_runs["never exercised"]
+    assert result.returncode == 1, (result.stdout + result.stderr)[-3000:]
+    assert "not exercised: none of the" in result.stdout and "1 failed" in result.stdout, result.stdout[-3000:]
+
+
+def test_an_adapter_that_raises_is_a_failing_row_never_cannot_run_here(gdn) -> None:
+    spec = "gdn_equiv.serving.planted:AdapterTypeError"
+    status, out, err = gdn("check", "--device", "cpu", "--serving-engine", spec, "--examples", "5",
+                           "--skip-necessity", *_properties("S0-reference"))  # fmt: skip
+    assert status == cli_common.EXIT_FAILED, out + err
+    assert f"FAIL S0-reference[{spec}-any--]" in out and "TypeError: causal_conv1d_fn() got an unexpected" in out
+    assert "ledger: 1 rows asked, 1 to run, 0 n/a" in out
+
+
+def test_check_says_not_exercised_for_the_same_engine(gdn) -> None:
+    spec = "gdn_equiv.serving.planted:GuardAdmitsNothing"
+    status, out, err = gdn("check", "--device", "cpu", "--serving-engine", spec, "--examples", "10",
+                           "--skip-necessity", *_properties("S6-dispatch"))  # fmt: skip
+    assert status == cli_common.EXIT_FAILED, out + err
+    assert "not exercised" in out
 
 
 @settings(max_examples=60, database=None, deadline=None)

@@ -1,5 +1,9 @@
 """Planted serving engines: each is the reference adapter with one defect an engine could ship, and each is
-caught by the property named in :data:`PLANTED` (``tests/test_serving.py`` requires the catch).
+caught by the properties named in :data:`PLANTED` (``tests/test_serving.py`` requires the catch, and the drivers'
+tests run them through the plug-in door, ``--serving-engine gdn_equiv.serving.planted:<class>``).
+
+The first six are what the metamorphic S1-S7 let through (an engine compared only with itself): only S0, the
+engine against the reference, must catch them.
 
 Nothing is patched: the defect is the adapter's own code, as an engine's kernel would hold it.
 """
@@ -13,7 +17,7 @@ from gdn_equiv.serving.adapters import ReferenceAdapter
 
 Tensor = torch.Tensor
 
-__all__ = ["PLANTED", "planted"]
+__all__ = ["PLANTED", "BiasDropped", "Identity", "NoOpPrefill", "SkipsSequence0", "StateOneSlotOff", "Zeros", "planted"]
 
 
 class KeepsRejectedDrafts(ReferenceAdapter):
@@ -108,15 +112,127 @@ class FastGuardAdmitsFresh(ReferenceAdapter):
         return super().fast_admits(starts, torch.ones_like(has_state))
 
 
-#: planted adapter -> the property (function name in :mod:`gdn_equiv.serving.properties`) that must catch it
-PLANTED: dict[str, tuple[type[ReferenceAdapter], str]] = {
-    KeepsRejectedDrafts.name: (KeepsRejectedDrafts, "check_s4_speculation"),
-    WritesPadSlot.name: (WritesPadSlot, "check_s2_untouched"),
-    ReadsSequenceIndexSlot.name: (ReadsSequenceIndexSlot, "check_s1_pool_equals_alone"),
-    PackedDropsKBias.name: (PackedDropsKBias, "check_s7_packed_qkv"),
-    SnapshotOffByOneBlock.name: (SnapshotOffByOneBlock, "check_s5_prefix_cache"),
-    ShortPrefillDropsHistory.name: (ShortPrefillDropsHistory, "check_s3_handoff"),
-    FastGuardAdmitsFresh.name: (FastGuardAdmitsFresh, "check_s6_dispatch"),
+class Zeros(ReferenceAdapter):
+    """Outputs zeros and leaves the pool as it was: x, weight and bias ignored."""
+
+    name = "planted-zeros"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        return torch.zeros_like(x)
+
+    def step(self, pool, x, weight, bias, activation, slots, accepted=None):
+        return torch.zeros_like(x)
+
+
+class NoOpPrefill(ReferenceAdapter):
+    """The prefill writes nothing, outputs or states (an output buffer never filled); decode is right."""
+
+    name = "planted-no-op-prefill"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        if path == "fast":
+            return super().prefill(pool, x, weight, bias, activation, starts, slots, has_state, path=path)
+        return torch.zeros_like(x)
+
+
+class Identity(ReferenceAdapter):
+    """Every call returns its input as its output (states kept right): a conv never applied."""
+
+    name = "planted-identity"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        super().prefill(pool, x, weight, bias, activation, starts, slots, has_state, path=path)
+        return x.clone()
+
+    def step(self, pool, x, weight, bias, activation, slots, accepted=None):
+        super().step(pool, x, weight, bias, activation, slots, accepted)
+        return x.clone()
+
+
+class BiasDropped(ReferenceAdapter):
+    """Every call runs without the bias (S7 compares the packed call with the engine's own three calls)."""
+
+    name = "planted-bias-dropped"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        return super().prefill(pool, x, weight, None, activation, starts, slots, has_state, path=path)
+
+    def step(self, pool, x, weight, bias, activation, slots, accepted=None):
+        return super().step(pool, x, weight, None, activation, slots, accepted)
+
+
+class SkipsSequence0(ReferenceAdapter):
+    """The prefill skips the batch's first sequence (output zeros, state unwritten): vLLM's Triton prefill given
+    ``pad_slot_id=0``, which it compares with the sequence's index in the batch (the old adapter's mistake)."""
+
+    name = "planted-skips-sequence-0"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        if path == "fast":
+            return super().prefill(pool, x, weight, bias, activation, starts, slots, has_state, path=path)
+        skipped = slots.clone()
+        skipped[0] = self.pad_slot
+        y = super().prefill(pool, x, weight, bias, activation, starts, skipped, has_state)
+        y[int(starts[0]) : int(starts[1])] = 0
+        return y
+
+
+class StateOneSlotOff(ReferenceAdapter):
+    """The prefill writes each sequence's final state one slot further on (``slot + 1``, wrapping); outputs right."""
+
+    name = "planted-state-one-slot-off"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        if path == "fast":
+            return super().prefill(pool, x, weight, bias, activation, starts, slots, has_state, path=path)
+        before = pool.states.clone()
+        y = super().prefill(pool, x, weight, bias, activation, starts, slots, has_state)
+        after = pool.states.clone()
+        pool.states.copy_(before)
+        S = pool.states.shape[0]
+        for slot in slots.tolist():
+            if slot != self.pad_slot:
+                pool.states[(slot + 1) % S] = after[slot]
+        return y
+
+
+class GuardAdmitsNothing(ReferenceAdapter):
+    """Not a defect: an engine whose fast-path guard admits no batch, so S6 never compares anything (the drivers
+    must say "not exercised", never pass)."""
+
+    name = "guard-admits-nothing"
+
+    def fast_admits(self, starts: Tensor, has_state: Tensor) -> tuple[bool, str]:
+        return False, "this engine has no fast path"
+
+
+class AdapterTypeError(ReferenceAdapter):
+    """Not an engine's defect: an adapter that calls its engine wrongly (a TypeError on every prefill). Its rows
+    must fail (an error of the row, with its case), never read "cannot run here"."""
+
+    name = "adapter-type-error"
+
+    def prefill(self, pool, x, weight, bias, activation, starts, slots, has_state, *, path="general"):
+        raise TypeError("causal_conv1d_fn() got an unexpected keyword argument 'pad_slot_idx'")
+
+
+S0 = "check_s0_reference"
+
+#: planted adapter -> the properties (function names in :mod:`gdn_equiv.serving.properties`) that must catch it
+PLANTED: dict[str, tuple[type[ReferenceAdapter], tuple[str, ...]]] = {
+    Zeros.name: (Zeros, (S0,)),
+    NoOpPrefill.name: (NoOpPrefill, (S0,)),
+    Identity.name: (Identity, (S0,)),
+    BiasDropped.name: (BiasDropped, (S0,)),
+    SkipsSequence0.name: (SkipsSequence0, (S0, "check_s1_pool_equals_alone")),
+    StateOneSlotOff.name: (StateOneSlotOff, (S0, "check_s2_untouched")),
+    KeepsRejectedDrafts.name: (KeepsRejectedDrafts, (S0, "check_s4_speculation")),
+    WritesPadSlot.name: (WritesPadSlot, (S0, "check_s2_untouched")),
+    ReadsSequenceIndexSlot.name: (ReadsSequenceIndexSlot, (S0, "check_s1_pool_equals_alone")),
+    PackedDropsKBias.name: (PackedDropsKBias, (S0, "check_s7_packed_qkv")),
+    SnapshotOffByOneBlock.name: (SnapshotOffByOneBlock, (S0, "check_s5_prefix_cache")),
+    ShortPrefillDropsHistory.name: (ShortPrefillDropsHistory, (S0, "check_s3_handoff")),
+    FastGuardAdmitsFresh.name: (FastGuardAdmitsFresh, ("check_s6_dispatch",)),
 }
 
 

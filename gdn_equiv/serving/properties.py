@@ -1,6 +1,9 @@
-"""S1-S7 (SPEC §11) as functions of an engine adapter and a drawn case.
+"""S0-S7 (SPEC §11) as functions of an engine adapter and a drawn case.
 
-Each runs the adapter's own ops twice in two ways §11 says must agree, and raises
+S0 is the anchor: the engine against the in-house pool reference
+(:class:`~gdn_equiv.serving.adapters.ReferenceAdapter`), every output and every state it leaves, within the
+tolerance table. S1-S7 each run the adapter's own ops twice in two ways §11 says must agree (so an engine that
+computes nothing could pass them; S0 cannot be passed so), and raise
 :class:`gdn_equiv.harness.compare.Mismatch` (through :func:`gdn_equiv.harness.compare.assert_equivalent`) with both
 paths named and the case printed; :class:`NotExercised` where the case has nothing the property can compare.
 Outputs of pad sequences are never compared (engines leave them unspecified).
@@ -14,13 +17,14 @@ import torch
 
 from gdn_equiv.harness.compare import assert_equivalent
 from gdn_equiv.harness.properties import NotApplicable
-from gdn_equiv.serving.adapters import EngineAdapter
+from gdn_equiv.serving.adapters import EngineAdapter, ReferenceAdapter
 from gdn_equiv.serving.cases import Batch, HandoffCase, PackedCase, PrefixCase, SpecCase, draft_tokens, materialize
 
 Tensor = torch.Tensor
 
 __all__ = [
     "NotExercised",
+    "check_s0_reference",
     "check_s1_pool_equals_alone",
     "check_s2_untouched",
     "check_s3_handoff",
@@ -54,6 +58,58 @@ def _rows(t: dict[str, Any], i: int) -> slice:
 
 def _ctx(adapter: EngineAdapter, case: Any) -> str:
     return f"{adapter.name} {adapter.version}: {case.short()}"
+
+
+def _against(
+    adapter: EngineAdapter, ref_pool: Any, pool: Any, y: Tensor, y_ref: Tensor, rows: list[slice], what: str, ctx: str
+) -> None:
+    """Outputs of the named sequences within §6; every state of the pool the engine may name, bitwise (a state is
+    a copy of inputs: no arithmetic), slots the call did not name included (they must be as they were)."""
+    paths = ("engine", "reference")
+    for i, r in enumerate(rows):
+        assert_equivalent(y[r], y_ref[r], name=f"{what} y of named sequence {i}", paths=paths, exact=False, context=ctx)
+    first = adapter.first_slot
+    got, want = adapter.states(pool)[first:], ReferenceAdapter().states(ref_pool)[first:]
+    assert_equivalent(got, want, name=f"pool states after {what} (slot {first} on)", paths=paths, context=ctx)
+
+
+def check_s0_reference(adapter: EngineAdapter, case: SpecCase) -> None:
+    """S0: the engine = the in-house pool reference, on one session of calls: a prefill, a decode token, a
+    verify step of ``k`` drafts keeping ``accepted[i]`` (every one where the path takes no count), one more
+    token; then prefix snapshots of the prompt at blocks of 2, and the packed q|k|v call over the channels
+    split in three (D >= 3). Outputs within §6, states bitwise."""
+    batch = case.batch
+    t = _tensors(batch, adapter)
+    named = batch.named()
+    if not named:
+        raise NotExercised("every sequence is a pad")
+    ctx = _ctx(adapter, case)
+    ref = ReferenceAdapter()
+    ref.pad_slot = adapter.pad_slot  # the same tensors: the reference skips the engine's pad id
+    w, b, act, slots = t["weight"], t["bias"], t["activation"], t["slots"]
+    args = (t["starts"], slots, t["has_state"])
+    pool, ref_pool = adapter.new_pool(t["states"], max_step=case.k), ref.new_pool(t["states"], max_step=case.k)
+    rows = [_rows(t, i) for i in named]
+    y, y_ref = adapter.prefill(pool, t["x"], w, b, act, *args), ref.prefill(ref_pool, t["x"], w, b, act, *args)
+    _against(adapter, ref_pool, pool, y, y_ref, rows, "prefill", ctx)
+    speculative = getattr(adapter, "speculative", True)
+    accepted = torch.tensor(case.accepted, dtype=torch.int32) if speculative else None
+    steps = [("decode", draft_tokens(batch, 1, salt=3), None), ("verify", draft_tokens(batch, case.k), accepted),
+             ("next decode", draft_tokens(batch, 1, salt=99), None)]  # fmt: skip
+    for what, x, acc in steps:
+        y, y_ref = adapter.step(pool, x, w, b, act, slots, acc), ref.step(ref_pool, x, w, b, act, slots, acc)
+        _against(adapter, ref_pool, pool, y, y_ref, [slice(i, i + 1) for i in named], what, ctx)
+    prompt, state = t["x"], t["states"][adapter.first_slot]
+    snaps = adapter.snapshots(prompt, w, b, act, state, 2)
+    want = ref.snapshots(prompt, w, b, act, state, 2)
+    assert_equivalent(snaps, want, name="snapshots at blocks of 2", paths=("engine", "reference"), context=ctx)
+    D = batch.conv.dim
+    if D >= 3:
+        sizes = (D // 3, D // 3, D - 2 * (D // 3))
+        pool, ref_pool = adapter.new_pool(t["states"], max_step=1), ref.new_pool(t["states"], max_step=1)
+        y = adapter.packed_prefill(pool, t["x"], w, b, act, *args, sizes)
+        y_ref = ref.packed_prefill(ref_pool, t["x"], w, b, act, *args, sizes)
+        _against(adapter, ref_pool, pool, y, y_ref, rows, f"packed q|k|v {list(sizes)}", ctx)
 
 
 def check_s1_pool_equals_alone(adapter: EngineAdapter, batch: Batch) -> None:

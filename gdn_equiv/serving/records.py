@@ -1,4 +1,4 @@
-"""S1-S7 in the shape the drivers' property records take (:class:`gdn_equiv.harness.registry.PropertyRecord`).
+"""S0-S7 in the shape the drivers' property records take (:class:`gdn_equiv.harness.registry.PropertyRecord`).
 
 A row's ``backend`` is an engine path (``reference``, ``vllm-interpret``...); its draws are
 :class:`EngineCase` s (the engine's name with one drawn case), and its check runs the property on that
@@ -12,6 +12,9 @@ isolated run's worker process finds them; a failure's reproducer is :meth:`Engin
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.metadata
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +29,16 @@ from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.strategies import pools
 
-__all__ = ["ENGINE_NAMES", "SERVING", "EngineCase", "adapter", "engine_paths", "not_applicable", "row_not_applicable"]
+__all__ = [
+    "ENGINE_NAMES",
+    "ENTRY_POINTS",
+    "SERVING",
+    "EngineCase",
+    "adapter",
+    "engine_paths",
+    "not_applicable",
+    "row_not_applicable",
+]
 
 
 @dataclass(frozen=True)
@@ -98,10 +110,51 @@ class Ran(NamedTuple):
 ENGINE_NAMES = ("reference", "vllm", "sglang")
 
 
+#: the entry-point group through which an installed package offers its serving engines (name -> ``module:attr``)
+ENTRY_POINTS = "gdn_equiv.serving_engines"
+
+
+def _entry_points() -> dict[str, str]:
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
+
+
+def plugin(spec: str) -> EngineAdapter:
+    """A serving engine from outside the suite: ``module:attr`` naming an adapter (an instance, or a class or
+    factory that makes one). KeyError names what is wrong (module, attribute, or the protocol it does not meet)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise KeyError(f"a serving engine plug-in is module:attr, got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise KeyError(f"serving engine plug-in {spec!r} does not import: {type(exc).__name__}: {exc}") from None
+    made = obj
+    if isinstance(obj, type) or (callable(obj) and not isinstance(obj, EngineAdapter)):
+        try:
+            inspect.signature(obj).bind()
+        except (TypeError, ValueError):
+            raise KeyError(
+                f"serving engine plug-in {spec!r} is not an engine adapter, nor makes one without arguments"
+            ) from None
+        made = obj()
+    if not isinstance(made, EngineAdapter):
+        missing = sorted(m for m in EngineAdapter.__protocol_attrs__ if not hasattr(made, m))  # type: ignore[attr-defined]
+        raise KeyError(f"serving engine plug-in {spec!r} is not an engine adapter: it lacks {', '.join(missing)}")
+    return made
+
+
 def adapter(name: str) -> EngineAdapter:
-    """An engine path or a planted engine by name (made afresh: it reads the installed version now)."""
+    """An engine path, a planted engine, an entry point of :data:`ENTRY_POINTS` or a plug-in ``module:attr``, by
+    name (made afresh: it reads the installed version now)."""
     if name in PLANTED:
         return PLANTED[name][0]()
+    if ":" in name:
+        return plugin(name)
+    points = _entry_points()
+    if name in points:
+        return plugin(points[name])
     for a in engine_adapters():
         if a.name == name:
             return a
@@ -109,14 +162,19 @@ def adapter(name: str) -> EngineAdapter:
 
 
 def engine_paths(name: str) -> list[str]:
-    """The engine paths ``name`` stands for: an engine's every path, or the path itself. KeyError names the
+    """The engine paths ``name`` stands for: an engine's every path (every release), the path itself, or a
+    plug-in (``module:attr`` or an entry point's name; checked against the protocol here). KeyError names the
     known ones."""
+    if ":" in name or name in _entry_points():
+        adapter(name)
+        return [name]
     paths = [a.name for a in engine_adapters()]
     if name in paths:
         return [name]
     found = [p for p in paths if p.startswith(f"{name}-")]
     if not found:
-        raise KeyError(f"no serving engine {name!r}; known: {', '.join([*ENGINE_NAMES[1:], *paths])}")
+        known = [*ENGINE_NAMES[1:], *paths, *_entry_points()]
+        raise KeyError(f"no serving engine {name!r}; known: {', '.join(known)} (or a plug-in module:attr)")
     return found
 
 
@@ -170,7 +228,7 @@ def _uniform_or_free(a: EngineAdapter) -> st.SearchStrategy[Any]:
 
 
 def _teeth(prop: str) -> tuple[str, ...]:
-    return tuple(name for name, (_, p) in PLANTED.items() if p == prop)
+    return tuple(name for name, (_, props) in PLANTED.items() if prop in props)
 
 
 #: (name, summary, premise, check, planted engines it must catch)
@@ -183,6 +241,8 @@ SERVING: list[tuple[str, str, Callable[..., Any], Callable[..., Ran], tuple[str,
         _teeth(prop),
     )
     for n, slug, summary, prop, cases in [
+        (0, "reference", "the engine = the in-house pool reference: outputs within §6, every state bitwise",
+         "check_s0_reference", lambda a: pools.spec_cases(min_accepted=_min_accepted(a))),
         (1, "pool-alone", "a batch over a pool = each sequence alone from its own state, bitwise",
          "check_s1_pool_equals_alone", lambda a: pools.batches()),
         (2, "untouched", "unnamed, pad and reserved slots bitwise unchanged; inputs unchanged",

@@ -1,13 +1,17 @@
-"""S1-S7 (SPEC §11): the short convs under a state pool, on the in-house reference and on every serving
+"""S0-S7 (SPEC §11): the short convs under a state pool, on the in-house reference and on every serving
 engine path (:mod:`gdn_equiv.serving.engines`) of ``--gdn-serving-engine`` (default: every path; one that cannot run
 here skips with its reason; a named engine none of whose paths can run here ends the session, status 3).
 
-One property per test function; each draws its cases from :mod:`gdn_equiv.strategies.pools`.
+One property per test function; each draws its cases from :mod:`gdn_equiv.strategies.pools`. One premise and one
+verdict with ``gdn-equiv check``: an example counts once the property compared something (it did not raise
+``NotExercised``), and a test none of whose examples compared anything fails ("not exercised"), as the check's
+row does.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,13 +34,55 @@ def engine(gdn_serving_engine: str) -> Any:
     return adapter
 
 
+#: the running test's examples: [drawn, compared, the last reason one compared nothing]
+_TALLY: list[Any] | None = None
+
+
+def exercised(test: Callable[..., None]) -> Callable[..., None]:
+    """Fail the Hypothesis ``test`` after its run when none of its examples compared anything (each raised
+    ``NotExercised``): the ledger's "not exercised", a failure under ``check`` as here. Outside ``@given``."""
+
+    @functools.wraps(test)
+    def counted(*args: Any, **kwargs: Any) -> None:
+        global _TALLY
+        tally = _TALLY = [0, 0, None]
+        try:
+            test(*args, **kwargs)
+        finally:
+            _TALLY = None
+        if tally[1] == 0:
+            raise AssertionError(
+                f"not exercised: none of the {tally[0]} examples compared anything; the last reason: {tally[2]}"
+            )
+
+    return counted
+
+
 def _run(prop: Any, engine: Any, case: Any) -> None:
-    count_example()
     note(case.short())
-    with contextlib.suppress(S.NotExercised):  # the ledger's "not exercised": nothing to compare in this case
+    if _TALLY is not None:
+        _TALLY[0] += 1
+    try:
         prop(engine, case)
+    except S.NotExercised as exc:  # nothing to compare in this case: not counted as an example
+        if _TALLY is not None:
+            _TALLY[2] = str(exc)
+        return
+    count_example()
+    if _TALLY is not None:
+        _TALLY[1] += 1
 
 
+@exercised
+@settings(deadline=None)
+@given(data=st.data())
+def test_s0_the_engine_equals_the_in_house_reference(data: st.DataObject, engine: Any) -> None:
+    """S0: prefill, decode, verify with accepted counts, snapshots and packed q|k|v against the reference."""
+    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0)))
+    _run(S.check_s0_reference, engine, case)
+
+
+@exercised
 @settings(deadline=None)
 @given(data=st.data())
 def test_s1_batch_over_a_pool_equals_each_sequence_alone(data: st.DataObject, engine: Any) -> None:
@@ -44,6 +90,7 @@ def test_s1_batch_over_a_pool_equals_each_sequence_alone(data: st.DataObject, en
     _run(S.check_s1_pool_equals_alone, engine, data.draw(batches()))
 
 
+@exercised
 @settings(deadline=None)
 @given(data=st.data())
 def test_s2_unnamed_and_pad_slots_and_inputs_are_untouched(data: st.DataObject, engine: Any) -> None:
@@ -52,6 +99,7 @@ def test_s2_unnamed_and_pad_slots_and_inputs_are_untouched(data: st.DataObject, 
     _run(S.check_s2_untouched, engine, case)
 
 
+@exercised
 @settings(deadline=None)
 @given(data=st.data())
 def test_s3_prefill_then_decode_equals_one_prefill(data: st.DataObject, engine: Any) -> None:
@@ -59,6 +107,7 @@ def test_s3_prefill_then_decode_equals_one_prefill(data: st.DataObject, engine: 
     _run(S.check_s3_handoff, engine, data.draw(handoff_cases()))
 
 
+@exercised
 @settings(deadline=None)
 @given(data=st.data())
 def test_s4_a_verify_step_keeps_exactly_the_accepted_tokens(data: st.DataObject, engine: Any) -> None:
@@ -69,6 +118,7 @@ def test_s4_a_verify_step_keeps_exactly_the_accepted_tokens(data: st.DataObject,
     _run(S.check_s4_speculation, engine, case)
 
 
+@exercised
 @settings(deadline=None)
 @given(data=st.data())
 def test_s5_prefix_snapshots_are_the_states_at_block_ends(data: st.DataObject, engine: Any) -> None:
@@ -76,6 +126,7 @@ def test_s5_prefix_snapshots_are_the_states_at_block_ends(data: st.DataObject, e
     _run(S.check_s5_prefix_cache, engine, data.draw(prefix_cases()))
 
 
+@exercised
 @settings(deadline=None)
 @given(data=st.data())
 def test_s6_fast_path_equals_general_path_where_the_guard_admits(data: st.DataObject, engine: Any) -> None:
@@ -84,6 +135,7 @@ def test_s6_fast_path_equals_general_path_where_the_guard_admits(data: st.DataOb
     _run(S.check_s6_dispatch, engine, data.draw(st.one_of(uniform, batches())))
 
 
+@exercised
 @settings(deadline=None)
 @given(data=st.data())
 def test_s7_packed_qkv_equals_the_three_convs(data: st.DataObject, engine: Any) -> None:

@@ -114,7 +114,7 @@ def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
 
 
 def _serving_engines(option: str | None) -> list[str]:
-    """``--serving-engine``: the engine paths S1-S7 run on. Every name is checked first (an unknown one is a
+    """``--serving-engine``: the engine paths S0-S7 run on. Every name is checked first (an unknown one is a
     usage error naming the known ones), then each must run here: an engine none of whose paths runs here, or a
     path that does not, is refused naming why (exit 3). An engine's paths that cannot run here while
     another can are asked as ``n/a`` rows with the reason (a GPU path on a CPU)."""
@@ -536,8 +536,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--serving-engine",
         default=None,
-        help="serving engine(s) S1-S7 run on, comma separated: reference (ours, the default), vllm, sglang "
-        "(each path its version table lists) or one path (vllm-cpu-torch, vllm-interpret, vllm-gpu, ...)",
+        help="serving engine(s) S0-S7 run on, comma separated: reference (ours, the default), vllm, sglang "
+        "(each path of the installed release and of every release in .engines/<engine>-<version>/), one path "
+        "(vllm-interpret, vllm-0.33.0-gpu-ds, ...), a gdn_equiv.serving_engines entry point, or a plug-in "
+        "module:attr (an engine adapter, or a class or factory making one)",
     )
     p.add_argument(
         "--fla-core",
