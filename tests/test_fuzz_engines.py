@@ -140,3 +140,40 @@ def test_the_gate_replays_a_finding_from_its_database_option_first(tmp_path) -> 
     assert runs[1].returncode == 1, runs[1].stdout
     reuse = runs[1].stdout.split("during reuse phase", 1)[-1].split("\n\n", 1)[0]
     assert "0 passing, 1 failing" in reuse, runs[1].stdout
+
+
+# ---- what the observations cannot say: HypoFuzz's own end and its database (no HypoFuzz needed) --------
+
+
+def _rows() -> list:
+    from gdn_equiv.run.report import Check
+
+    return [
+        Check("P3-forward-exact", "torch", "float32", "gated_deltanet", examples=40),
+        Check("P3-forward-exact", "triton", "float32", "gated_deltanet", examples=12),
+        Check("P4-gradients", "torch", "float32", "gated_deltanet", examples=9, result="FAIL", failure="dx"),
+    ]
+
+
+TESTS = {"test_fused_forward_is_bitwise_equal": "P3-forward-exact", "test_fused_gradients_match": "P4-gradients"}
+
+
+def test_hypofuzz_ending_by_itself_before_the_budget_leaves_no_row_passing() -> None:
+    rows = _rows()
+    fuzz_engines.judge_engine_end(rows, "HypoFuzz ended by itself with status 1", {}, TESTS, ["torch", "triton"])
+    assert [r.result for r in rows] == [fuzz_engines.UNREACHED, fuzz_engines.UNREACHED, "FAIL"]
+    assert "status 1 before the budget ended: 40 examples ran" in rows[0].failure
+    untouched = _rows()
+    fuzz_engines.judge_engine_end(untouched, None, {}, TESTS, ["torch", "triton"])
+    assert [r.result for r in untouched] == ["pass", "pass", "FAIL"]
+
+
+def test_a_shrunk_failure_only_in_the_database_fails_its_tests_rows() -> None:
+    rows = _rows()
+    nodeid = "gdn_equiv/suite/test_properties.py::test_fused_forward_is_bitwise_equal[triton]"
+    fuzz_engines.judge_engine_end(
+        rows, None, {nodeid: 2, "x.py::test_fused_gradients_match[torch]": 0}, TESTS, ["torch", "triton"]
+    )
+    assert [r.result for r in rows] == ["pass", "FAIL", "FAIL"]
+    assert "holds 2 shrunk failures of " + nodeid in rows[1].failure
+    assert rows[2].failure == "dx"  # a row's own failure is kept

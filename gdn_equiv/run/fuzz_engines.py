@@ -480,6 +480,8 @@ def run_hypofuzz(
                 _stop(process)
         writer.meta["hypofuzz_exit"] = process.returncode if ended_itself else "stopped at the budget"
         checks, coverage, outside, unreadable, failures_in_db = _ledger(plan, rows, tests, storage)
+        early = f"HypoFuzz ended by itself with status {process.returncode}" if ended_itself else None
+        judge_engine_end(checks, early, failures_in_db, tests, plan.backends)
         for check in checks:
             writer.add(check)
         writer.meta["seconds"] = round(time.perf_counter() - started, 1)
@@ -500,8 +502,8 @@ def run_hypofuzz(
         f"{len(writer.rows)} rows asked, {len(writer.failed)} failing; report: {summary}"
     )
     print(f"coverage per row (unreached regions first): {plan.report / 'coverage.txt'}; {picture}")
-    if ended_itself and process.returncode not in (0, 1):
-        print(f"HypoFuzz ended by itself with status {process.returncode}: see {log}")
+    if ended_itself:  # before the budget: a crash or a refusal, never a pass (its rows say so)
+        print(f"HypoFuzz ended by itself with status {process.returncode} before the budget: see {log}")
     if total == 0:  # say why, from HypoFuzz's own words (a test it did not collect says so)
         skipped = [line for line in log.read_text(errors="replace").splitlines() if "(because:" in line]
         print(f"HypoFuzz ran no example; its log: {log}" + "".join(f"\n  {line[:300]}" for line in skipped))
@@ -549,6 +551,41 @@ def _ledger(
     coverage = coverage_rows(tallies, asked)
     nodeids = {str(c.get("property")) for c in observed.cases if _test_name(str(c.get("property", ""))) in tests}
     return checks, coverage, outside, observed.unreadable, _failures_in_database(plan, nodeids)
+
+
+def judge_engine_end(
+    checks: list[Check],
+    early: str | None,
+    failures_in_db: dict[str, int],
+    tests: dict[str, str],
+    backends: Sequence[str],
+) -> None:
+    """What the rows' own observations cannot say, put in them (SPEC §10: a crash is never a pass):
+
+    - ``early``, HypoFuzz ending by itself before the budget (a crash, a collection error): a row that would
+      pass is ``not reached`` (its budget was not spent) with that reason;
+    - a shrunk failure HypoFuzz keeps in the database for a gate test (a worker's finding whose observation
+      this run did not read, or an earlier run's): every row of that test's property and backend that is
+      not already failing fails, naming the test and the count (replay it with ``pytest NODEID
+      --gdn-database DB``)."""
+    for nodeid, count in failures_in_db.items():
+        prop = tests.get(_test_name(nodeid))
+        backend = _param(nodeid) or (backends[0] if len(backends) == 1 else None)
+        if not count or prop is None:
+            continue
+        for check in checks:
+            if check.name == prop and backend in (None, check.backend) and check.result != "FAIL":
+                check.result = "FAIL"
+                check.failure = (
+                    f"HypoFuzz's database holds {count} shrunk failure{'s' * (count != 1)} of {nodeid} that this "
+                    f"run's observations do not show; replay: pytest {nodeid} --gdn-database <the run's database>"
+                )
+    if early is None:
+        return
+    for check in checks:
+        if check.result == "pass":
+            check.result = UNREACHED
+            check.failure = f"{early} before the budget ended: {check.examples} examples ran, the rest did not"
 
 
 def _failures_in_database(plan: Any, nodeids: Iterable[str]) -> dict[str, int]:
