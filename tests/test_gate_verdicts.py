@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gdn_equiv import pytest_plugin
@@ -173,3 +174,33 @@ def test_fallback_agrees_on_a_refusal_only_when_both_paths_raise_the_same_invali
             return
         with pytest.raises(Mismatch, match=verdict):
             P.check_fallback_exact(example)
+
+
+def test_an_example_counts_once_it_compared_something() -> None:
+    """``count_example`` (the run's "counted by properties") and the coverage labels follow the premise: an
+    example that met it counts, passing or failing; one that did not counts for nothing."""
+    from gdn_equiv.harness.testing import counts
+
+    example = Example(GDNConfig(hidden_size=8, head_dim=2, num_heads=1), dtype="float32", seq_len=2)
+
+    def not_applicable(example, **_):
+        raise P.NotApplicable("the premise does not hold")
+
+    def failing(example, **_):
+        raise AssertionError("y differs")
+
+    seen: list[int] = []
+
+    @settings(max_examples=1, database=None, derandomize=True)
+    @given(st.none())
+    def inside_a_test(_: None) -> None:  # note() and event() need a running Hypothesis test
+        before = counts()["properties"]
+        assert suite._run(not_applicable, example, "cpu", may_not_apply=True) is None
+        seen.append(counts()["properties"] - before)
+        assert suite._run(lambda example, **_: "compared", example, "cpu") == "compared"
+        with pytest.raises(AssertionError, match="y differs"):
+            suite._run(failing, example, "cpu")
+        seen.append(counts()["properties"] - before)
+
+    inside_a_test()
+    assert seen == [0, 2]

@@ -83,9 +83,7 @@ def _upstream(target: str | Target) -> bool:
 
 
 def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv", *, may_not_apply: bool = False):
-    count_example()
     note(example.short())
-    label_example(example)  # coverage:layer.* events, read from Hypothesis' observability output
     if _TALLY is not None:
         _TALLY.drawn += 1
     try:
@@ -107,9 +105,20 @@ def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv"
             f"where it was built fusable from the spec's conditions, P1 guard = spec fails)\n"
             f"Example: {example.short()}"
         ) from exc
+    except BaseException:
+        _compared(example)  # a failing example compared something
+        raise
+    _compared(example)
     if _TALLY is not None:
         _TALLY.applied += 1
     return value
+
+
+def _compared(example: Example) -> None:
+    """An example that met its premise: counted, and its regions labelled (coverage:layer.* events, read from
+    Hypothesis' observability output); one that compared nothing reaches no region and counts for nothing."""
+    count_example()
+    label_example(example)
 
 
 # The strategies are drawn with data.draw (their arguments are fixtures): built once per arguments (the
