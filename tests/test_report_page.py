@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gdn_equiv.run import browser as run_browser
 from gdn_equiv.run import cli, html_report
 from gdn_equiv.run.cli import common as cli_common
 
@@ -29,11 +29,6 @@ RUN = [
     "check", "--profile", "dev", "--examples", "20", "--max-seq-len", "4", "--dtype", "float32", "--skip-necessity",
     "--backend", f"torch,{PLANTED}", "--no-isolate", "--family", "gated_deltanet,kda",
     "--property", "P7-backend-vs-torch", "--property", "P3-forward-exact",
-]  # fmt: skip
-#: the launch arguments of a headless system Chromium (no sandbox: CI runs as root in a container)
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
 ]  # fmt: skip
 
 
@@ -121,7 +116,8 @@ def test_gate_page_lists_every_collected_test_with_pytests_outcome(tmp_path: Pat
     results = {r["property"] + "::" + r["shown"] for r in parser.rows}
     assert results == {"test_planted::FAIL", "test_planted::pass", "test_planted::skipped"}, results
     assert (
-        "Failing test case: test_small(\nn=10,\n)" in text and "python -m pytest &#39;test_planted.py::test_small&#39;" in text
+        "Failing test case: test_small(\nn=10,\n)" in text
+        and "python -m pytest &#39;test_planted.py::test_small&#39;" in text
     )
     assert "planted skip" in text and "pytest exit status 1" in text
 
@@ -129,19 +125,18 @@ def test_gate_page_lists_every_collected_test_with_pytests_outcome(tmp_path: Pat
 # ---- in a real browser ------------------------------------------------------------------------------------
 
 
-def _chromium() -> str | None:
-    return os.environ.get("GDN_EQUIV_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Any:
     """A headless system Chromium under Playwright; skipped with the reason where either is missing."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright: pip install gdn-equiv[browser]")
-    executable = _chromium()
-    if executable is None:
-        pytest.skip("needs a Chromium: apt-get install chromium (or GDN_EQUIV_CHROMIUM=/path/to/chromium)")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    reason = run_browser.missing()
+    if reason is not None:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=run_browser.chromium_path(), args=list(run_browser.CHROMIUM_ARGS)
+        )
         try:
             yield chromium
         finally:

@@ -192,7 +192,7 @@ def render(
     coverage = None
     if report_dir is not None:
         coverage = _coverage(report_dir)
-        for name in ["coverage.png", *sorted(p.name for p in report_dir.glob("bench-*.png"))]:
+        for name in ["coverage.png", "dashboard.png", *sorted(p.name for p in report_dir.glob("bench-*.png"))]:
             uri = _data_uri(report_dir / name)
             if uri is not None:
                 pictures.append({"name": name, "uri": uri, "link": _link(report_dir / name, page)})
