@@ -209,3 +209,36 @@ def test_browser_findings_reproducer_link_opens_the_reports_file(page: Any, run:
         assert page.url == target.as_uri()
         assert Path(row[key]).read_text()[:40] in page.inner_text("body")
         page.go_back()
+
+
+def test_gate_ledger_files_each_test_by_record_backend_and_family_and_an_unrun_one_fails_the_page(
+    tmp_path: Path,
+) -> None:
+    """Without pytest: the node ids' parameters name the backend (dashes inside a name kept) and family, a
+    gate test is filed under its record, and a collected test that never reported stays ``not reached``,
+    counted failing on the page (a session stopped by ``-x`` checked less than it was asked)."""
+    ledger = html_report.GateLedger(
+        records={"test_fused_forward_is_bitwise_equal": "P3-forward-exact"},
+        backends=["torch", "fla-triton"],
+        families=["gla", "gated_deltanet"],
+    )
+    ids = [
+        "test_properties.py::test_fused_forward_is_bitwise_equal[fla-triton-gla]",
+        "tests/test_x.py::test_passes[torch]",
+        "tests/test_x.py::test_never_ran",
+    ]
+    ledger.collected(ids)
+    ledger.reported(ids[0], when="call", outcome="failed", longrepr="E   boom", duration=0.5, examples=7, xfail=False)
+    ledger.reported(ids[0], when="teardown", outcome="passed", longrepr="", duration=0.1, examples=0, xfail=False)
+    ledger.reported(ids[1], when="call", outcome="passed", longrepr="", duration=0.2, examples=3, xfail=False)
+    summary = ledger.summary(status="complete", meta={})
+    rows = [(c["property"], c["family"], c["backend"], c["result"], c["examples"]) for c in summary["checks"]]
+    assert rows == [
+        ("P3-forward-exact", "gla", "fla-triton", "FAIL", 7),
+        ("test_x", "gla,gated_deltanet", "torch", "pass", 3),
+        ("test_x", "gla,gated_deltanet", "-", "not reached", 0),
+    ]
+    page = tmp_path / "gate.html"
+    env = {"device": "cpu"}
+    text = html_report.render(summary, page=page, report_dir=None, title="t", env=env, failing=html_report.GATE_FAILING)
+    assert '<b id="failing-count">2</b>' in text and text.count('class="finding"') == 2

@@ -261,9 +261,9 @@ class GateLedger:
                 continue
             path, _, name = nodeid.partition("::")
             function, _, params = name.partition("[")
-            parts = params.rstrip("]").split("-") if params else []
-            backend = next((p for p in parts if p in self.backends), "-")
-            family = next((p for p in parts if p in self.families), ",".join(self.families) or "-")
+            params = params.rstrip("]")
+            backend = _param(params, self.backends) or "-"
+            family = _param(params, self.families) or ",".join(self.families) or "-"
             prop = self.records.get(function) or Path(path).stem
             self.rows[nodeid] = {
                 "row_id": nodeid, "property": prop, "family": family, "backend": backend, "dtype": "any",
@@ -296,6 +296,13 @@ class GateLedger:
     def summary(self, *, status: str, meta: dict[str, Any]) -> dict[str, Any]:
         checks = list(self.rows.values())
         return {"status": status, "meta": meta, "counts": dict(Counter(c["result"] for c in checks)), "checks": checks}
+
+
+def _param(params: str, names: list[str]) -> str | None:
+    """The name among ``names`` that is one of the dash-joined parts of a test id's ``params`` (a name may
+    hold dashes itself: ``fla-triton``), the longest first."""
+    wrapped = f"-{params}-"
+    return next((n for n in sorted(names, key=len, reverse=True) if f"-{n}-" in wrapped), None)
 
 
 def _quote(text: str) -> str:
