@@ -56,9 +56,15 @@ class _Rows(HTMLParser):
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One real ``check`` with findings: its exit status, summary and page."""
     pytest.importorskip("jinja2", reason="the page needs Jinja2 (pip install gdn-equiv[html])")
+    import torch
+
     where = tmp_path_factory.mktemp("page")
     report, page = where / "report", where / "pages" / "run.html"
-    status = cli.main([*RUN, "--report", str(report), "--database", str(where / "db"), "--html", str(page)])
+    threads = torch.get_num_threads()
+    try:  # the command sets one torch thread for its tiny examples: the rest of this process keeps its own
+        status = cli.main([*RUN, "--report", str(report), "--database", str(where / "db"), "--html", str(page)])
+    finally:
+        torch.set_num_threads(threads)
     summary = json.loads((report / "summary.json").read_text())
     return {"status": status, "summary": summary, "page": page, "report": report}
 
