@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness import interpreter, isolation, testing
+from gdn_equiv.harness import interpreter, isolation, registry, testing
 from gdn_equiv.model.backends import fla_backend, get_backend
 from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
 from gdn_equiv.model.families import parse_families
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hypothesis.utils.dynamicvariables import DynamicVariable
-from gdn_equiv.run import fuzz_engines
+from gdn_equiv.run import fuzz_engines, html_report
 from gdn_equiv.run.fuzz_engines import hypofuzz_compat
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.records import engine_paths, not_applicable
@@ -154,6 +154,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Hypothesis example database of every test (a directory, or a team's redis server): what a "
         "`gdn-equiv fuzz` run saved there is replayed first; HypoFuzz workers share it the same way",
     )
+    group.addoption(
+        "--gdn-html",
+        default=None,
+        metavar="PATH",
+        help="write the run's page to PATH: every collected test with its status (filters by status, property, "
+        "family, backend), each failure with Hypothesis' falsifying example and the command that reruns it, the "
+        "environment; one static HTML file (needs gdn-equiv[html])",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -161,7 +169,7 @@ def wanted(config: pytest.Config) -> bool:
     """Whether this run is a gdn-equiv run (see the module docstring)."""
     if config.getini("gdn_equiv_suite"):
         return True
-    if any(config.getoption(o) is not None for o in ("gdn_backend", "gdn_target", "gdn_serving_engine")):
+    if any(config.getoption(o) is not None for o in ("gdn_backend", "gdn_target", "gdn_serving_engine", "gdn_html")):
         return True
     return any(_SUITE_ARG.search(str(arg).split("::")[0]) for arg in config.args)
 
@@ -208,6 +216,7 @@ def pytest_configure(config: pytest.Config) -> None:
     engines = _load_engines(config)
     _runnable_here(config, targets, engines)
     _isolate(config, targets)
+    _page(config)
 
 
 def _use_database(config: pytest.Config) -> None:
@@ -457,6 +466,74 @@ def _poison_fresh_cuda_memory() -> Any:
         return
     with testing.nan_poisoned_empty("cuda"):
         yield
+
+
+def _page(config: pytest.Config) -> None:
+    """``--gdn-html``: the run's page, written by the controller (or the one process) at the session's end;
+    without Jinja2 the session ends before the first test with status 3."""
+    path = config.getoption("gdn_html")
+    if path is None or hasattr(config, "workerinput"):
+        return
+    reason = html_report.missing()
+    if reason is not None:
+        pytest.exit(f"gdn-equiv: {reason}", returncode=3)
+    if Path(path).is_dir():
+        raise pytest.UsageError(f"--gdn-html {path!r} is a directory; it must be a file")
+    config.pluginmanager.register(_GatePage(config, Path(path)), "gdn-equiv-html")
+
+
+class _GatePage:
+    """The hooks that feed :class:`gdn_equiv.run.html_report.GateLedger` and write the page."""
+
+    def __init__(self, config: pytest.Config, path: Path) -> None:
+        records = {r.gate_test: r.name for r in registry.records().values() if r.gate_test}
+        backends = _names(config, "gdn_backend", "torch")
+        self.path, self.config = path, config
+        self.ledger = html_report.GateLedger(records=records, backends=backends, families=families(config))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.ledger.collected([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.ledger.collected(list(ids))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        examples = sum(
+            int(v.get("hypothesis", 0)) for k, v in report.user_properties if k == _COUNTS_KEY and isinstance(v, dict)
+        )
+        longrepr = report.longreprtext
+        if report.skipped and isinstance(report.longrepr, tuple):
+            longrepr = str(report.longrepr[2])
+        self.ledger.reported(
+            report.nodeid, when=report.when, outcome=report.outcome, longrepr=longrepr, duration=report.duration,
+            examples=examples, xfail=hasattr(report, "wasxfail"),
+        )  # fmt: skip
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        from hypothesis import settings
+
+        profile = settings.get_current_profile_name()
+        seed = self.config.getoption("hypothesis_seed", None)
+        status = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "complete"
+        args = " ".join(str(a) for a in self.config.invocation_params.args)
+        meta = {"mode": "pytest gate", "arguments": args, "profile": profile}
+        html = html_report.render(
+            self.ledger.summary(status=status, meta=meta),
+            page=self.path,
+            report_dir=None,
+            title=f"gdn-equiv pytest gate · {args}"[:200],
+            env=html_report.environment(
+                device="cuda" if _cuda_available() else "cpu", profile=profile, seed=None if seed is None else str(seed)
+            ),
+            failing=html_report.GATE_FAILING,
+            exit_note=f"pytest exit status {int(exitstatus)}",
+        )
+        html_report.write(self.path, html)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"gdn-equiv: page {self.path}")
 
 
 # ---- scheduling under xdist -----------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
-from gdn_equiv.run import cli, fuzz_engines
+from gdn_equiv.run import browser, cli, fuzz_engines
 from gdn_equiv.run.cli import common as cli_common
 
 ROOT = Path(gdn_equiv.__file__).resolve().parent.parent
@@ -30,6 +30,14 @@ def needs_hypofuzz() -> None:
     reason = fuzz_engines.hypofuzz_missing()
     if reason is not None:
         pytest.skip(reason)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def gdn(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -112,8 +120,17 @@ def test_a_budget_hypofuzz_cannot_start_in_leaves_every_row_not_reached_and_exit
 def test_a_planted_defect_found_under_hypofuzz_is_a_fail_row_with_a_reproducer_that_fails(tmp_path) -> None:
     needs_hypofuzz()
     planted = ["--backend", PLANTED, "--seconds", "45", "--database", "db"]
-    done = gdn(tmp_path, "fuzz", "--engine", "hypofuzz", *P3, *planted)
+    page = ["--html", "page.html", "--dashboard-port", str(_free_port())]
+    done = gdn(tmp_path, "fuzz", "--engine", "hypofuzz", *P3, *planted, *page)
     assert done.returncode == cli_common.EXIT_FAILED, done.stdout + done.stderr
+    # the run's page shows the finding, and the dashboard's picture where a browser is installed
+    text = (tmp_path / "page.html").read_text()
+    assert f"P3-forward-exact[{PLANTED}-float32]" in text and 'data-result="FAIL"' in text
+    picture = tmp_path / "gdn-equiv-report" / "dashboard.png"
+    if browser.missing() is None:
+        assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "dashboard.png" in text
+    else:
+        assert not picture.exists() and f"dashboard.png: not taken ({browser.missing()})" in text
     assert "engine: hypofuzz" in done.stdout
     assert f"FAIL P3-forward-exact[{PLANTED}-float32]" in done.stdout
     assert "channel count" in done.stdout  # the diagnosis of the planted kernel

@@ -27,7 +27,8 @@ NOT_SOURCE = shutil.ignore_patterns(
 
 
 def package_files(root: Path) -> dict[str, str]:
-    """``{path in the wheel: path in the tree}`` of every module and ``py.typed`` of every package under
+    """``{path in the wheel: path in the tree}`` of every module, template (``*.j2``, the report page's: package
+    data) and ``py.typed`` of every package under
     ``root``'s source folders (a package: a folder with an ``__init__.py``, itself in a package)."""
     out = {}
     for top, installed in INSTALLED_AS.items():
@@ -38,7 +39,7 @@ def package_files(root: Path) -> dict[str, str]:
             ):
                 continue  # under a folder that is no package: not importable, not installed
             for f in package.iterdir():
-                if f.is_file() and (f.suffix == ".py" or f.name == "py.typed"):
+                if f.is_file() and (f.suffix in (".py", ".j2") or f.name == "py.typed"):
                     out[f"{installed}/{f.relative_to(root / top).as_posix()}"] = str(f.relative_to(root))
     return out
 

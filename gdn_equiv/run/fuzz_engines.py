@@ -44,6 +44,7 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import registry
 from gdn_equiv.harness.coverage import dimensions
 from gdn_equiv.model.example import Example
+from gdn_equiv.run import browser
 from gdn_equiv.run.report import UNREACHED, Check, ReportWriter, format_table
 
 __all__ = [
@@ -393,7 +394,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _snapshot_dashboard(port: int, out: Path) -> list[str]:
-    """Save the dashboard's page and its tests' JSON (no browser here to render a picture)."""
+    """Save the dashboard's page and its tests' JSON, and its picture (``dashboard.png``) where a browser is
+    installed (:mod:`gdn_equiv.run.browser`); what could not be saved is said with why."""
     saved = []
     for path, name in (("/", "dashboard.html"), ("/api/tests/", "dashboard-tests.json")):
         try:
@@ -402,6 +404,13 @@ def _snapshot_dashboard(port: int, out: Path) -> list[str]:
             saved.append(str(out / name))
         except OSError as exc:
             saved.append(f"{name}: not saved ({exc})")
+    reason = browser.missing()
+    if reason is not None:
+        return [*saved, f"dashboard.png: not taken ({reason})"]
+    try:  # the dashboard draws itself from its API: let its first charts arrive
+        saved.append(str(browser.screenshot(f"http://127.0.0.1:{port}/", out / "dashboard.png", settle_ms=4000)))
+    except Exception as exc:  # a picture is a convenience: the run's results never depend on it
+        saved.append(f"dashboard.png: not taken ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
     return saved
 
 

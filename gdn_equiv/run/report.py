@@ -37,6 +37,7 @@ from typing import Any
 from gdn_equiv.harness.compare import Report, worst
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
+from gdn_equiv.run import html_report
 
 #: the failure JSON's ``format_version``; bump it when a field changes meaning or is removed
 FORMAT_VERSION = 1
@@ -317,8 +318,10 @@ class ReportWriter:
         meta: dict[str, Any],
         json_copy: Path | None = None,
         junit_xml: Path | None = None,
+        html: Path | None = None,
     ) -> None:
         self.out_dir = out_dir
+        self.html = html
         self.device = device
         self.meta = meta
         self.json_copy = json_copy
@@ -393,7 +396,28 @@ class ReportWriter:
             self.json_copy.write_text(summary.read_text())
         if self.junit_xml is not None:
             write_junit(self.rows, self.junit_xml, meta=self.meta)
+        if self.html is not None:
+            self.write_html(self.html)
         return summary
+
+    def write_html(self, path: Path) -> Path:
+        """The run's page (:mod:`gdn_equiv.run.html_report`) from the summary as written, every row with
+        the ledger's result."""
+        data = json.loads(self.summary_path.read_text())
+        for check, row in zip(data["checks"], self.rows, strict=True):
+            check["row_id"] = row.row_id
+        failing = "exit status 1" if self.failed else "exit status 0"
+        what = f"{self.meta.get('mode', 'check')} · {self.meta.get('family', '')} · {self.meta.get('backend', '')}"
+        page = html_report.render(
+            data,
+            page=path,
+            report_dir=self.out_dir,
+            title=f"gdn-equiv {what}",
+            env=html_report.environment(device=self.device, profile=self.meta.get("profile")),
+            failing=FAILING,
+            exit_note=failing if self.status == "complete" else f"run {self.status}: {failing}",
+        )
+        return html_report.write(path, page)
 
     @property
     def failed(self) -> list[Check]:

@@ -16,7 +16,7 @@ from gdn_equiv.harness import isolation, registry
 from gdn_equiv.harness.interpreter import describe
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.families import DEFAULT_FAMILY
-from gdn_equiv.run import fuzz_engines, runner
+from gdn_equiv.run import fuzz_engines, html_report, runner
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     DTYPES,
@@ -87,6 +87,7 @@ class Plan:
     engine: str = "ours"  # fuzz: our loop, or HypoFuzz over the gate's tests (gdn_equiv.run.fuzz_engines)
     workers: int = 1
     dashboard_port: int | None = None
+    html: Path | None = None  # the run's page (gdn_equiv.run.html_report)
 
 
 def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
@@ -246,6 +247,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
     # the one profile table; a fuzz row runs until its share of the budget is spent
     examples = args.examples if args.examples is not None else registry.examples_per_row(profile)
     junit_xml, json_copy = _output_file("--junit-xml", args.junit_xml), _output_file("--json", args.json)
+    html = _output_file("--html", args.html)
+    if html is not None and html_report.missing() is not None:
+        raise EnvironmentProblem(str(html_report.missing()))
     plan = Plan(
         command=args.command,
         target=args.target,
@@ -271,6 +275,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         engine=engine,
         workers=getattr(args, "workers", None) or 1,
         dashboard_port=getattr(args, "dashboard_port", None),
+        html=html,
     )
     if plan.seconds is not None:
         runnable = sum(1 for row in ledger_rows(plan) if row.result != "n/a")
@@ -285,6 +290,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         "--database": database if isinstance(database, Path) else None,
         "--junit-xml": junit_xml and junit_xml.parent,
         "--json": json_copy and json_copy.parent,
+        "--html": html and html.parent,
     })  # fmt: skip
     return plan
 
@@ -416,7 +422,9 @@ def _writer(plan: Plan) -> ReportWriter:
         "device": plan.device,
         "examples": plan.examples,
     }
-    return ReportWriter(plan.report, device=plan.device, meta=plan.meta, json_copy=plan.json, junit_xml=plan.junit_xml)
+    return ReportWriter(
+        plan.report, device=plan.device, meta=plan.meta, json_copy=plan.json, junit_xml=plan.junit_xml, html=plan.html
+    )
 
 
 def _database(plan: Plan) -> object:
@@ -601,6 +609,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML (one testcase per row)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the summary JSON here")
+    p.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE",
+        help="also write the run's page: the ledger with filters, each finding with its shrunk example and "
+        "reproducer, coverage, pictures, environment; one static file (needs gdn-equiv[html])",
+    )
 
 
 def add_parser(sub: Any) -> None:
