@@ -48,7 +48,8 @@ from gdn_equiv.model.backends import get_backend, supported_activations, support
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUTS
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# first: one conv call of each kind against torch, cheap and broad: every worker starts on them (time to red)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first]
 
 
 def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
