@@ -63,7 +63,8 @@ MARKERS = {
     "fla": "needs flash-linear-attention",
     "slow": "takes seconds or more (layer properties on a GPU, subprocesses, long searches): started early under xdist",
     "first": "a cheap, broad property test (P2-P5, each conv call kind against torch and fp64 and in every cell, "
-    "S1-S7): every worker runs its share of these before anything else, so a defect shows within seconds",
+    "S1-S7): every worker runs its share of these before anything else, so a defect shows within seconds; "
+    "first(rank): lower ranks first (default 0)",
     "teeth": "runs a property against a planted defect and expects it to fail",
 }
 
@@ -524,6 +525,11 @@ def _first_batch_starts(config: pytest.Config, n: int, workers: int) -> list[int
     return None
 
 
+def _first_rank(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("first")
+    return int(marker.args[0]) if marker is not None and marker.args else 0
+
+
 def _order(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order for the time to a red verdict as well as for wall time.
 
@@ -536,7 +542,8 @@ def _order(config: pytest.Config, items: list[pytest.Item]) -> None:
     collects and orders the same way, as xdist requires. One process runs the first tier first, then the
     rest in collection order (slow-first buys nothing there)."""
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    first = [item for item in items if item.get_closest_marker("first")]
+    # the first tier by its rank (``first(rank)``, lowest first; collection order within a rank)
+    first = sorted((item for item in items if item.get_closest_marker("first")), key=_first_rank)
     slow = [item for item in items if item.get_closest_marker("slow") and not item.get_closest_marker("first")]
     if not first and not slow:
         return

@@ -114,8 +114,9 @@ def test_without_x_or_maxfail_there_is_no_stop_flag() -> None:
 
 def _items(names: list[str], first: set[str], slow: set[str]) -> list[SimpleNamespace]:
     def item(name: str) -> SimpleNamespace:
+        mark = SimpleNamespace(args=())
         marks = {"first": name in first, "slow": name in slow}
-        return SimpleNamespace(name=name, get_closest_marker=lambda m, marks=marks: True if marks.get(m) else None)
+        return SimpleNamespace(name=name, get_closest_marker=lambda m, marks=marks: mark if marks.get(m) else None)
 
     return [item(n) for n in names]
 
@@ -142,6 +143,18 @@ def test_every_worker_starts_on_the_first_tier(dist: str, workers: int) -> None:
         assert [i.name for i in items[start : start + len(mine)]] == mine
         after = slows[w::workers]
         assert [i.name for i in items[start + len(mine) : start + len(mine) + len(after)]] == after
+
+
+def test_the_first_tier_runs_by_rank() -> None:
+    names = ["a", "b", "c", "d"]
+    items = _items(names, first={"b", "c", "d"}, slow=set())
+    ranks = {"b": (2,), "c": (), "d": (1,)}  # first(2), first (rank 0), first(1)
+    for item in items:
+        mark = SimpleNamespace(args=ranks.get(item.name, ()))
+        if item.name in ranks:
+            item.get_closest_marker = lambda m, mark=mark: mark if m == "first" else None
+    pytest_plugin._order(SimpleNamespace(workerinput={}, option=SimpleNamespace(dist="no")), items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == ["c", "d", "b", "a"]
 
 
 def test_one_process_runs_the_first_tier_first() -> None:

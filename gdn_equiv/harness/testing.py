@@ -166,7 +166,7 @@ def register_profiles() -> None:
 #: ``--gdn-isolate`` up to the example timeout), whatever the failure's kind (a mismatch, a crash of an isolated
 #: kernel, a hang). Hypothesis' own bound is 300 s (``fuzz`` keeps it); the partly shrunk example is saved, so a
 #: re-run resumes shrinking from it
-SHRINK_SECONDS: dict[str, float] = {"dev": 20.0, "ci": 20.0, "gpu": 30.0, "fuzz": 300.0}
+SHRINK_SECONDS: dict[str, float] = {"dev": 10.0, "ci": 15.0, "gpu": 30.0, "fuzz": 300.0}
 
 
 def bound_shrinking(seconds: float) -> str | None:

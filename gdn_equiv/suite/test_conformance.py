@@ -49,7 +49,7 @@ from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.convs import LAYOUTS
 
 # first: one conv call of each kind against torch, cheap and broad: every worker starts on them (time to red)
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first]
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first(2)]
 
 
 def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:

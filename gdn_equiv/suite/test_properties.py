@@ -31,7 +31,7 @@ from gdn_equiv.targets.fla_target import version_row
 
 # first: cheap on a CPU (a fraction of a second per example) and broad, so a defect shows within seconds;
 # slow: on a GPU each is tens of seconds cold (Triton compiles). Both start them first under xdist
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow, pytest.mark.first]
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow, pytest.mark.first(0)]
 
 
 @dataclass
