@@ -648,6 +648,24 @@ class _StopFlag:
         where = "stopped mid-run" if mid_run else "not started"
         pytest.skip(f"not reached: {where}, {why}")
 
+    def skip_if_stopped_mid_run(self, item: pytest.Item, exc: BaseException) -> None:
+        """The stop raised between two examples of a Hypothesis test comes out of Hypothesis as the cause of
+        another error (the run drew less than the same choices drew before: ``FlakyStrategyDefinition``), since
+        a stopped example is one Hypothesis cannot replay. Such an error whose chain holds this flag's skip is
+        the stop, nothing else: the test is reported skipped, "not reached", as the flag's skip says."""
+        if isinstance(exc, pytest.skip.Exception) or self.seen is None:
+            return
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [exc]
+        while todo:
+            e = todo.pop()
+            if e is None or id(e) in seen:
+                continue
+            seen.add(id(e))
+            if isinstance(e, pytest.skip.Exception) and str(e.msg).startswith("not reached: stopped mid-run"):
+                raise pytest.skip.Exception(e.msg) from None
+            todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+
     def note_report(self, config: pytest.Config, report: pytest.TestReport) -> None:
         """Controller (or single process): count failures as pytest does, raise the flag at ``--maxfail``."""
         self.reported.add(report.nodeid)
@@ -768,6 +786,9 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     try:
         with collector.with_value(note):
             return (yield)
+    except BaseException as exc:
+        _STOP.skip_if_stopped_mid_run(item, exc)
+        raise
     finally:
         after = testing.counts()
         item.user_properties.append((_COUNTS_KEY, {k: after[k] - before[k] for k in after}))
