@@ -27,6 +27,7 @@ pytest imports every installed plugin at start-up: importing this one imports gd
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -60,7 +61,10 @@ MARKERS = {
     "triton": "runs the triton backend (interpreter on CPU)",
     "cuda_backend": "needs the causal-conv1d package",
     "fla": "needs flash-linear-attention",
-    "slow": "takes seconds or more (layer properties on a GPU, subprocesses, long searches): started first under xdist",
+    "slow": "takes seconds or more (layer properties on a GPU, subprocesses, long searches): started early under xdist",
+    "first": "a cheap, broad property test (P2-P5, each conv call kind against torch and fp64 and in every cell, "
+    "S1-S7): every worker runs its share of these before anything else, so a defect shows within seconds; "
+    "first(rank): lower ranks first (default 0)",
     "teeth": "runs a property against a planted defect and expects it to fail",
 }
 
@@ -162,6 +166,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "family, backend), each failure with Hypothesis' falsifying example and the command that reruns it, the "
         "environment; one static HTML file (needs gdn-equiv[html])",
     )
+    group.addoption(
+        "--gdn-shrink-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="bound on the time Hypothesis spends shrinking a test's failures before it reports the smallest "
+        "example found so far (re-running resumes from the example database); default by profile: "
+        + ", ".join(f"{k} {v:g} s" for k, v in testing.SHRINK_SECONDS.items()),
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -208,6 +221,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except InvalidArgument as exc:  # refused before any test runs, like a bad option
         raise pytest.UsageError(str(exc)) from exc
     _use_database(config)
+    _bound_shrinking(config)
+    _STOP.configure(config)
     if "hypofuzz" in sys.modules and sys.modules["hypofuzz"].detection.in_hypofuzz_run():
         # a HypoFuzz worker started some other way than fork keeps no patch of its parent's
         hypofuzz_compat()
@@ -235,6 +250,23 @@ def _use_database(config: pytest.Config) -> None:
     name = settings.get_current_profile_name()
     settings.register_profile(f"{name}+database", parent=settings.get_profile(name), database=database)
     settings.load_profile(f"{name}+database")
+
+
+def _bound_shrinking(config: pytest.Config) -> None:
+    """``--gdn-shrink-seconds`` (default by profile, :data:`gdn_equiv.harness.testing.SHRINK_SECONDS`): a failing
+    test reports its smallest example found so far once shrinking has taken this long, so a red verdict with
+    its shrunk example arrives in bounded time whatever the failure (the green gate never shrinks)."""
+    from hypothesis import settings
+
+    seconds = config.getoption("gdn_shrink_seconds")
+    if seconds is None:
+        seconds = testing.SHRINK_SECONDS.get(settings.get_current_profile_name().split("+")[0], 300.0)
+    try:
+        why = testing.bound_shrinking(seconds)
+    except InvalidArgument as exc:
+        raise pytest.UsageError(f"--gdn-shrink-seconds: {exc}") from exc
+    if why is not None:
+        warnings.warn(f"gdn-equiv: --gdn-shrink-seconds {seconds:g} not applied: {why}", stacklevel=1)
 
 
 def _isolate(config: pytest.Config, targets: list[str]) -> None:
@@ -552,22 +584,61 @@ def pytest_cmdline_main(config: pytest.Config) -> Any:
     return (yield)
 
 
-def _slow_first(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the ``slow`` tests (seconds or minutes each: the layer properties on a GPU, subprocess
-    gates, long searches) go to the front of each worker's first share, dealt round robin, so none starts
-    last and leaves the other workers idle at the end. Work stealing hands each of ``n`` workers a
-    contiguous ``len(items) // n`` share and then moves tests from the back of the longest queue; every
-    worker collects and orders the same way, as xdist requires."""
+def _first_batch_starts(config: pytest.Config, n: int, workers: int) -> list[int] | None:
+    """Where each worker's first batch of tests begins in the collected order, as xdist deals them, or ``None``
+    where the order does not decide it. ``worksteal`` (this plugin's default for ``-n``) hands worker ``w`` the
+    contiguous share ``[w * n // workers, ...)`` and later moves tests from the back of the longest queue;
+    ``load`` sends each worker in turn a chunk of ``max(2, min(n // workers // 4, --maxschedchunk))``
+    consecutive tests, then more as queues run low; ``loadscope``/``loadfile``/``loadgroup`` deal whole
+    modules or groups. Workers see the command line, not the controller's options: ``--dist`` not given
+    (``no`` there) is the worksteal this plugin chose."""
+    dist = getattr(config.option, "dist", "no") or "no"
+    if dist in ("no", "worksteal"):
+        share = n // workers
+        return [w * share for w in range(workers)]
+    if dist == "load":
+        chunk = n // workers // 4
+        most = getattr(config.option, "maxschedchunk", None)
+        chunk = max(2, min(chunk, most) if most else chunk)
+        return [w * chunk for w in range(workers)] if chunk * workers <= n else None
+    return None
+
+
+def _first_rank(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("first")
+    return int(marker.args[0]) if marker is not None and marker.args else 0
+
+
+def _order(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order for the time to a red verdict as well as for wall time.
+
+    First the ``first`` tier: cheap, broad property tests (P2-P5, each conv call kind against torch and
+    fp64 and in every cell of T against W x state x packing x grad, S1-S7) that catch the planted defects
+    within their first examples; then the ``slow`` tests (seconds or minutes each: layer properties on a GPU,
+    subprocess gates, long searches), so none starts last and leaves the other workers idle at the end; then
+    the rest. Under xdist each worker's first batch begins with its round-robin share of the first tier, then
+    of the slow tests, so every worker starts on the first tier whatever the dealing (worksteal or load); every worker
+    collects and orders the same way, as xdist requires. One process runs the first tier first, then the
+    rest in collection order (slow-first buys nothing there)."""
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if workers < 2 or not slow:
+    # the first tier by its rank (``first(rank)``, lowest first; collection order within a rank)
+    first = sorted((item for item in items if item.get_closest_marker("first")), key=_first_rank)
+    slow = [item for item in items if item.get_closest_marker("slow") and not item.get_closest_marker("first")]
+    if not first and not slow:
         return
-    rest = [item for item in items if not item.get_closest_marker("slow")]
+    tiered = {id(item) for item in (*first, *slow)}
+    rest = [item for item in items if id(item) not in tiered]
+    starts = _first_batch_starts(config, len(items), workers) if workers > 1 else None
+    if starts is None:  # one process (or dealing by module): the first tier first, the rest as collected
+        chosen = {id(item) for item in first}
+        items[:] = first + [item for item in items if id(item) not in chosen]
+        return
     ordered: list[pytest.Item] = []
     for w in range(workers):
-        share = len(items) // workers if w < workers - 1 else len(items) - len(ordered)
-        mine = slow[w::workers]
-        take = max(0, share - len(mine))
+        end = starts[w + 1] if w + 1 < workers else len(items)
+        # this worker's first batch [starts[w], end): its share of each tier, then the rest fills it up
+        mine = first[w::workers] + slow[w::workers]
+        take = max(0, end - len(ordered) - len(mine))
         ordered += mine + rest[:take]
         rest = rest[take:]
     items[:] = ordered + rest
@@ -577,7 +648,7 @@ def _slow_first(config: pytest.Config, items: list[pytest.Item]) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _ACTIVE:
         return
-    _slow_first(config, items)
+    _order(config, items)
     skips = {
         "gpu": None if _cuda_available() else "needs a CUDA device (none visible)",
         "cuda_backend": None
@@ -589,6 +660,181 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, reason in skips.items():
             if reason is not None and item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# ---- stopping at the first failure under xdist -------------------------------------------------
+
+
+class _StopFlag:
+    """``-x`` / ``--maxfail`` that stops every xdist worker at once, and a report that says what did not run.
+
+    pytest-xdist handles ``-x`` in the controller: when enough failures have arrived it sends each worker a
+    shutdown that the worker reads only after every test already queued to it (pytest-xdist #420, open since
+    2019; #1024: the stop must travel controller -> worker, so no worker-local fix suffices), and a worksteal
+    queue holds a whole share of the suite. So the controller writes a flag file the moment the failure that
+    reaches ``--maxfail`` arrives (its path travels to the workers in ``workerinput``); each worker checks it
+    before every test and between the examples of a Hypothesis test, and on seeing it ends the running test as
+    skipped ("not reached", never a pass: the examples it ran are not the test's budget) and stops
+    (``session.shouldstop``), which ends its loop after that test.
+
+    The report stays complete: every collected test that sent no report is reported as skipped, "not reached"
+    (the terminal's count, JUnit XML), and the controller's exit status is pytest's "tests failed" (1), as for
+    ``-x`` without xdist, not the "interrupted" (2) that xdist's own stop gives."""
+
+    KEY = "gdn_equiv_stop_flag"
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.owner = False  # the controller (or the single process) that created the flag's directory
+        self.seen: str | None = None
+        self.failures = 0
+        self.first_failure: tuple[str, float] | None = None
+        self.collected: list[str] = []
+        self.reported: set[str] = set()
+        self.stopped_mid_run = 0
+        self.never_started = 0
+
+    def configure(self, config: pytest.Config) -> None:
+        worker = getattr(config, "workerinput", None)
+        if worker is not None:
+            value = worker.get(self.KEY)
+            self.path = Path(value) if value else None
+        elif (config.getoption("maxfail") or 0) > 0:
+            import tempfile
+
+            self.path = Path(tempfile.mkdtemp(prefix="gdn-equiv-stop-")) / "stop"
+            self.owner = True
+
+    def unconfigure(self) -> None:
+        if self.owner and self.path is not None:
+            import shutil
+
+            shutil.rmtree(self.path.parent, ignore_errors=True)
+
+    def reason(self) -> str | None:
+        """Why this worker must stop (the flag's text), or ``None``; cheap enough to ask per example."""
+        if self.seen is None and self.path is not None and self.path.exists():
+            self.seen = self.path.read_text(encoding="utf-8").strip() or "the run stopped"
+        return self.seen
+
+    def raise_if_stopped(self, item: pytest.Item, *, mid_run: bool) -> None:
+        why = self.reason()
+        if why is None:
+            return
+        item.session.shouldstop = f"gdn-equiv: {why}"
+        if mid_run:
+            item.user_properties.append(("gdn_equiv_stopped_mid_run", True))
+        where = "stopped mid-run" if mid_run else "not started"
+        pytest.skip(f"not reached: {where}, {why}")
+
+    def skip_if_stopped_mid_run(self, item: pytest.Item, exc: BaseException) -> None:
+        """The stop raised between two examples of a Hypothesis test comes out of Hypothesis as the cause of
+        another error (the run drew less than the same choices drew before: ``FlakyStrategyDefinition``), since
+        a stopped example is one Hypothesis cannot replay. Such an error whose chain holds this flag's skip is
+        the stop, nothing else: the test is reported skipped, "not reached", as the flag's skip says."""
+        if isinstance(exc, pytest.skip.Exception) or self.seen is None:
+            return
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [exc]
+        while todo:
+            e = todo.pop()
+            if e is None or id(e) in seen:
+                continue
+            seen.add(id(e))
+            if isinstance(e, pytest.skip.Exception) and str(e.msg).startswith("not reached: stopped mid-run"):
+                raise pytest.skip.Exception(e.msg) from None
+            todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+
+    def note_report(self, config: pytest.Config, report: pytest.TestReport) -> None:
+        """Controller (or single process): count failures as pytest does, raise the flag at ``--maxfail``."""
+        self.reported.add(report.nodeid)
+        if report.when == "call" and any(k == "gdn_equiv_stopped_mid_run" for k, _ in report.user_properties):
+            self.stopped_mid_run += 1
+        if not report.failed or not self.owner or self.path is None:
+            return
+        self.failures += 1
+        if self.first_failure is None:
+            self.first_failure = (report.nodeid, time.perf_counter() - _START)
+        if self.failures >= config.getoption("maxfail") and not self.path.exists():
+            nodeid, at = self.first_failure
+            text = f"the run stopped at its first failure (-x): FAILED {nodeid} at {at:.1f} s"
+            if config.getoption("maxfail") > 1:
+                text = f"the run stopped at --maxfail {config.getoption('maxfail')} failures (first: FAILED {nodeid})"
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(text + "\n", encoding="utf-8")
+            tmp.replace(self.path)  # whole or absent for a worker that reads it
+
+    def not_reached(self, session: pytest.Session) -> list[str]:
+        """Collected tests without any report: never started (in collection order)."""
+        ids = self.collected or [item.nodeid for item in session.items]
+        return [i for i in ids if i not in self.reported]
+
+
+_STOP = _StopFlag()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: each worker gets the path of the controller's stop flag."""
+    if _ACTIVE and _STOP.path is not None:
+        node.workerinput[_StopFlag.KEY] = str(_STOP.path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist: what the workers collected (every worker collects the same), for the "not reached" rows."""
+    if _ACTIVE and not _STOP.collected:
+        _STOP.collected = list(ids)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _ACTIVE:
+        _STOP.raise_if_stopped(item, mid_run=False)
+
+
+def _check_stop_between_examples(item: pytest.Item) -> None:
+    """A Hypothesis test asks the stop flag before each example (only where a flag exists: ``-x``/``--maxfail``)."""
+    handle = getattr(getattr(item, "obj", None), "hypothesis", None)
+    inner = getattr(handle, "inner_test", None)
+    if _STOP.path is None or inner is None or getattr(inner, "_gdn_equiv_stop_checked", False):
+        return
+
+    @functools.wraps(inner)  # the same source, signature and digest: the same database key
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        _STOP.raise_if_stopped(item, mid_run=True)
+        return inner(*args, **kwargs)
+
+    checked._gdn_equiv_stop_checked = True  # type: ignore[attr-defined]
+    handle.inner_test = checked
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Controller (or single process) of a run that ``-x``/``--maxfail`` stopped: every test that never ran is
+    reported skipped, "not reached" (before JUnit XML is written), and the status is "tests failed"."""
+    if not _ACTIVE or hasattr(session.config, "workerinput") or not _STOP.owner or _STOP.first_failure is None:
+        return
+    reason = _STOP.reason() or "the run stopped at its first failure (-x)"
+    missing = _STOP.not_reached(session)
+    for nodeid in missing:
+        path = nodeid.split("::")[0]
+        report = pytest.TestReport(
+            nodeid=nodeid,
+            location=(path, None, nodeid.split("::", 1)[-1]),
+            keywords={},
+            outcome="skipped",
+            longrepr=(path, 0, f"Skipped: not reached: never started, {reason}"),
+            when="setup",
+        )
+        session.config.hook.pytest_runtest_logreport(report=report)
+    _STOP.never_started = len(missing)
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED and session.testsfailed:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _STOP.unconfigure()
 
 
 # ---- counting examples ---------------------------------------------------------------------
@@ -603,6 +849,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     """
     if not _ACTIVE:
         return (yield)
+    _check_stop_between_examples(item)
     _key_by_node_id(item)
     from hypothesis.statistics import collector as _collector
 
@@ -618,6 +865,9 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     try:
         with collector.with_value(note):
             return (yield)
+    except BaseException as exc:
+        _STOP.skip_if_stopped_mid_run(item, exc)
+        raise
     finally:
         after = testing.counts()
         item.user_properties.append((_COUNTS_KEY, {k: after[k] - before[k] for k in after}))
@@ -638,6 +888,8 @@ def _key_by_node_id(item: pytest.Item) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Sum the examples of each finished test (controller and single process alike); and
     ``--gdn-failure-log``: a failure's full report, appended and flushed as soon as it arrives."""
+    if _ACTIVE and _CONFIG is not None and not hasattr(_CONFIG, "workerinput"):
+        _STOP.note_report(_CONFIG, report)
     if _ACTIVE and report.when == "call":
         for key, value in report.user_properties:
             if key == _COUNTS_KEY and isinstance(value, dict):
@@ -677,6 +929,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         f"gdn-equiv: {n} Hypothesis examples in {elapsed:.1f} s ({rate:.1f} examples/s); "
         f"{totals['properties']} counted by properties (count_example); profile {profile!r}"
     )
+    if _STOP.first_failure is not None and _STOP.reason() is not None:
+        terminalreporter.write_line(
+            f"gdn-equiv: stopped: {_STOP.reason()}; every worker stopped at once: {_STOP.stopped_mid_run} test(s) "
+            f"stopped mid-run, {_STOP.never_started} never started (reported skipped, 'not reached': none passed)"
+        )
     if _REACHED:
         reached = ", ".join(f"{m:,} by {t:.1f} s" for m, t in sorted(_REACHED.items()))
         first, at = min(_REACHED.items())

@@ -94,18 +94,19 @@ class _Item:
 class _Config:
     def __init__(self, workers: int) -> None:
         self.workerinput = {"workercount": workers}
+        self.option = type("Option", (), {"dist": "no", "maxschedchunk": None})()
 
 
 @pytest.mark.parametrize("workers", [2, 3, 12])
 def test_slow_tests_open_every_workers_share(workers: int) -> None:
     """Work stealing gives worker ``w`` the ``w``-th contiguous share of the list: the slow tests (last
     in collection, as the gate's layer properties are) are dealt round robin to the share fronts."""
-    from gdn_equiv.pytest_plugin import _slow_first
+    from gdn_equiv.pytest_plugin import _order
 
     fast = [_Item(f"f{i}", False) for i in range(40)]
     slow = [_Item(f"s{i}", True) for i in range(7)]
     items = [*fast, *slow]
-    _slow_first(_Config(workers), items)  # type: ignore[arg-type]
+    _order(_Config(workers), items)  # type: ignore[arg-type]
     assert sorted(map(repr, items)) == sorted(map(repr, fast + slow))  # a reordering, nothing lost
     share = len(items) // workers
     for w in range(workers):
@@ -114,10 +115,10 @@ def test_slow_tests_open_every_workers_share(workers: int) -> None:
 
 
 def test_slow_first_leaves_a_single_process_alone() -> None:
-    from gdn_equiv.pytest_plugin import _slow_first
+    from gdn_equiv.pytest_plugin import _order
 
     items = [_Item("f", False), _Item("s", True)]
-    _slow_first(_Config(1), items)  # type: ignore[arg-type]
+    _order(_Config(1), items)  # type: ignore[arg-type]
     assert [i.name for i in items] == ["f", "s"]
 
 

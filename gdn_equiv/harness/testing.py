@@ -31,6 +31,8 @@ T = TypeVar("T")
 __all__ = [
     "MISS_BOUND",
     "PROFILES",
+    "SHRINK_SECONDS",
+    "bound_shrinking",
     "count_example",
     "count_hypothesis_test_cases",
     "counts",
@@ -157,6 +159,31 @@ def register_profiles() -> None:
             suppress_health_check=[HealthCheck.too_slow],
             **values,
         )
+
+
+#: seconds Hypothesis may spend shrinking one test's failures, by profile (``--gdn-shrink-seconds`` overrides):
+#: a red verdict arrives at most this long after its first failing example (plus one candidate's run: under
+#: ``--gdn-isolate`` up to the example timeout), whatever the failure's kind (a mismatch, a crash of an isolated
+#: kernel, a hang). Hypothesis' own bound is 300 s (``fuzz`` keeps it); the partly shrunk example is saved, so a
+#: re-run resumes shrinking from it
+SHRINK_SECONDS: dict[str, float] = {"dev": 10.0, "ci": 15.0, "gpu": 30.0, "fuzz": 300.0}
+
+
+def bound_shrinking(seconds: float) -> str | None:
+    """Bound Hypothesis' shrink phase in this process to ``seconds``; returns why it could not, or ``None``.
+
+    Hypothesis offers no setting for it: its maintainers keep the shrink phase's time limit internal
+    (HypothesisWorks/hypothesis#3243, #3400) and the public ``phases`` can only switch shrinking off, which
+    reports unshrunk examples. The limit is the engine's module constant ``MAX_SHRINKING_SECONDS`` (read each
+    time a shrink phase starts); a Hypothesis without it keeps its own bound, and the caller says so."""
+    if not seconds > 0:
+        raise InvalidArgument(f"the shrink bound must be > 0 seconds, got {seconds!r}")
+    from hypothesis.internal.conjecture import engine
+
+    if not isinstance(getattr(engine, "MAX_SHRINKING_SECONDS", None), (int, float)):
+        return "this Hypothesis has no MAX_SHRINKING_SECONDS: its own shrink bound applies"
+    engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
+    return None
 
 
 def default_profile(env: Mapping[str, str] = os.environ) -> str:

@@ -40,8 +40,10 @@ def combination_calls(backend: str) -> st.SearchStrategy:
     return conv_cells(base, widths=widths, varlen_initial_state=caps.varlen_initial_state)
 
 
+# first: every cell of the conv call in a few examples, cheap on a CPU: every worker starts on it (time to red).
 # each example runs every cell (120 calls), so a sixth of the profile's examples keeps the test's cost
 # near the other conformance tests' while the base calls (channels, dtype, layouts) still vary
+@pytest.mark.first(2)
 @settings(deadline=None, max_examples=max(2, settings().max_examples // 6))
 @given(data=st.data())
 def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):

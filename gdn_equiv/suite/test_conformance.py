@@ -49,7 +49,8 @@ from gdn_equiv.model.backends import capabilities
 from gdn_equiv.strategies import ConvCall, conv_calls, outside_calls
 from gdn_equiv.strategies.convs import LAYOUTS, breakable_limits
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# first: one conv call of each kind against torch, cheap and broad: every worker starts on them (time to red)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first(2)]
 
 
 def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:

@@ -31,7 +31,8 @@ from gdn_equiv.model.example import Example, build_layer
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies import ConvCall, conv_calls
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# first: cheap and broad (one conv call of each kind against fp64): every worker starts on them (time to red)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first(3)]
 
 
 def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:

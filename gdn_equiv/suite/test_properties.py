@@ -29,8 +29,9 @@ from gdn_equiv.model.example import Example
 from gdn_equiv.targets import Target, get_target
 from gdn_equiv.targets.fla_target import version_row
 
-# slow: on a GPU each is tens of seconds cold (Triton compiles), so under xdist they start first
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
+# first: cheap on a CPU (a fraction of a second per example) and broad, so a defect shows within seconds;
+# slow: on a GPU each is tens of seconds cold (Triton compiles). Both start them first under xdist
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow, pytest.mark.first(0)]
 
 
 @dataclass

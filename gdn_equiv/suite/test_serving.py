@@ -23,6 +23,9 @@ from gdn_equiv.serving import properties as S
 from gdn_equiv.serving import records
 from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
 
+# first: S1-S7 are cheap on the reference engine and each catches its planted engine: every worker starts on them
+pytestmark = pytest.mark.first(1)
+
 
 @pytest.fixture(scope="module")
 def engine(gdn_serving_engine: str) -> Any:

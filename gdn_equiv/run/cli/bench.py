@@ -1,5 +1,6 @@
 """``gdn-equiv bench layer|prologue``: the fused prologue timed against the separate one
-(:mod:`gdn_equiv.run.bench`)."""
+(:mod:`gdn_equiv.run.bench`); ``gdn-equiv bench verdict``: the time to a red verdict per planted defect
+and driver (:mod:`gdn_equiv.run.verdict`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gdn_equiv.harness import registry
+from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import available_backends
 from gdn_equiv.model.families import DEFAULT_FAMILY
-from gdn_equiv.run import bench
+from gdn_equiv.run import bench, verdict
+from gdn_equiv.run import plant as planting
 from gdn_equiv.run.cli.check import _target_problem
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
@@ -89,6 +93,11 @@ def plan_bench(args: argparse.Namespace) -> Any:
     import torch
 
     what = args.what
+    if what == "verdict":
+        return plan_verdict(args)
+    given = [f"--{n.replace('_', '-')}" for n in _VERDICT_OPTIONS if getattr(args, n) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)}: options of bench verdict, not of bench {what}")
     if args.from_report is not None:
         return _bench_replay(args)
     _at_least("--iters", args.iters, 1)
@@ -167,6 +176,115 @@ def plan_bench(args: argparse.Namespace) -> Any:
     )
 
 
+#: the options of ``bench verdict`` alone
+_VERDICT_OPTIONS = (
+    "defect",
+    "driver",
+    "runs",
+    "profile",
+    "jobs",
+    "timeout",
+    "fuzz_seconds",
+    "max_seconds",
+    "property",
+)
+#: the options of ``bench layer|prologue`` that ``bench verdict`` refuses
+_TIMING_OPTIONS = ("backend", "dtype", "iters", "warmup", "shape", "timing", "plot", "from_report")
+
+
+def _names(flag: str, value: str, known: list[str], extra: tuple[str, ...] = ()) -> list[str]:
+    names = [n.strip() for n in value.split(",")]
+    if not all(names):
+        raise UsageError(f"{flag} {value!r}: needs names separated by commas")
+    out: list[str] = []
+    for name in names:
+        if name == "all":
+            out += known
+        elif name in known or name in extra:
+            out.append(name)
+        else:
+            raise UsageError(f"{flag} {name!r} is not one of: {', '.join([*extra, *known, 'all'])}")
+    return list(dict.fromkeys(out))
+
+
+def plan_verdict(args: argparse.Namespace) -> verdict.VerdictPlan:
+    """``bench verdict`` arguments, every one checked before any run starts."""
+    given = [
+        f"--{n.replace('_', '-')}" if n != "from_report" else "--from" for n in _TIMING_OPTIONS if getattr(args, n)
+    ]
+    if args.quick:
+        given.append("--quick")
+    if given:
+        raise UsageError(f"{', '.join(given)}: bench verdict times whole driver runs; these options time kernels")
+    defects = _names(
+        "--defect", "none,all" if args.defect is None else args.defect, planting.teeth(), extra=(verdict.NONE,)
+    )
+    drivers = _names("--driver", "all" if args.driver is None else args.driver, list(verdict.DRIVERS))
+    runs = 3 if args.runs is None else args.runs
+    _at_least("--runs", runs, 1)
+    jobs = 2 if args.jobs is None else args.jobs
+    _at_least("--jobs", jobs, 1)
+    profile = "ci" if args.profile is None else args.profile
+    if profile not in PROFILES or profile == "fuzz":
+        known = ", ".join(p for p in PROFILES if p != "fuzz")
+        raise UsageError(f"--profile {profile!r} is not a gate profile; known: {known} (fuzz runs by --fuzz-seconds)")
+    timeout = 600.0 if args.timeout is None else args.timeout
+    if not timeout > 0:
+        raise UsageError(f"--timeout {timeout!r} must be > 0 seconds")
+    fuzz_seconds = 60.0 if args.fuzz_seconds is None else args.fuzz_seconds
+    if not fuzz_seconds > 0:
+        raise UsageError(f"--fuzz-seconds {fuzz_seconds!r} must be > 0")
+    if args.max_seconds is not None and not args.max_seconds > 0:
+        raise UsageError(f"--max-seconds {args.max_seconds!r} must be > 0")
+    family = None
+    if args.family is not None:
+        family = ",".join(_families(args.family))
+    properties = None
+    if args.property is not None:
+        gates = [d for d in drivers if d.startswith("pytest")]
+        if gates:
+            raise UsageError(f"--property: the gate ({', '.join(gates)}) runs every property; it picks check/fuzz rows")
+        properties = ",".join(_names("--property", args.property, [*registry.records(), registry.NECESSITY]))
+    device = _device(args.device if args.device is not None else "cpu")
+    json_path = _bench_output("--json", args.json, Path(DEFAULT_REPORT) / "bench-verdict.json", ".json")
+    return verdict.VerdictPlan(
+        defects=defects,
+        drivers=drivers,
+        runs=runs,
+        device=device,
+        profile=profile,
+        jobs=jobs,
+        timeout=timeout,
+        fuzz_seconds=fuzz_seconds,
+        family=family,
+        json=json_path,
+        properties=properties,
+        max_seconds=args.max_seconds,
+    )
+
+
+def cmd_verdict(plan: verdict.VerdictPlan) -> int:
+    print(
+        f"gdn-equiv bench verdict: {len(plan.defects)} defect(s) x driver {','.join(plan.drivers)}, {plan.runs} "
+        f"run(s) each, device={plan.device} profile={plan.profile} jobs={plan.jobs} timeout={plan.timeout:g}s",
+        flush=True,
+    )
+    report = verdict.new_report(plan)
+    try:
+        verdict.run(plan, report, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    finally:  # the table once, also of an interrupted run's finished rows
+        print()
+        print(verdict.format_table(report), flush=True)
+    print(f"report: {plan.json}")
+    found = verdict.findings(report, plan.max_seconds)
+    for line in found:
+        print(f"FINDING {line}")
+    errors = [r for r in report["rows"] if r["verdict"] == "error"]
+    if errors:
+        print(f"{len(errors)} row(s) ended in an error (their output's tail is in the JSON)")
+    return EXIT_FAILED if found else EXIT_ENVIRONMENT if errors else EXIT_OK
+
+
 @dataclass
 class BenchReplay:
     """``bench --from``: an earlier report to print and plot again, nothing timed."""
@@ -218,6 +336,8 @@ def _plot_unless_matplotlib_missing(args: argparse.Namespace, path: Path | None)
 
 
 def cmd_bench(plan: Any) -> int:
+    if isinstance(plan, verdict.VerdictPlan):
+        return cmd_verdict(plan)
     if isinstance(plan, BenchReplay):
         print(f"gdn-equiv bench: {plan.source} ({plan.report.get('status')}, {len(plan.report['rows'])} rows)")
         print()
@@ -262,8 +382,9 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "what",
-        choices=["layer", "prologue"],
-        help="layer: the whole layer per family, separate vs fused prologue; prologue: the convs alone",
+        choices=["layer", "prologue", "verdict"],
+        help="layer: the whole layer per family, separate vs fused prologue; prologue: the convs alone; verdict: the "
+        "time to a red verdict per planted defect (the registry's teeth) and driver, each run a fresh process",
     )
     p.add_argument(
         "--family",
@@ -280,7 +401,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--dtype", action="append", choices=DTYPES, help="repeatable (default: bfloat16 on cuda, float32 on cpu)"
     )
-    p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present; cpu needs --quick)")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="cpu or cuda[:N] (layer/prologue default: cuda when present, cpu needs --quick; verdict default: cpu)",
+    )
     p.add_argument(
         "--iters", type=int, default=None, help="timed calls per measurement, >= 1 (default layer 10, prologue 50)"
     )
@@ -315,5 +440,44 @@ def add_parser(sub: Any) -> None:
         metavar="FILE.json",
         help="time nothing: print the table and write the plot of an earlier report of the same kind (e.g. one "
         "a time limit cut short: its finished rows are in the JSON)",
+    )
+    v = p.add_argument_group("bench verdict")
+    v.add_argument(
+        "--defect",
+        default=None,
+        metavar="NAME[,NAME]|all|none",
+        help="planted defects (the registry's teeth: backend:NAME, layer defects, planted engines) and 'none', the "
+        "green run with nothing planted (default: none,all)",
+    )
+    v.add_argument(
+        "--driver",
+        default=None,
+        metavar="NAME[,NAME]|all",
+        help="check, pytest (the gate, every test), pytest-x (the gate with -x), fuzz (default: all)",
+    )
+    v.add_argument(
+        "--property",
+        default=None,
+        metavar="NAME[,NAME]",
+        help="check/fuzz drivers only: the properties of their rows (default every one; the gate runs all)",
+    )
+    v.add_argument("--runs", type=int, default=None, help="fresh runs per defect x driver, median reported (default 3)")
+    v.add_argument("--profile", default=None, help="Hypothesis profile of every run: dev, ci or gpu (default ci)")
+    v.add_argument(
+        "--jobs", type=int, default=None, help="pytest -n for the gate drivers; 1 runs without xdist (default 2)"
+    )
+    v.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a run may take before it is stopped: no verdict (default 600)",
+    )
+    v.add_argument("--fuzz-seconds", type=float, default=None, help="the fuzz driver's --seconds (default 60)")
+    v.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="a planted defect whose red verdict takes longer (median) is a finding (exit 1); without it only a "
+        "defect that is not red is one",
     )
     p.set_defaults(prepare=plan_bench, run=cmd_bench)
