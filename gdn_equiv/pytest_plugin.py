@@ -797,7 +797,7 @@ def _check_stop_between_examples(item: pytest.Item) -> None:
     """A Hypothesis test asks the stop flag before each example (only where a flag exists: ``-x``/``--maxfail``)."""
     handle = getattr(getattr(item, "obj", None), "hypothesis", None)
     inner = getattr(handle, "inner_test", None)
-    if _STOP.path is None or inner is None or getattr(inner, "_gdn_equiv_stop_checked", False):
+    if _STOP.path is None or handle is None or inner is None or getattr(inner, "_gdn_equiv_stop_checked", False):
         return
 
     @functools.wraps(inner)  # the same source, signature and digest: the same database key

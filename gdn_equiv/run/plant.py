@@ -81,7 +81,7 @@ def plant(name: str) -> None:
         def engine_adapters() -> list[Any]:
             return [as_reference() if a.name == "reference" else a for a in original()]
 
-        records.engine_adapters = engine_adapters  # type: ignore[assignment]
+        records.engine_adapters = engine_adapters
 
 
 def pytest_configure(config: Any) -> None:
