@@ -41,6 +41,7 @@ import pytest
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import interpreter, isolation, registry, testing
+from gdn_equiv.harness.coverage import RUN_ID_ENV
 from gdn_equiv.model.backends import fla_backend, get_backend
 from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
 from gdn_equiv.model.families import parse_families
@@ -196,6 +197,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     _ACTIVE, _CONFIG = True, config
     _START = time.perf_counter()
+    # one id for the run, its xdist workers included (they inherit the controller's environment): the coverage
+    # labels carry it, so `gdn-equiv coverage` judges this run's observations and nothing older
+    os.environ.setdefault(RUN_ID_ENV, f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     # Before anything can initialise CUDA: each xdist worker sees one GPU.

@@ -665,3 +665,60 @@ def test_a_ci_run_of_the_combination_tests_reaches_every_combination_of_the_trip
     (tmp_path / "control").mkdir()
     control = _observe_run(tmp_path / "control", [sys.executable, "-c", COMBINATION_RUN])
     assert C.unreached_combinations(control, "conv", within=within)
+
+
+def _in_run(case: dict, run: str) -> dict:
+    return {**case, "features": {**case["features"], C.RUN_EVENT: run}}
+
+
+def test_coverage_judges_one_run_and_leaves_older_and_unlabelled_lines_out(gdn, tmp_path) -> None:
+    """A stale line (an older run's, or an unrelated test's without a run id) must not reach a region for
+    the run judged: the default is the newest run, ``--run`` picks another, and the report names it."""
+    every = [f"coverage:{d.name}={r}" for d in C.dimensions() for r in d.regions]
+    from gdn_equiv.strategies.combinations import all_cells, layer_cells
+
+    joints = [C.joint_label("conv", {d: (r,) for d, r in c.regions().items()}) for c in all_cells()]
+    joints += [C.joint_label("layer", {d: (r,) for d, r in c.items()}) for c in layer_cells()]
+    old, new = "20261206T090000-11", "20261206T100000-22"
+    _write(
+        tmp_path / "obs",
+        [
+            _in_run(_case("t::test", every[:-1] + joints), new),
+            _in_run(_case("t::test", every[-1:]), old),  # the one region only an older run reached
+            _case("other::test", every[-1:]),  # and an unrelated test's line, with no run id
+        ],
+    )
+    status, out, _ = gdn("coverage", "--observed", "obs", "--require-all")
+    assert status == cli_common.EXIT_FAILED, out
+    assert f"Run judged: {new}; 2 observation(s) of other runs, or of none, left out." in out
+    assert out.rstrip().endswith(f"1 expected region(s) NOT REACHED: {every[-1]}")
+    status, out, _ = gdn("coverage", "--observed", "obs", "--run", old)
+    assert status == cli_common.EXIT_OK and f"Run judged: {old}; 2 observation(s)" in out
+    status, _, err = gdn("coverage", "--observed", "obs", "--run", "no-such-run")
+    assert status == cli_common.EXIT_USAGE and f"its runs are {old}, {new}" in err
+
+
+def test_the_gates_labels_carry_the_runs_id(monkeypatch) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.control import current_build_context
+
+    from gdn_equiv.strategies import ConvCall
+
+    monkeypatch.setenv(C.RUN_ID_ENV, "20261206T120000-7")
+    seen: list[dict] = []
+
+    @settings(max_examples=1, database=None)
+    @given(st.none())
+    def labelled(_: None) -> None:
+        C.label_conv_call(ConvCall(B=1, T=2, D=3, W=2), grad=False, final_state=True)
+        seen.append(dict(current_build_context().data.events))
+
+    labelled()
+    assert seen and seen[0][C.RUN_EVENT] == "20261206T120000-7"
+
+
+def test_a_gate_run_has_one_run_id_in_every_process() -> None:
+    """Set by the plugin at configure time, before xdist starts its workers (they inherit it)."""
+    run = os.environ.get(C.RUN_ID_ENV, "")
+    assert run[:8].isdigit() and "-" in run, run

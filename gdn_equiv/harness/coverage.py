@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,10 @@ __all__ = [
 
 #: every coverage event starts with this, so other events (and Hypothesis' own) are left alone
 PREFIX = "coverage:"
+#: the event every labelled example carries with its run's id (``GDN_EQUIV_RUN_ID``, set by the gate's plugin
+#: for the whole run, xdist workers included), so ``coverage`` judges one run, not whatever the folder holds
+RUN_EVENT = "gdn-equiv:run"
+RUN_ID_ENV = "GDN_EQUIV_RUN_ID"
 #: channel-count buckets: one block or warp (16), a few (64), the per-slot sizes of real layers (256),
 #: their fused sums on a CPU run (1,024), and past it (the fused q|k|v widths a GPU run reaches)
 CHANNEL_BUCKETS = ((16, "1-16"), (64, "17-64"), (256, "65-256"), (1024, "257-1024"))
@@ -305,6 +310,9 @@ def _emit(regions: Mapping[str, Iterable[str]], kind: str) -> None:
     for label in labels(regions):
         event(label)
     event(joint_label(kind, regions))
+    run = os.environ.get(RUN_ID_ENV)
+    if run:
+        event(RUN_EVENT, run)
 
 
 def label_conv_call(call: ConvCall, *, grad: bool, final_state: bool) -> None:
@@ -371,6 +379,10 @@ class Tally:
     #: distinct processes (pid, import time) that wrote them: xdist workers, or several runs
     processes: set[tuple[Any, Any]] = field(default_factory=set)
     files: list[Path] = field(default_factory=list)
+    #: the run judged (its id), or None where no observation carries one (every line judged)
+    run: str | None = None
+    #: observations left out: another run's, or none's beside a run's
+    left_out: int = 0
 
     def total(self, label: str | None = None) -> int:
         """Examples in all tests (carrying ``label``, when given)."""
@@ -383,10 +395,25 @@ class Tally:
         return sum(1 for counts in self.labels.values() if counts[label])
 
 
-def tally(observations: Iterable[tuple[Path, dict[str, Any]]]) -> Tally:
-    """Count examples per coverage label and per test, from :func:`read_observed`'s observations."""
-    out = Tally()
+def runs(observations: Iterable[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """The run ids the observations carry (:data:`RUN_EVENT`), oldest first (ids start with their start time)."""
+    return sorted({str(r) for _, d in observations if (r := (d.get("features") or {}).get(RUN_EVENT))})
+
+
+def tally(observations: Iterable[tuple[Path, dict[str, Any]]], run: str | None = None) -> Tally:
+    """Count examples per coverage label and per test, from :func:`read_observed`'s observations of one run:
+    ``run`` (an id :func:`runs` lists), by default the newest. A folder whose observations carry no run id
+    (written before runs had one) is judged whole. Lines of other runs, and lines without an id beside a
+    run's (an unrelated test's, a stale one), are left out and counted (``left_out``)."""
+    observations = list(observations)
+    known = runs(observations)
+    if run is not None and run not in known:
+        raise InvalidArgument(f"run {run!r} is not in the observations; runs there: {', '.join(known) or 'none'}")
+    out = Tally(run=run or (known[-1] if known else None))
     for path, data in observations:
+        if out.run is not None and (data.get("features") or {}).get(RUN_EVENT) != out.run:
+            out.left_out += 1
+            continue
         if path not in out.files:
             out.files.append(path)
         metadata = data.get("metadata") or {}
@@ -528,6 +555,10 @@ def format_report(t: Tally) -> str:
         f"From {len(t.files)} file(s) written by {len(t.processes)} process(es) "
         f"({', '.join(p.name for p in t.files)}); {t.gave_up} test case(s) that gave up not counted. "
         "Examples per region (an example can sit in several regions of one dimension).",
+        "",
+        f"Run judged: {t.run}; {t.left_out} observation(s) of other runs, or of none, left out."
+        if t.run is not None
+        else "Run judged: every observation (none carries a run id: written before runs had one).",
         *_combination_lines(t),
     ]
     for dim, rows in _rows(t):
@@ -563,6 +594,8 @@ def report_json(t: Tally) -> dict[str, Any]:
         "examples": t.total(),
         "gave_up": t.gave_up,
         "processes": len(t.processes),
+        "run": t.run,
+        "left_out": t.left_out,
         "files": [str(p) for p in t.files],
         "dimensions": {
             dim.name: {

@@ -19,7 +19,8 @@ exit status:
   1    with --require-all: an expected region or a promised combination was NOT REACHED
        (the report lists them)
   2    --observed is missing, holds no *_testcases.jsonl file or no test case, or has a line
-       that is not JSON; --json names a directory; one line on stderr names the path
+       that is not JSON; --run names no run of the observations; --json names a directory; one
+       line on stderr names the path or the run
   4    internal error of gdn-equiv itself; the traceback is saved in gdn-equiv-report/
   130  interrupted
 """
@@ -30,6 +31,7 @@ class CoveragePlan:
     observations: list[tuple[Path, dict[str, Any]]]
     json: Path | None
     require_all: bool
+    run: str | None = None
 
 
 def plan_coverage(args: argparse.Namespace) -> CoveragePlan:
@@ -45,8 +47,11 @@ def plan_coverage(args: argparse.Namespace) -> CoveragePlan:
         observations = coverage.read_observed(Path(observed))
     except InvalidArgument as exc:
         raise UsageError(f"--observed: {_one_line(str(exc))}") from None
+    known = coverage.runs(observations)
+    if args.run_id is not None and args.run_id not in known:
+        raise UsageError(f"--run {args.run_id!r} is not in {observed}: its runs are {', '.join(known) or 'none'}")
     _make_dirs({"--json": json_path and json_path.parent})
-    return CoveragePlan(observations=observations, json=json_path, require_all=args.require_all)
+    return CoveragePlan(observations=observations, json=json_path, require_all=args.require_all, run=args.run_id)
 
 
 def cmd_coverage(plan: CoveragePlan) -> int:
@@ -56,7 +61,7 @@ def cmd_coverage(plan: CoveragePlan) -> int:
     randomized ``ci`` run without anything being wrong."""
     import json
 
-    tally = coverage.tally(plan.observations)
+    tally = coverage.tally(plan.observations, plan.run)
     print(coverage.format_report(tally))
     if plan.json is not None:
         plan.json.write_text(json.dumps(coverage.report_json(tally), indent=2) + "\n")
@@ -81,6 +86,15 @@ def add_parser(sub: Any) -> None:
         help="the run's observations: a directory of *_testcases.jsonl files (default: .hypothesis/observed, "
         "or $HYPOTHESIS_STORAGE_DIRECTORY/observed); Hypothesis appends to one file a day, so empty it before "
         "the run to report that run alone",
+    )
+    p.add_argument(
+        "--run",
+        dest="run_id",
+        default=None,
+        metavar="ID",
+        help="the run to judge (the gate labels each example with its run's id, GDN_EQUIV_RUN_ID); default: the "
+        "newest run in --observed; other runs' observations, and observations without an id beside a run's, are "
+        "left out and counted",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the counts as JSON")
     p.add_argument(
