@@ -53,6 +53,25 @@ def _device() -> str:
 TIMING_PLUGIN = r"""
 import os
 
+import pytest
+
+
+def _collected(n):
+    with open(os.environ["LANE_TIMING"], "a") as out:
+        out.write(f"#collected\t{n}\n")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    if not os.environ.get("LANE_COLLECTED"):  # every worker collects the same tests: the first says how many
+        os.environ["LANE_COLLECTED"] = "1"
+        _collected(len(ids))
+
+
+def pytest_collection_finish(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER") and not session.config.pluginmanager.hasplugin("dsession"):
+        _collected(len(session.items))
+
 
 def pytest_runtest_logreport(report):
     if os.environ.get("PYTEST_XDIST_WORKER") or not (report.when == "call" or report.outcome != "passed"):
@@ -71,6 +90,8 @@ def summarise_timing(path: Path) -> dict[str, dict]:
     if not path.exists():
         return {}
     for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            continue
         nodeid, _when, outcome, seconds, reason = (line.split("\t") + [""] * 5)[:5]
         row = files[nodeid.split("::")[0].rsplit("/", 1)[-1]]
         row["seconds"] += float(seconds or 0)
@@ -87,7 +108,8 @@ def summarise_timing(path: Path) -> dict[str, dict]:
 def slowest(path: Path, n: int = 15) -> list[tuple[str, float]]:
     if not path.exists():
         return []
-    rows = [(line.split("\t")[0], float(line.split("\t")[3])) for line in path.read_text().splitlines()]
+    lines = [line.split("\t") for line in path.read_text().splitlines() if not line.startswith("#")]
+    rows = [(parts[0], float(parts[3])) for parts in lines]
     return sorted(rows, key=lambda r: -r[1])[:n]
 
 
@@ -118,12 +140,21 @@ def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, ou
     seconds = round(time.perf_counter() - started, 1)
     files = summarise_timing(timing)
     totals = {k: sum(f[k] for f in files.values()) for k in ("passed", "failed", "skipped")}
+    totals["collected"] = _collected_count(timing)
     green = status == 0 and totals["passed"] > 0
     tail = log.read_text(errors="replace").splitlines()[-3:]
     print(f"[lane] {stem}: {'green' if green else 'RED'} status={status} {totals} in {seconds} s", flush=True)
     return {"backend": backend, "phase": phase, "status": status, "green": green, "seconds": seconds,
             "totals": totals, "files": files, "tail": tail, "kernels": _kernel_count(cache),
             "slowest": slowest(timing)}  # fmt: skip
+
+
+def _collected_count(path: Path) -> int | None:
+    """How many tests the run collected (None where it never got that far)."""
+    if not path.exists():
+        return None
+    counts = [int(line.split("\t")[1]) for line in path.read_text().splitlines() if line.startswith("#collected")]
+    return counts[0] if counts else None
 
 
 def _kernel_count(cache: Path) -> int:
@@ -138,15 +169,15 @@ def write_markdown(report: dict, path: Path) -> None:
         f"Device: {report['device']}. Profile `{report['profile']}`, `-n {report['workers']}`. Versions: "
         + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
         "",
-        "| backend | run | verdict | passed | failed | skipped (n/a) | seconds | kernels compiled |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| backend | run | verdict | passed | failed | skipped (n/a) | of collected | seconds | kernels compiled |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report["runs"]:
         t = r["totals"]
         verdict = "green" if r["green"] else f"RED ({r['status']})"
         lines.append(
             f"| {r['backend']} | {r['phase']} | {verdict} | {t['passed']} | {t['failed']} | {t['skipped']} | "
-            f"{r['seconds']} | {r['kernels']} |"
+            f"{t.get('collected') or '?'} | {r['seconds']} | {r['kernels']} |"
         )
     for r in report["runs"]:
         lines += ["", f"## {r['backend']}, {r['phase']}", "", "| test file | passed | failed | n/a | seconds (sum) |"]
