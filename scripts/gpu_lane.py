@@ -79,8 +79,12 @@ def pytest_runtest_logreport(report):
     reason = ""
     if report.skipped and isinstance(report.longrepr, tuple):
         reason = str(report.longrepr[2])[:160]
+    node = getattr(report, "node", None)  # xdist: the worker that ran it
+    worker = getattr(getattr(node, "gateway", None), "id", "main")
+    start = getattr(report, "start", 0.0)  # when the test's phase began (epoch seconds)
     with open(os.environ["LANE_TIMING"], "a") as out:
-        out.write("\t".join([report.nodeid, report.when, report.outcome, f"{report.duration:.2f}", reason]) + "\n")
+        fields = [report.nodeid, report.when, report.outcome, f"{report.duration:.2f}", reason, worker, f"{start:.2f}"]
+        out.write("\t".join(fields) + "\n")
 """
 
 
@@ -146,6 +150,7 @@ def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, ou
     print(f"[lane] {stem}: {'green' if green else 'RED'} status={status} {totals} in {seconds} s", flush=True)
     return {"backend": backend, "phase": phase, "status": status, "green": green, "seconds": seconds,
             "totals": totals, "files": files, "tail": tail, "kernels": _kernel_count(cache),
+            "kernels_by_name": _kernels_by_name(cache),
             "slowest": slowest(timing)}  # fmt: skip
 
 
@@ -160,6 +165,17 @@ def _collected_count(path: Path) -> int | None:
 def _kernel_count(cache: Path) -> int:
     """Compiled kernels in the Triton cache (one folder per specialisation that holds a cubin)."""
     return sum(1 for _ in cache.rglob("*.cubin")) if cache.exists() else 0
+
+
+def _kernels_by_name(cache: Path) -> dict[str, int]:
+    """Specialisations compiled per kernel name (a name with many is a kernel whose constexprs and argument
+    specialisations the drawn calls spread out: where a cold run's compile time goes)."""
+    if not cache.exists():
+        return {}
+    names: dict[str, int] = defaultdict(int)
+    for cubin in cache.rglob("*.cubin"):
+        names[cubin.stem] += 1
+    return dict(sorted(names.items(), key=lambda kv: -kv[1]))
 
 
 def write_markdown(report: dict, path: Path) -> None:
@@ -184,6 +200,9 @@ def write_markdown(report: dict, path: Path) -> None:
         lines.append("| --- | --- | --- | --- | --- |")
         for name, f in r["files"].items():
             lines.append(f"| {name} | {f['passed']} | {f['failed']} | {f['skipped']} | {f['seconds']} |")
+        if r.get("kernels_by_name"):
+            top = list(r["kernels_by_name"].items())[:10]
+            lines += ["", "specialisations compiled, by kernel: " + "; ".join(f"{n} {c}" for n, c in top)]
         if r["slowest"]:
             lines += ["", "slowest tests: " + "; ".join(f"{n.split('::')[-1]} {t:.1f} s" for n, t in r["slowest"][:8])]
         reasons = {why: n for f in r["files"].values() for why, n in f["n/a"].items()}
