@@ -109,6 +109,35 @@ def summarise_timing(path: Path) -> dict[str, dict]:
     return {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in sorted(files.items())}
 
 
+def _names_backend(param: str, backend: str) -> bool:
+    parts = f"-{param}-"
+    return f"-{backend}-" in parts
+
+
+def per_backend(path: Path, backends: list[str]) -> dict[str, dict]:
+    """In a run over several backends: each backend's rows (tests whose parameter id names it; the longest
+    name wins, so ``fla-triton`` is not ``triton``), passed / failed / skipped and worker-seconds; the rest
+    (backend-independent tests, run once) under ``(shared)``."""
+    rows: dict[str, dict] = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0})
+    if not path.exists():
+        return {}
+    names = sorted(backends, key=len, reverse=True)
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        nodeid, _when, outcome, seconds = (line.split("\t") + [""] * 4)[:4]
+        param = nodeid.rsplit("[", 1)[1].rstrip("]") if nodeid.endswith("]") else ""
+        owner = "(shared)"
+        for name in names:
+            if _names_backend(param, name):
+                owner = name
+                break
+        row = rows[owner]
+        row["seconds"] += float(seconds or 0)
+        row[{"failed": "failed", "skipped": "skipped"}.get(outcome, "passed")] += 1
+    return {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in sorted(rows.items())}
+
+
 def slowest(path: Path, n: int = 15) -> list[tuple[str, float]]:
     if not path.exists():
         return []
@@ -119,12 +148,13 @@ def slowest(path: Path, n: int = 15) -> list[tuple[str, float]]:
 
 def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, out: Path) -> dict:
     stem = f"{backend}-{phase}"
+    asked = backend.replace("+", ",")  # an entry joined by + is one run over those backends
     junit, failures, log = out / f"{stem}.xml", out / f"{stem}-failures.txt", out / f"{stem}.log"
     timing = out / f"{stem}-tests.tsv"
     for stale in (junit, failures, timing):
         stale.unlink(missing_ok=True)
     argv = [
-        sys.executable, "-m", "pytest", "-p", "lane_timing", "--pyargs", "gdn_equiv.suite", "--gdn-backend", backend,
+        sys.executable, "-m", "pytest", "-p", "lane_timing", "--pyargs", "gdn_equiv.suite", "--gdn-backend", asked,
         "-n", str(args.workers), "-p", "no:cacheprovider", "-q", "-rfE", f"--junitxml={junit}",
         f"--gdn-failure-log={failures}", "--durations=25", *args.pytest_args,
     ]  # fmt: skip
@@ -150,7 +180,7 @@ def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, ou
     print(f"[lane] {stem}: {'green' if green else 'RED'} status={status} {totals} in {seconds} s", flush=True)
     return {"backend": backend, "phase": phase, "status": status, "green": green, "seconds": seconds,
             "totals": totals, "files": files, "tail": tail, "kernels": _kernel_count(cache),
-            "kernels_by_name": _kernels_by_name(cache),
+            "kernels_by_name": _kernels_by_name(cache), "per_backend": per_backend(timing, asked.split(",")),
             "slowest": slowest(timing)}  # fmt: skip
 
 
@@ -200,6 +230,11 @@ def write_markdown(report: dict, path: Path) -> None:
         lines.append("| --- | --- | --- | --- | --- |")
         for name, f in r["files"].items():
             lines.append(f"| {name} | {f['passed']} | {f['failed']} | {f['skipped']} | {f['seconds']} |")
+        if len(r.get("per_backend") or {}) > 1:
+            lines += ["", "| backend's rows | passed | failed | n/a | worker-seconds |"]
+            lines.append("| --- | --- | --- | --- | --- |")
+            for name, b in r["per_backend"].items():
+                lines.append(f"| {name} | {b['passed']} | {b['failed']} | {b['skipped']} | {b['seconds']} |")
         if r.get("kernels_by_name"):
             top = list(r["kernels_by_name"].items())[:10]
             lines += ["", "specialisations compiled, by kernel: " + "; ".join(f"{n} {c}" for n, c in top)]
@@ -214,12 +249,23 @@ def write_markdown(report: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default="triton,cuda,fla-triton,fla-cuda,fla-gluon")
+    parser.add_argument(
+        "--backends",
+        default="triton,cuda,fla-triton,fla-cuda,fla-gluon",
+        help="one run per comma-separated entry; an entry joined by + (triton+cuda) is one run of the gate over "
+        "those backends together (each backend's rows once, the backend-independent tests once)",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/gpu"))
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     parser.add_argument("--profile", default="gpu")
     parser.add_argument("--phases", default="cold,warm", help="cold (an empty kernel cache), warm, or both")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds a run may take before it is cut (red)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        help="keep each backend's Triton kernel cache in CACHE/<backend> (a cold phase empties it first), so a "
+        "later call runs warm on it; without it each backend's cache is a temporary folder",
+    )
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
     phases = args.phases.split(",")
@@ -229,13 +275,20 @@ def main(argv: list[str] | None = None) -> int:
     report = {"device": _device(), "versions": _versions(), "profile": args.profile, "workers": args.workers,
               "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": []}  # fmt: skip
     for backend in args.backends.split(","):
-        cache = Path(tempfile.mkdtemp(prefix=f"lane-{backend}-"))
+        if args.cache is None:
+            cache = Path(tempfile.mkdtemp(prefix=f"lane-{backend}-"))
+        else:
+            cache = args.cache / backend
+            if "cold" in phases:
+                shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir(parents=True, exist_ok=True)
         try:
             for phase in phases:
                 report["runs"].append(run_gate(backend, phase, args, cache, args.out))
                 (args.out / "lane.json").write_text(json.dumps(report, indent=1) + "\n")  # as it goes
         finally:
-            shutil.rmtree(cache, ignore_errors=True)
+            if args.cache is None:
+                shutil.rmtree(cache, ignore_errors=True)
     write_markdown(report, args.out / "lane.md")
     return 0 if report["runs"] and all(r["green"] for r in report["runs"]) else 1
 
