@@ -212,7 +212,8 @@ def write_markdown(report: dict, path: Path) -> None:
     lines = [
         "# The installed gate on the GPU",
         "",
-        f"Device: {report['device']}. Profile `{report['profile']}`, `-n {report['workers']}`. Versions: "
+        f"Device: {report['device']}. Profile `{report['profile']}`, `-n {report['workers']}`, fla's autotuned "
+        f"kernels: {report.get('fla_autotune', 'full')} (`GDN_EQUIV_FLA_AUTOTUNE`). Versions: "
         + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
         "",
         "| backend | run | verdict | passed | failed | skipped (n/a) | of collected | seconds | kernels compiled |",
@@ -273,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--phases takes cold,warm; --workers >= 1; --limit > 0 (got {args.phases}, {args.workers})")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"device": _device(), "versions": _versions(), "profile": args.profile, "workers": args.workers,
-              "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": []}  # fmt: skip
+              "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": [],
+              "fla_autotune": os.environ.get("GDN_EQUIV_FLA_AUTOTUNE", "full")}  # fmt: skip
     for backend in args.backends.split(","):
         if args.cache is None:
             cache = Path(tempfile.mkdtemp(prefix=f"lane-{backend}-"))

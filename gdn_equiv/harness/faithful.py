@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.compare import ACCURACY_FACTOR, assert_run_as_accurate, least_accurate
+from gdn_equiv.model.backends.fla_backend import pin_loaded_fla
 from gdn_equiv.model.example import Example, accuracy_runs, build_layer, materialize, run_layer, unit_cotangent_backward
 from gdn_equiv.model.families import get_family
 from gdn_equiv.targets.fla_target import _construct, _fla_class, build_fla_layer, load_reference_state
@@ -329,6 +330,9 @@ def _fla_layer(example: Example, defaults: bool, layer_cls: type | None, device:
         theirs = build_fla_layer(example.config, family=example.family, pinnable=False)
     load_reference_state(theirs, ours.state_dict())  # fla's parameters take ours' dtype and device
     theirs.to(device).train(example.train)
+    # GDN_EQUIV_FLA_AUTOTUNE=first holds here as in the fla target: without it every faithfulness row on a GPU
+    # autotuned fla's conv and norm kernels over all their configs (80-92 s a row cold on the H100)
+    pin_loaded_fla()
     return ours, theirs
 
 
