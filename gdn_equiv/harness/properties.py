@@ -23,10 +23,12 @@ from gdn_equiv.harness.cells import check_example_in_every_cell
 from gdn_equiv.harness.compare import (
     Mismatch,
     Report,
+    assert_as_accurate,
     assert_equivalent,
     assert_tree_equivalent,
     compare,
     mismatch_kind,
+    tolerance,
 )
 from gdn_equiv.harness.conformance import NotAConvCall, check_layer_conv_call, conv_call_of
 from gdn_equiv.harness.diagnose import UNDIAGNOSED, diagnose_layer
@@ -36,7 +38,7 @@ from gdn_equiv.harness.ground_truth import check_update as truth_update
 from gdn_equiv.harness.premise import NotApplicable
 from gdn_equiv.model.backends import count_launches
 from gdn_equiv.model.cache import Cache
-from gdn_equiv.model.example import Example, Inputs, build_layer
+from gdn_equiv.model.example import Example, Inputs, build_layer, fp64_twin, run_layer
 from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition, Decision, decide
 from gdn_equiv.model.reference import ShortConv
@@ -486,9 +488,15 @@ def cross_backend(example: Example, backend: str, *, device: str = "cpu") -> Rep
     out_t = run(handle_t, inputs, example, "auto")
     _raise_error(out_t, "torch", example)
     _raise_error(out_b, backend, example)
-    return assert_equivalent(
-        out_b.y, out_t.y, name="output", paths=(backend, "torch"), exact=False, context=example.short()
-    )
+    paths, context = (backend, "torch"), example.short()
+    rtol, atol = tolerance(out_t.y.dtype) if out_t.y is not None else (0.0, 0.0)
+    if out_t.y is None or out_b.y is None or compare(out_b.y, out_t.y, rtol=rtol, atol=atol).ok:
+        return assert_equivalent(out_b.y, out_t.y, name="output", paths=paths, exact=False, context=context)
+    # past the table: each side's error against the fp64 layer decides (SPEC §6), as at the conv. A layer
+    # amplifies a conv's last-bit difference (on the H100, causal-conv1d under LightNet at scale 1e4 in fp32:
+    # 1 of 84 outputs 2.1e-5 relative from torch's); a backend further from the truth than torch still fails
+    truth = run_layer(fp64_twin(handle_t.layer), inputs.in_fp64())[0]
+    return assert_as_accurate(out_b.y, out_t.y, truth, name="output", paths=paths, context=context)
 
 
 def check_backend_matches_torch(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
