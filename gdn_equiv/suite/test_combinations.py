@@ -40,27 +40,39 @@ def combination_calls(backend: str) -> st.SearchStrategy:
     return conv_cells(base, widths=widths, varlen_initial_state=caps.varlen_initial_state)
 
 
+#: each combination test runs as this many tests, one per part: every part draws every cell (descriptions
+#: only, cheap) and checks the promise on all of them, then runs its share, cells ``part, part + PARTS, ...``.
+#: The checks are the same as one test's; what changes is that xdist can spread one backend's combinations
+#: over PARTS workers. On the H100 (2026-12-06) the undivided tests were the gate's longest: 372 s cold for
+#: ``test_backend_matches_torch_in_every_combination[triton]``, over 400 s for the layer one, each compiling
+#: its calls' kernels one after the other while other workers sat idle.
+PARTS = 4
+
+
 # first: every cell of the conv call in a few examples, cheap on a CPU: every worker starts on it (time to red).
 # each example runs every cell (120 calls), so a sixth of the profile's examples keeps the test's cost
 # near the other conformance tests' while the base calls (channels, dtype, layouts) still vary
 @pytest.mark.first(2)
+@pytest.mark.parametrize("part", range(PARTS))
 @settings(deadline=None, max_examples=max(2, settings().max_examples // 6))
 @given(data=st.data())
-def test_backend_matches_torch_in_every_combination(data, gdn_backend, device):
+def test_backend_matches_torch_in_every_combination(data, gdn_backend, device, part):
     """One base call in every cell: y, the final state when requested, gradients when taken, within §6."""
     cells = data.draw(combination_calls(gdn_backend), label="cells")
     count_example()
-    check_cells(cells, gdn_backend, device)
+    check_cells(cells, gdn_backend, device, part=part)
 
 
-def check_cells(cells: list, backend: str, device: str) -> None:
+def check_cells(cells: list, backend: str, device: str, *, part: int | None = None) -> None:
     """Every promised combination the backend can run reached by the calls themselves (a strategy that
-    lost one fails here, before any kernel runs), then each call checked in its cell."""
+    lost one fails here, before any kernel runs), then each call checked in its cell (with ``part``, the
+    calls of that part only: ``cells[part::PARTS]``)."""
     varlen_state = capabilities([backend]).varlen_initial_state
     missed = missed_combinations(cells, widths=_widths(backend), varlen_initial_state=varlen_state)
     assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
-    note(f"{len(cells)} cells; a failure names its call and cell")
-    for cell, call in cells:
+    share = cells if part is None else cells[part::PARTS]
+    note(f"{len(share)} of {len(cells)} cells; a failure names its call and cell")
+    for cell, call in share:
         check_cell(call, cell, backend, device)
 
 
@@ -77,10 +89,11 @@ LAYER_CHECKS = (
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("part", range(PARTS))
 # 36 layer examples per example: a twentieth of the profile's examples
 @settings(deadline=None, max_examples=max(2, settings().max_examples // 20))
 @given(data=st.data())
-def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, device):
+def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, device, part):
     """One example per cell of cache x use_cache x varlen x grad: P2's path, and P3/P4/P5 where they apply."""
 
     cells = data.draw(
@@ -90,7 +103,7 @@ def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, 
     states = capabilities([gdn_backend]).varlen_initial_state
     missed = missed_layer_combinations([example for _, example in cells], varlen_initial_state=states)
     assert not missed, f"{len(missed)} promised layer combination(s) not reached by this example's cells: {missed}"
-    for cell, example in cells:
+    for cell, example in cells[part::PARTS]:
         label_example(example)
         applied = 0
         for name in LAYER_CHECKS:
