@@ -104,3 +104,22 @@ def test_every_gate_module_also_runs_in_the_repositorys_tests(request: pytest.Fi
     imported = "\n".join(p.read_text() for p in tests.glob("test_*.py"))
     for module in sorted(suite.glob("test_*.py")):
         assert f"from gdn_equiv.suite.{module.stem} import *" in imported, module.name
+
+
+def test_fuzzing_holds_under_the_fuzz_profile_with_a_shared_database() -> None:
+    """``--gdn-database`` loads ``<profile>+database``; the fuzz profile with a database is still fuzzing
+    (strategies and the runner call ``target()`` there), and no other profile is."""
+    from hypothesis import settings
+
+    from gdn_equiv.harness.testing import fuzzing, register_profiles
+
+    register_profiles()
+    previous = settings.get_current_profile_name()
+    try:
+        for name, expected in (("fuzz", True), ("gpu", False), ("dev", False)):
+            settings.register_profile(f"{name}+database", parent=settings.get_profile(name))
+            for loaded in (name, f"{name}+database"):
+                settings.load_profile(loaded)
+                assert fuzzing() is expected, loaded
+    finally:
+        settings.load_profile(previous)

@@ -114,11 +114,16 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def fuzzing() -> bool:
-    """Whether the ``fuzz`` profile is loaded: where strategies and the runner call ``hypothesis.target()``."""
+def _profile() -> str:
+    """The loaded profile's name, without the ``+database`` that ``--gdn-database`` adds to it."""
     from hypothesis import settings
 
-    return settings.get_current_profile_name() == "fuzz"
+    return (settings.get_current_profile_name() or "").split("+", 1)[0]
+
+
+def fuzzing() -> bool:
+    """Whether the ``fuzz`` profile is loaded: where strategies and the runner call ``hypothesis.target()``."""
+    return _profile() == "fuzz"
 
 
 #: how many draws a search that must hit may take before it counts as a miss. Hypothesis does not draw
