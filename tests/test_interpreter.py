@@ -265,6 +265,10 @@ def test_the_explicit_rtne_conversion_rounds_like_torch(corrected: Any, dtype: t
 
 # seeds of this example whose P7 failed against the shipped interpreter (0.15 against atol 0.01 for 177)
 FAILED_SEEDS = (44, 54, 98, 177)
+# since P7 at the layer is decided past the table by each side's error against the fp64 layer, the
+# truncating interpreter's output is within the accuracy bar (2x torch's error plus one unit) on three of
+# them: its conversions are off by at most one ulp where torch's round to half of one. Seed 54's is not
+STILL_FAILING_SEEDS = (54,)
 
 
 def _example(seed: int) -> Any:
@@ -287,7 +291,7 @@ def test_the_triton_layer_in_bf16_matches_torch(corrected: Any, seed: int) -> No
 
 @interpreting
 @pytest.mark.teeth
-@pytest.mark.parametrize("seed", FAILED_SEEDS)
+@pytest.mark.parametrize("seed", STILL_FAILING_SEEDS)
 def test_the_shipped_interpreter_fails_those_examples(as_shipped: Any, seed: int) -> None:
     from gdn_equiv.harness.compare import Mismatch
     from gdn_equiv.harness.properties import check_backend_matches_torch
