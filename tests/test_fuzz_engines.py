@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
+from gdn_equiv.harness import ledger
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.run import browser, cli, fuzz_engines
 from gdn_equiv.run.cli import common as cli_common
 
@@ -178,7 +180,8 @@ TESTS = {"test_fused_forward_is_bitwise_equal": "P3-forward-exact", "test_fused_
 def test_hypofuzz_ending_by_itself_before_the_budget_leaves_no_row_passing() -> None:
     rows = _rows()
     fuzz_engines.judge_engine_end(rows, "HypoFuzz ended by itself with status 1", {}, TESTS, ["torch", "triton"])
-    assert [r.result for r in rows] == [fuzz_engines.UNREACHED, fuzz_engines.UNREACHED, "FAIL"]
+    assert [r.result for r in rows] == [Outcome.CRASHED, Outcome.CRASHED, Outcome.FAILED]
+    assert ledger.exit_status(r.result for r in rows) == cli_common.EXIT_FAILED
     assert "status 1 before the budget ended: 40 examples ran" in rows[0].failure
     untouched = _rows()
     fuzz_engines.judge_engine_end(untouched, None, {}, TESTS, ["torch", "triton"])

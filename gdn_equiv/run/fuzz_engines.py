@@ -17,8 +17,9 @@ are spent and then reads what Hypothesis recorded, never what it assumes ran:
   per row (shortlex on its choices, Hypothesis' own order) is the row's shrunk example, written as the
   same failure file and reproducer our loop writes; the database tells whether a worker had shrunk it.
 
-Rows then get the ledger's results (SPEC §10): ``pass``, ``FAIL``, ``not exercised`` (examples ran, none
-met the premise), ``not reached`` (no example at all), ``n/a``; a failure is one row however many workers
+Rows then get the ledger's results (:mod:`gdn_equiv.harness.ledger`, SPEC §10): ``pass``, ``FAIL``, ``not
+exercised`` (examples ran, none met the premise), ``not reached`` (no example at all), ``crashed`` (HypoFuzz
+ended by itself before the budget), ``n/a``; a failure is one row however many workers
 or runs found it (rows are keyed by property, family, backend and dtype).
 """
 
@@ -41,11 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness import registry
+from gdn_equiv.harness import ledger, registry
 from gdn_equiv.harness.coverage import dimensions
+from gdn_equiv.harness.ledger import NOT_APPLICABLE_EVENT as NOT_APPLICABLE
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.model.example import Example
 from gdn_equiv.run import browser
-from gdn_equiv.run.report import UNREACHED, Check, ReportWriter, format_table
+from gdn_equiv.run.report import Check, ReportWriter, format_table
 
 __all__ = [
     "ENGINES",
@@ -64,8 +67,6 @@ HYPOFUZZ_EXTRA = "pip install gdn-equiv[hypofuzz]"
 #: the gate module whose tests HypoFuzz runs (one per property record with a ``gate_test``)
 GATE_MODULE = "gdn_equiv.suite.test_properties"
 GATE_PACKAGE = "gdn_equiv.suite"
-#: the event the gate records for an example that did not meet its premise (gdn_equiv.suite.test_properties)
-NOT_APPLICABLE = "gdn-equiv:not applicable"
 #: seconds HypoFuzz is given to stop after SIGINT (its workers' database writes are flushed on exit)
 STOP_GRACE = 15.0
 
@@ -469,7 +470,7 @@ def run_hypofuzz(
     writer.meta.update(meta_extra)
     with writer:
         writer.ask(rows)
-        na = [r for r in rows if r.result == "n/a"]
+        na = [r for r in rows if r.result == Outcome.NOT_APPLICABLE]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
         with log.open("wb") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -527,35 +528,39 @@ def _ledger(
 
     observed = read_testcases(storage)
     tallies, outside = tally_rows(observed.cases, tests, plan.backends)
-    asked = [(r.name, r.family, r.backend, r.dtype) for r in rows if r.result != "n/a"]
+    asked = [(r.name, r.family, r.backend, r.dtype) for r in rows if r.result != Outcome.NOT_APPLICABLE]
     for key in set(tallies) - set(asked):
         outside[f"row not asked: {key[0]}[{key[2]}-{key[3]}-{key[1]}]"] += tallies[key].examples
     checks = []
     for row in rows:
-        if row.result == "n/a":
+        if row.result == Outcome.NOT_APPLICABLE:
             continue
         tally = tallies.get((row.name, row.family, row.backend, row.dtype), RowTally())
         check = dataclasses.replace(row, also=[], examples=tally.examples, not_applicable=tally.not_applicable)
         check.seconds = tally.seconds
         check.budget_spent = True
-        if tally.failures:
-            failed = tally.failures
-            smallest = min(failed, key=_choices_key)
+        check.result = ledger.row_outcome(
+            examples=tally.examples,
+            not_applicable=tally.not_applicable,
+            failed=bool(tally.failures),
+            budget_spent=True,
+        )
+        if check.result == Outcome.FAILED:
+            smallest = min(tally.failures, key=_choices_key)
             origins = {
                 json.dumps((f.get("metadata") or {}).get("interesting_origin"), sort_keys=True) for f in tally.failures
             }
-            check.result = "FAIL"
             check.failure = str(smallest.get("status_reason") or "failed") + (
                 f" ({len(tally.failures)} failing test cases, {len(origins)} distinct error{'s' * (len(origins) != 1)})"
             )
             text = _example_json(smallest)
             check.example = None if text is None else Example.from_json(text)
-        elif tally.examples == 0:
-            check.result, check.failure = UNREACHED, "HypoFuzz ran no example of this row before the budget ended"
-        elif tally.examples == tally.not_applicable:
-            check.result, check.failure = "not exercised", f"none of the {tally.examples} examples met the premise"
+        elif check.result == Outcome.NOT_REACHED:
+            check.failure = "HypoFuzz ran no example of this row before the budget ended"
+        elif check.result == Outcome.NOT_EXERCISED:
+            check.failure = f"none of the {tally.examples} examples met the premise"
         else:
-            check.result, check.failure = "pass", ""
+            check.failure = ""
         checks.append(check)
     coverage = coverage_rows(tallies, asked)
     nodeids = {str(c.get("property")) for c in observed.cases if _test_name(str(c.get("property", ""))) in tests}
@@ -572,7 +577,7 @@ def judge_engine_end(
     """What the rows' own observations cannot say, put in them (SPEC §10: a crash is never a pass):
 
     - ``early``, HypoFuzz ending by itself before the budget (a crash, a collection error): a row that would
-      pass is ``not reached`` (its budget was not spent) with that reason;
+      pass ``crashed`` (its budget was not spent) with that reason;
     - a shrunk failure HypoFuzz keeps in the database for a gate test (a worker's finding whose observation
       this run did not read, or an earlier run's): every row of that test's property and backend that is
       not already failing fails, naming the test and the count (replay it with ``pytest NODEID
@@ -583,8 +588,8 @@ def judge_engine_end(
         if not count or prop is None:
             continue
         for check in checks:
-            if check.name == prop and backend in (None, check.backend) and check.result != "FAIL":
-                check.result = "FAIL"
+            if check.name == prop and backend in (None, check.backend) and check.result != Outcome.FAILED:
+                check.result = Outcome.FAILED
                 check.failure = (
                     f"HypoFuzz's database holds {count} shrunk failure{'s' * (count != 1)} of {nodeid} that this "
                     f"run's observations do not show; replay: pytest {nodeid} --gdn-database <the run's database>"
@@ -592,8 +597,9 @@ def judge_engine_end(
     if early is None:
         return
     for check in checks:
-        if check.result == "pass":
-            check.result = UNREACHED
+        outcome = ledger.ended_early(Outcome(check.result))
+        if outcome != check.result:
+            check.result = outcome
             check.failure = f"{early} before the budget ended: {check.examples} examples ran, the rest did not"
 
 

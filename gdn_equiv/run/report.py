@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from gdn_equiv.harness.compare import Report, worst
+from gdn_equiv.harness.ledger import FAILING, Outcome, fold
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import html_report
@@ -43,11 +44,8 @@ from gdn_equiv.run import html_report
 FORMAT_VERSION = 1
 INTERNAL_ERROR_FILE = "internal-error.txt"
 
-#: results that fail a run (SPEC §10, the ledger): a finding, a row none of whose examples met its
-#: premise, a row the budget never reached
-FAILING = ("FAIL", "not exercised", "not reached")
 #: what an asked row holds until a result reaches it: a run that ends first leaves it failing
-UNREACHED = "not reached"
+UNREACHED = Outcome.NOT_REACHED
 
 
 @dataclass
@@ -71,7 +69,7 @@ class Check:
     function: str = ""
     examples: int = 0
     not_applicable: int = 0
-    result: str = "pass"
+    result: Outcome = Outcome.PASSED
     reasons: Counter[str] = field(default_factory=Counter)
     failure: str = ""
     example: Example | None = None
@@ -178,24 +176,26 @@ def merge(old: Check, new: Check) -> None:
     """Fold ``new`` (a finished run of the row) into ``old`` (the asked row, or an earlier fuzz round's):
     counts add up, a failure wins, a search's counterexample stays, and an example row is exercised as
     soon as any round had an applicable example (``not reached`` while none ran at all)."""
-    old.worst = new.worst if new.result == "FAIL" else worst([new.worst] if new.worst else [], old.worst)
+    old.worst = new.worst if new.result == Outcome.FAILED else worst([new.worst] if new.worst else [], old.worst)
     old.examples += new.examples
     old.not_applicable += new.not_applicable
     old.seconds += new.seconds
     old.budget_spent = old.budget_spent or new.budget_spent
     old.reasons.update(new.reasons)
-    if old.result in ("FAIL", "counterexample", "n/a"):
+    before, arriving = Outcome(old.result), Outcome(new.result)
+    if before.final:
         return
-    if new.result in ("FAIL", "counterexample", "n/a", "none found"):
-        old.result, old.failure, old.example = new.result, new.failure, new.example
-        return
-    if old.examples > old.not_applicable:
-        old.result, old.failure = "pass", ""
-    elif old.examples == 0 and old.budget_spent:
-        old.result, old.failure = UNREACHED, new.failure or "the budget ended before its first example"
-    else:
-        # never the asked row's "the run ended before this row": this row ran
-        old.result, old.failure = "not exercised", new.failure or "not exercised: no example met the property's premise"
+    old.result = fold(
+        before, arriving, examples=old.examples, not_applicable=old.not_applicable, budget_spent=old.budget_spent
+    )
+    if arriving.decisive:
+        old.failure, old.example = new.failure, new.example
+    elif old.result == Outcome.PASSED:
+        old.failure = ""
+    elif old.result == Outcome.NOT_REACHED:
+        old.failure = new.failure or "the budget ended before its first example"
+    else:  # never the asked row's "the run ended before this row": this row ran
+        old.failure = new.failure or "not exercised: no example met the property's premise"
 
 
 REPRO_TEMPLATE = '''#!/usr/bin/env python
@@ -357,7 +357,7 @@ class ReportWriter:
         with its ``n/a`` result and reason already."""
         with deferred_signals():
             for row in rows:
-                if row.result == "pass":
+                if row.result == Outcome.PASSED:
                     row.result, row.failure = UNREACHED, "the run ended before this row"
                 self.rows.append(row)
             self._write_summary()
@@ -375,7 +375,7 @@ class ReportWriter:
             self.rows.append(row)
         else:
             merge(row, check)
-        if row.result == "FAIL" and row.example is not None and not row.repro:
+        if row.result == Outcome.FAILED and row.example is not None and not row.repro:
             self._write_failure(row)
             check.repro, check.repro_json = row.repro, row.repro_json
         with self.rows_path.open("a") as f:
@@ -421,7 +421,7 @@ class ReportWriter:
 
     @property
     def failed(self) -> list[Check]:
-        return [r for r in self.rows if r.result in FAILING]
+        return [r for r in self.rows if Outcome(r.result).fails]
 
     @property
     def asked(self) -> int:
@@ -493,8 +493,8 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Non
     import xml.etree.ElementTree as ET
     from datetime import datetime, timezone
 
-    failures = sum(c.result in FAILING for c in checks)
-    skipped = sum(c.result in ("none found", "n/a", "upstream refused") for c in checks)
+    failures = sum(Outcome(c.result).fails for c in checks)
+    skipped = sum(Outcome(c.result).reports for c in checks)
     seconds = f"{sum(c.seconds for c in checks):.3f}"
     counts = {"tests": str(len(checks)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
     root = ET.Element("testsuites", {"name": "gdn-equiv", **counts, "time": seconds})
@@ -527,7 +527,8 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Non
             f"family: {check.family}; examples: {check.examples} (n/a: {check.not_applicable}); "
             f"result: {check.result}; worst difference: {worst_diff} ({tol}); guard reasons: {dict(check.reasons)}"
         )
-        if check.result == "FAIL":
+        outcome = Outcome(check.result)
+        if outcome == Outcome.FAILED:
             text = [check.failure]
             if check.example is not None:
                 text += ["", f"Shrunk example: {check.example.short()}", check.example.to_json()]
@@ -536,17 +537,17 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Non
             first = check.failure.splitlines()[0] if check.failure else "failed"
             kind = check.failure.split(":", 1)[0] if ":" in check.failure else "Failure"
             ET.SubElement(case, "failure", {"message": first[:500], "type": kind}).text = "\n".join(text)
-        elif check.result in ("not exercised", UNREACHED):
-            kind = "NotExercised" if check.result == "not exercised" else "NotReached"
+        elif outcome.fails:  # not exercised, not reached, crashed, interrupted
+            kind = "".join(word.capitalize() for word in outcome.name.split("_"))
             ET.SubElement(case, "failure", {"message": check.failure[:500], "type": kind})
-        elif check.result in ("none found", "n/a", "upstream refused"):
+        elif outcome.reports:
             reasons = {
-                "none found": f"no counterexample found in {check.examples} examples: the condition may be "
+                Outcome.NONE_FOUND: f"no counterexample found in {check.examples} examples: the condition may be "
                 f"unnecessary on {check.backend}",
-                "n/a": f"cannot run here: {check.failure}",
-                "upstream refused": f"the upstream constructor refused a drawn config: {check.failure[:400]}",
+                Outcome.NOT_APPLICABLE: f"cannot run here: {check.failure}",
+                Outcome.UPSTREAM_REFUSED: f"the upstream constructor refused a drawn config: {check.failure[:400]}",
             }
-            reason = reasons[check.result]
+            reason = reasons[outcome]
             ET.SubElement(case, "skipped", {"message": reason})
         ET.SubElement(case, "system-out").text = out
     ET.indent(root)

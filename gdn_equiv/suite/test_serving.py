@@ -11,14 +11,13 @@ row does.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.harness.testing import count_example
+from gdn_equiv.harness import ledger
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving import records
 from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
@@ -37,43 +36,15 @@ def engine(gdn_serving_engine: str) -> Any:
     return adapter
 
 
-#: the running test's examples: [drawn, compared, the last reason one compared nothing]
-_TALLY: list[Any] | None = None
-
-
-def exercised(test: Callable[..., None]) -> Callable[..., None]:
-    """Fail the Hypothesis ``test`` after its run when none of its examples compared anything (each raised
-    ``NotExercised``): the ledger's "not exercised", a failure under ``check`` as here. Outside ``@given``."""
-
-    @functools.wraps(test)
-    def counted(*args: Any, **kwargs: Any) -> None:
-        global _TALLY
-        tally = _TALLY = [0, 0, None]
-        try:
-            test(*args, **kwargs)
-        finally:
-            _TALLY = None
-        if tally[1] == 0:
-            raise AssertionError(
-                f"not exercised: none of the {tally[0]} examples compared anything; the last reason: {tally[2]}"
-            )
-
-    return counted
+#: the gate's row verdict (the ledger's): a test none of whose examples compared anything fails, "not exercised"
+exercised = functools.partial(ledger.exercised, what="compared anything")
 
 
 def _run(prop: Any, engine: Any, case: Any) -> None:
+    """One case through the ledger: counted once the property compared something (it did not raise
+    ``NotExercised``, the serving properties' premise miss)."""
     note(case.short())
-    if _TALLY is not None:
-        _TALLY[0] += 1
-    try:
-        prop(engine, case)
-    except S.NotExercised as exc:  # nothing to compare in this case: not counted as an example
-        if _TALLY is not None:
-            _TALLY[2] = str(exc)
-        return
-    count_example()
-    if _TALLY is not None:
-        _TALLY[1] += 1
+    ledger.judge(lambda: prop(engine, case), case, must_apply=False, count=True)
 
 
 @exercised

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness import isolation, registry
+from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness.interpreter import describe
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import fuzz_engines, html_report, runner
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     DTYPES,
-    EXIT_FAILED,
-    EXIT_OK,
     NECESSITY,
     EnvironmentProblem,
     UsageError,
@@ -278,7 +277,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         html=html,
     )
     if plan.seconds is not None:
-        runnable = sum(1 for row in ledger_rows(plan) if row.result != "n/a")
+        runnable = sum(1 for row in ledger_rows(plan) if row.result != Outcome.NOT_APPLICABLE)
         if plan.seconds < runnable * MIN_SECONDS_PER_ROW:
             raise UsageError(
                 f"--seconds {args.seconds:g} is too short for this plan: {runnable} rows need at least "
@@ -312,8 +311,9 @@ def ledger_rows(plan: Plan) -> list[Check]:
         records, families=plan.families, backends=plan.backends, dtypes=plan.dtypes, engines=plan.serving_engines
     ):
         check = Check(row.name, row.backend, row.dtype, family=row.family, function=record.function)
-        if reason is not None:
-            check.result, check.failure = "n/a", reason
+        outcome = ledger.asked(reason)
+        if outcome is not None:
+            check.result, check.failure = outcome, str(reason)
         rows.append(check)
     return rows
 
@@ -368,7 +368,7 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
                 **plan.target_options,
             )
         return
-    runnable = [row for row in rows if row.result != "n/a"]
+    runnable = [row for row in rows if row.result != Outcome.NOT_APPLICABLE]
     start = time.perf_counter()
     for i, row in enumerate(runnable):
         share = None if deadline is None else start + (i + 1) * (deadline - start) / len(runnable)
@@ -457,12 +457,12 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
             writer.meta["environment"] = environment
             print(environment, flush=True)
         writer.ask(rows)
-        na = [r for r in rows if r.result == "n/a"]
+        na = [r for r in rows if r.result == Outcome.NOT_APPLICABLE]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
         isolation.configure(plan.example_timeout if plan.isolate else None)
         try:
             budget = None if deadline is None else started + deadline
-            todo = [r for r in rows if r.result != "n/a"]
+            todo = [r for r in rows if r.result != Outcome.NOT_APPLICABLE]
             while todo:
                 for check in _checks(plan, todo, database=database, deadline=budget):
                     writer.add(check)
@@ -471,7 +471,11 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
                     break
                 # fuzz: time left after every row had its share goes to another round of the example rows
                 # still green (a search needs one run; a failed row has its finding)
-                todo = [r for r in writer.rows if r.result == "pass" and registry.get_record(r.name).condition is None]
+                todo = [
+                    r
+                    for r in writer.rows
+                    if r.result == Outcome.PASSED and registry.get_record(r.name).condition is None
+                ]
                 writer.meta["rounds"] = writer.meta.get("rounds", 1) + 1
         finally:
             isolation.configure(None)
@@ -494,10 +498,10 @@ def print_findings(writer: ReportWriter) -> int:
     """The lines after the table (one format whichever fuzz engine ran); the exit status, from the ledger."""
     rows, failed = writer.rows, writer.failed
     for c in rows:
-        if c.result in ("none found", "n/a"):
+        if Outcome(c.result) in (Outcome.NONE_FOUND, Outcome.NOT_APPLICABLE):
             print(f"{c.result}: {c.row_id}: {c.failure}")
     for c in failed:
-        if c.result != "FAIL":
+        if c.result != Outcome.FAILED:
             print(f"\n{c.result.upper()} {c.row_id}: {c.failure}")
             continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
@@ -507,12 +511,13 @@ def print_findings(writer: ReportWriter) -> int:
             print(f"reproducer: python {c.repro}")  # its script is the replay: `repro` reads layer examples
         elif c.repro:
             print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
-    unchecked = [c for c in failed if c.result != "FAIL"]
+    unchecked = [c for c in failed if c.result != Outcome.FAILED]
     if unchecked:
         print(
-            f"\nnot green: {len(unchecked)} of {len(rows)} asked rows were not checked (not reached or not exercised)"
+            f"\nnot green: {len(unchecked)} of {len(rows)} asked rows were not checked "
+            f"({', '.join(sorted({str(c.result) for c in unchecked}))})"
         )
-    return EXIT_FAILED if failed else EXIT_OK
+    return ledger.exit_status(c.result for c in rows)
 
 
 def _what(plan: Plan) -> str:

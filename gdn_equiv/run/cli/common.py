@@ -11,16 +11,14 @@ from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import registry
+from gdn_equiv.harness.ledger import EXIT_FAILED as EXIT_FAILED  # the ledger's, for the subcommands
+from gdn_equiv.harness.ledger import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from gdn_equiv.harness.ledger import EXIT_OK as EXIT_OK
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import get_backend, known_backends
 from gdn_equiv.model.families import parse_families
 
-EXIT_OK = 0
-
-
-EXIT_FAILED = 1
-
-
+# 0, 1 and 130 are the ledger's (gdn_equiv.harness.ledger.exit_status computes them from the rows)
 EXIT_USAGE = 2
 
 
@@ -28,9 +26,6 @@ EXIT_ENVIRONMENT = 3
 
 
 EXIT_INTERNAL = 4
-
-
-EXIT_INTERRUPTED = 130
 
 
 EXIT_STATUS = """\

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness import coverage
-from gdn_equiv.run.cli.common import EXIT_FAILED, EXIT_OK, UsageError, _make_dirs, _one_line, _output_file, subcommand
+from gdn_equiv.harness import coverage, ledger
+from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.run.cli.common import UsageError, _make_dirs, _one_line, _output_file, subcommand
 
 COVERAGE_EXIT_STATUS = """\
 exit status:
@@ -66,8 +67,9 @@ def cmd_coverage(plan: CoveragePlan) -> int:
     if plan.json is not None:
         plan.json.write_text(json.dumps(coverage.report_json(tally), indent=2) + "\n")
         print(f"json: {plan.json}")
-    missing = coverage.not_reached(tally) or coverage.unreached_promised(tally)
-    return EXIT_FAILED if plan.require_all and missing else EXIT_OK
+    missing = [*coverage.not_reached(tally), *coverage.unreached_promised(tally)]
+    # each expected region or promised combination is an asked row under --require-all; one unreached fails
+    return ledger.exit_status(Outcome.NOT_REACHED for _ in (missing if plan.require_all else ()))
 
 
 def add_parser(sub: Any) -> None:
