@@ -42,6 +42,7 @@ __all__ = [
     "PremiseNotMet",
     "Tally",
     "asked",
+    "cut_short",
     "ended_early",
     "exercised",
     "exit_status",
@@ -173,6 +174,12 @@ def ended_early(outcome: Outcome) -> Outcome:
     """A row of an engine that ended by itself before its budget: what would have passed crashed (its
     budget was not spent); a failure, or any other outcome, stays."""
     return Outcome.CRASHED if outcome is Outcome.PASSED else outcome
+
+
+def cut_short(outcome: Outcome) -> Outcome:
+    """A row of a run that was interrupted: one no result reached (still ``not reached``) was interrupted;
+    any result it had stays."""
+    return Outcome.INTERRUPTED if outcome is Outcome.NOT_REACHED else outcome
 
 
 def exit_status(outcomes: Iterable[Outcome], *, interrupted: bool = False) -> int:

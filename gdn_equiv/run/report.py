@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from gdn_equiv.harness.compare import Report, worst
-from gdn_equiv.harness.ledger import FAILING, Outcome, fold
+from gdn_equiv.harness.ledger import FAILING, Outcome, cut_short, fold
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import html_report
@@ -46,6 +46,7 @@ INTERNAL_ERROR_FILE = "internal-error.txt"
 
 #: what an asked row holds until a result reaches it: a run that ends first leaves it failing
 UNREACHED = Outcome.NOT_REACHED
+ASKED = "the run ended before this row"
 
 
 @dataclass
@@ -347,6 +348,9 @@ class ReportWriter:
             if self.status == "running":
                 self.finish("complete")
         elif caused_by_interrupt(exc) or stdout_closed(exc):
+            for row in self.rows:  # the rows no result reached: the interruption's, not the budget's
+                if row.result == UNREACHED and row.failure == ASKED:
+                    row.result, row.failure = cut_short(UNREACHED), "interrupted before this row ran"
             self.finish("interrupted")
         else:
             self.finish("internal-error")
@@ -358,7 +362,7 @@ class ReportWriter:
         with deferred_signals():
             for row in rows:
                 if row.result == Outcome.PASSED:
-                    row.result, row.failure = UNREACHED, "the run ended before this row"
+                    row.result, row.failure = UNREACHED, ASKED
                 self.rows.append(row)
             self._write_summary()
 

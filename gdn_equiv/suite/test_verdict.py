@@ -100,7 +100,8 @@ def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseExcept
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == status and json.loads(copy.read_text()) == summary
     assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
-    assert [c["result"] for c in summary["checks"]] == ["pass", UNREACHED]
+    # a row no result reached: interrupted when the run was, else not reached (both fail the run)
+    assert [c["result"] for c in summary["checks"]] == ["pass", "interrupted" if status == "interrupted" else UNREACHED]
 
 
 def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
@@ -459,6 +460,12 @@ def test_folding_rounds_keeps_a_final_outcome_and_takes_a_decisive_one() -> None
     assert ledger.fold(Outcome.NOT_REACHED, Outcome.PASSED, examples=0, not_applicable=0, budget_spent=True) is (
         Outcome.NOT_REACHED
     )
+
+
+def test_an_interrupted_run_marks_only_the_rows_nothing_reached() -> None:
+    assert ledger.cut_short(Outcome.NOT_REACHED) is Outcome.INTERRUPTED
+    for other in set(Outcome) - {Outcome.NOT_REACHED}:
+        assert ledger.cut_short(other) is other
 
 
 def test_an_engine_that_ended_early_leaves_no_row_passing() -> None:
