@@ -20,12 +20,14 @@ from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
 from gdn_equiv.strategies.convs import conv_calls
 from gdn_equiv.suite import test_combinations, test_serving
 
+ADMITS_NOTHING = "gdn_equiv.serving.planted:GuardAdmitsNothing"
+
 
 def test_an_engine_whose_fast_path_admits_nothing_fails_the_gate_test_not_exercised() -> None:
     """S6 on an engine whose guard admits no batch compares nothing: the gate's test fails (it used to be
     "1 passed" where a driver swallowed ``NotExercised``), as ``check``'s row is ``not exercised`` (exit 1)."""
     with pytest.raises(AssertionError, match=r"not exercised: none of the \d+ examples compared anything; .*fast path"):
-        test_serving.test_s6_fast_path_equals_general_path_where_the_guard_admits(engine=GuardAdmitsNothing())
+        test_serving.test_serving_property(record=registry.get_record("S6-dispatch"), gdn_serving_engine=ADMITS_NOTHING)
 
 
 def test_the_same_engine_is_a_not_exercised_row_under_check(monkeypatch) -> None:

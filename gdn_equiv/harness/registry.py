@@ -125,9 +125,10 @@ class PropertyRecord:
     condition: Condition | None = None
     not_applicable: Callable[[str], str | None] = _no_reason
     teeth: tuple[str, ...] = field(default=())
-    #: the pytest gate's test of this record, generated in ``gdn_equiv.suite.<gate_module>`` (None: the
-    #: gate checks it elsewhere, e.g. P7 in its conformance and ground-truth modules on conv calls drawn
-    #: directly, wider than a layer's, and P6 in ``test_necessity``, parametrized over the records)
+    #: the pytest gate's test of this record, generated in ``gdn_equiv.suite.<gate_module>`` (None: the gate
+    #: generates it otherwise: P6 in ``test_necessity`` and S0-S7 in ``test_serving``, each one test
+    #: parametrized over its records). P7's records have theirs too (on the layer's own conv call); the
+    #: conformance and ground-truth modules check conv calls drawn directly, wider than a layer's
     gate_test: str | None = None
     gate_module: str = "test_properties"
     #: drawn from the families the target fuses at all (P3/P4 on an fla version that fuses few)
@@ -263,6 +264,7 @@ def _example_records() -> list[PropertyRecord]:
             P.check_backend_matches_torch,
             not_applicable=_other_backend,
             teeth=("backend:planted-scaled",),
+            gate_test="test_the_layer_on_the_backend_matches_the_layer_on_torch",
         ),
         PropertyRecord(
             "P7-conv-conformance",
@@ -271,6 +273,7 @@ def _example_records() -> list[PropertyRecord]:
             P.check_conv_conformance,
             not_applicable=_other_backend,
             teeth=("backend:planted-scaled", "backend:planted-wide-rounding"),
+            gate_test="test_the_layers_conv_call_conforms_to_torch",
         ),
         PropertyRecord(
             "P7-combinations",
@@ -279,7 +282,8 @@ def _example_records() -> list[PropertyRecord]:
             P.check_conv_combinations,
             not_applicable=_other_backend,
             teeth=("backend:planted-short-state-grad", "backend:planted-short-state-grad-no-final"),
-            # the gate runs it on grids of conv calls drawn directly (gdn_equiv.suite.test_combinations)
+            # the gate also runs it on grids of conv calls drawn directly, wider (gdn_equiv.suite.test_combinations)
+            gate_test="test_the_layers_conv_call_matches_torch_in_every_cell",
         ),
         PropertyRecord(
             "P7-ground-truth",
@@ -287,6 +291,7 @@ def _example_records() -> list[PropertyRecord]:
             any_examples,
             P.check_conv_ground_truth,
             teeth=("backend:planted-scaled",),
+            gate_test="test_the_layers_conv_call_matches_the_fp64_ground_truth",
         ),
     ]
 

@@ -110,6 +110,9 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
     the target fuses. Named by the record (``gate_test``), its database key the record's name."""
 
     def run(data: st.DataObject, backend: str, families: tuple[str, ...], device: str, target: str | Target) -> None:
+        reason = record.not_applicable(backend)  # a row that cannot be asked here (a backend against itself)
+        if ledger.asked(reason) is not None:
+            pytest.skip(f"{ledger.Outcome.NOT_APPLICABLE}: {reason}")
         example, must_apply = data.draw(premise(record.name, backend, families, _name(target)))
         _run(record.check, example, device, target, may_not_apply=not must_apply)
 
