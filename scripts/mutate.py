@@ -78,6 +78,8 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
     "registry": ("gdn_equiv/harness/registry.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_registry.py"]),
     "ledger": ("gdn_equiv/run/report.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
     "plugin": ("gdn_equiv/pytest_plugin.py", ["gdn_equiv/suite/test_plugin_promises.py"]),
+    # the verdict engine every driver feeds (outcomes, premise, exit status), against the gate's own verdict tests
+    "verdict": ("gdn_equiv/harness/ledger.py", ["gdn_equiv/suite/test_verdict.py"]),
     # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
     "dispatch": (
         "gdn_equiv/model/backends/__init__.py",
