@@ -197,3 +197,22 @@ def test_a_shrunk_failure_only_in_the_database_fails_its_tests_rows() -> None:
     assert [r.result for r in rows] == ["pass", "FAIL", "FAIL"]
     assert "holds 2 shrunk failures of " + nodeid in rows[1].failure
     assert rows[2].failure == "dx"  # a row's own failure is kept
+
+
+def test_the_gate_keys_are_hypothesis_own_computed_without_importing_the_gate_here() -> None:
+    """HypoFuzz's database is read under each gate test's key; the key comes from a process of its own (the gate
+    sits above the fuzz engine, which runs it, never imports it) and equals Hypothesis' digest computed here."""
+    from hypothesis.internal.reflection import function_digest
+
+    from gdn_equiv.suite import test_properties as gate
+
+    nodeid = "gdn_equiv/suite/test_properties.py::test_fused_forward_is_bitwise_equal[torch]"
+    (key,) = fuzz_engines.gate_keys([nodeid, nodeid]).values()
+    inner = gate.test_fused_forward_is_bitwise_equal.hypothesis.inner_test
+    before = inner._hypothesis_internal_add_digest
+    inner._hypothesis_internal_add_digest = nodeid.encode()
+    try:
+        assert key == function_digest(inner)
+    finally:
+        inner._hypothesis_internal_add_digest = before
+    assert fuzz_engines.gate_keys(["x.py::test_no_such_gate_test[torch]"]) == {}

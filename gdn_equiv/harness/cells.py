@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING
 import torch
 
 from gdn_equiv.harness.compare import assert_equivalent
-from gdn_equiv.harness.conformance import NotAConvCall, _close, _forward, _slots, _state_name, conv_call_of
+from gdn_equiv.harness.conformance import (
+    NotAConvCall,
+    close_to_torch,
+    conv_call_of,
+    conv_forward,
+    state_name,
+    state_slots_of,
+)
 from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
 from gdn_equiv.harness.ground_truth import conv1d_truth
 from gdn_equiv.harness.premise import NotApplicable
@@ -81,7 +88,7 @@ def missed_layer_combinations(examples: list[Example], *, varlen_initial_state: 
 
 def _run(call: ConvCall, backend: str, device: str, *, final: bool, grad: bool, unused: int) -> dict:
     t = call.tensors(device, grad=grad)
-    y, state = _forward(call, t, backend, final=final)
+    y, state = conv_forward(call, t, backend, final=final)
     out = {"y": y, "final_state": state}
     if grad:
         names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
@@ -126,7 +133,7 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
     unused = get_backend(backend).unused_state_slots
     got = _run(call, backend, device, final=cell.final_state, grad=cell.grad, unused=unused)
     context = f"{call}, {cell}"
-    close = _close
+    close = close_to_torch
     if backend == "torch":
         truth = _truth(call, device, final=cell.final_state, grad=cell.grad, unused=unused)
         ref = {k: None if v is None or got[k] is None else v.detach().to(got[k].dtype) for k, v in truth.items()}
@@ -138,11 +145,11 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
         ref = _run(call, "torch", device, final=cell.final_state, grad=cell.grad, unused=unused)
     if not cell.final_state and got["final_state"] is not None:
         raise AssertionError(f"backend {backend!r} returned a final state that was not asked for\nExample: {context}")
-    s = _slots(backend, call.W)
+    s = state_slots_of(backend, call.W)
     for name, value in got.items():
         if name == "final_state":
             if cell.final_state:
-                close(value[..., s], ref[name][..., s], _state_name(backend, call.W, name), backend, context)
+                close(value[..., s], ref[name][..., s], state_name(backend, call.W, name), backend, context)
             continue
         close(value, ref[name], name, backend, context)
 

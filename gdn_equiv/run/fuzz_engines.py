@@ -26,7 +26,6 @@ or runs found it (rows are keyed by property, family, backend and dtype).
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import json
 import os
@@ -46,9 +45,11 @@ from gdn_equiv.harness import ledger, registry
 from gdn_equiv.harness.coverage import dimensions
 from gdn_equiv.harness.ledger import NOT_APPLICABLE_EVENT as NOT_APPLICABLE
 from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.harness.testing import hypofuzz_compat, open_database
 from gdn_equiv.model.example import Example
 from gdn_equiv.run import browser
-from gdn_equiv.run.report import Check, ReportWriter, format_table
+from gdn_equiv.run.report import ReportWriter
+from gdn_equiv.run.rows import Check, format_table
 
 __all__ = [
     "ENGINES",
@@ -78,29 +79,6 @@ def hypofuzz_missing() -> str | None:
     return None
 
 
-def open_database(value: str | os.PathLike[str]) -> Any:
-    """Hypothesis' example database for ``value``: a directory, or ``redis://HOST:PORT/DB``; one object per
-    value in a process. A HypoFuzz worker runs pytest's configuration twice on modules imported once: a
-    second Redis database object (equal only to itself) made it skip every test as "differing_database"."""
-    return _open_database(os.fspath(value))
-
-
-@functools.cache
-def _open_database(text: str) -> Any:
-    if text.startswith(("redis://", "rediss://", "unix://")):
-        try:
-            import redis
-            from hypothesis.extra.redis import RedisExampleDatabase
-        except ImportError:
-            raise InvalidArgument(f"{text!r} needs redis: pip install gdn-equiv[redis]") from None
-        return RedisExampleDatabase(redis.Redis.from_url(text))
-    if "://" in text:
-        raise InvalidArgument(f"{text!r}: a directory, or redis://HOST:PORT/DB (rediss://, unix:// too)")
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    return DirectoryBasedExampleDatabase(text)
-
-
 def gate_tests(properties: Sequence[str]) -> dict[str, str]:
     """``gate test name -> property`` for the ``properties`` the gate module runs; :class:`InvalidArgument`
     naming those it does not (they run under ``--engine ours``)."""
@@ -120,17 +98,6 @@ def gate_tests(properties: Sequence[str]) -> dict[str, str]:
             "run under --engine ours"
         )
     return tests
-
-
-def hypofuzz_compat() -> None:
-    """HypoFuzz 25.11.1 copies ``ConjectureResult.slice_comments`` (explain-phase comments) onto the data it
-    replays after shrinking a failure; Hypothesis 6.170 no longer has that attribute, so the worker died
-    with ``AttributeError`` right after its first shrink, before saving the shrunk failure (seen here,
-    2026-12-06). An empty one: the failure is saved and the worker goes on; only the comments are lost."""
-    from hypothesis.internal.conjecture.data import ConjectureResult
-
-    if not hasattr(ConjectureResult, "slice_comments"):
-        ConjectureResult.slice_comments = {}  # type: ignore[attr-defined]
 
 
 def launch() -> None:
@@ -605,26 +572,45 @@ def judge_engine_end(
 
 def _failures_in_database(plan: Any, nodeids: Iterable[str]) -> dict[str, int]:
     """Shrunk failures HypoFuzz keeps in the (shared) database, per gate test node id: a team's findings
-    read back. The key is Hypothesis' digest of the test with its node id added, as HypoFuzz and the
-    pytest plugin of Hypothesis both key a parametrised test."""
-    import importlib
-
+    read back, under the keys :func:`gate_keys` computes."""
     from hypofuzz.database import FailureState, HypofuzzDatabase
-    from hypothesis.internal.reflection import function_digest
 
-    module = importlib.import_module(GATE_MODULE)
     database = HypofuzzDatabase(open_database(plan.database))
-    out = {}
-    for nodeid in sorted(set(nodeids)):
-        test = getattr(module, _test_name(nodeid), None)
-        if test is None:
-            continue
-        inner = test.hypothesis.inner_test
-        before = getattr(inner, "_hypothesis_internal_add_digest", None)
-        inner._hypothesis_internal_add_digest = nodeid.encode()
-        try:
-            key = function_digest(inner)
-        finally:
-            inner._hypothesis_internal_add_digest = before
-        out[nodeid] = len(list(database.failures(state=FailureState.SHRUNK).fetch(key)))
-    return out
+    return {
+        nodeid: len(list(database.failures(state=FailureState.SHRUNK).fetch(key)))
+        for nodeid, key in gate_keys(nodeids).items()
+    }
+
+
+#: run in a process of its own by :func:`gate_keys`: the gate module's tests, keyed as HypoFuzz keys them
+_GATE_KEYS = """
+import json, sys
+from hypothesis.internal.reflection import function_digest
+from gdn_equiv.suite import test_properties as gate
+
+out = {}
+for nodeid in json.loads(sys.argv[1]):
+    test = getattr(gate, nodeid.rsplit("::", 1)[-1].split("[", 1)[0], None)
+    if test is None:
+        continue
+    inner = test.hypothesis.inner_test
+    before = getattr(inner, "_hypothesis_internal_add_digest", None)
+    inner._hypothesis_internal_add_digest = nodeid.encode()
+    try:
+        out[nodeid] = function_digest(inner).hex()
+    finally:
+        inner._hypothesis_internal_add_digest = before
+print(json.dumps(out))
+"""
+
+
+def gate_keys(nodeids: Iterable[str]) -> dict[str, bytes]:
+    """Each gate test node id's key in Hypothesis' database: Hypothesis' digest of the test with its node id
+    added, as HypoFuzz and the pytest plugin of Hypothesis both key a parametrised test. Computed in a process
+    of its own, as HypoFuzz runs the gate: the gate sits above this module, which never imports it."""
+    argv = [sys.executable, "-c", _GATE_KEYS, json.dumps(sorted(set(nodeids)))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the gate's test keys could not be computed: {done.stderr.strip()[-2000:]}")
+    keys = json.loads(done.stdout.strip().splitlines()[-1])
+    return {nodeid: bytes.fromhex(key) for nodeid, key in keys.items()}

@@ -44,7 +44,9 @@ from gdn_equiv.model.backends import BUILTIN_BACKENDS
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.run.report import Check, Failure, interrupt_pending
+from gdn_equiv.run.failures import Failure
+from gdn_equiv.run.rows import Check
+from gdn_equiv.run.signals import interrupt_pending
 from gdn_equiv.strategies import examples
 from gdn_equiv.targets import UpstreamRefused
 

@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ plants defects with these)
     BLOCK_EDGES,
-    _reach,
     block_edges,
     check_continuation,
     check_decode_continuation,
@@ -42,6 +41,7 @@ from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ 
     check_gradients,
     check_outside_capabilities,
     check_update,
+    conformance_reach,
 )
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ledger import Outcome
@@ -61,7 +61,7 @@ def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
     tensor in any of :data:`LAYOUTS` the capabilities allow; every activation both run."""
     caps = capabilities([backend, "torch"])
     lo, hi = caps.widths or (1, 4)
-    options = {**_reach(backend), "layouts": LAYOUTS, "widths": (lo, min(hi, 4)), **options}
+    options = {**conformance_reach(backend), "layouts": LAYOUTS, "widths": (lo, min(hi, 4)), **options}
     return conv_calls(capabilities=caps, **options)
 
 

@@ -27,7 +27,7 @@ from gdn_equiv.harness import registry
 from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.run import runner
-from gdn_equiv.run.report import Check
+from gdn_equiv.run.rows import Check
 
 
 def verdict(check: Check, report: Callable[[str], None] = print) -> None:

@@ -49,7 +49,9 @@ def _upstream(target: str | Target) -> bool:
     return _name(target) != "gdn_equiv"
 
 
-def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv", *, may_not_apply: bool = False):
+def run_example(
+    prop, example: Example, device: str, target: str | Target = "gdn_equiv", *, may_not_apply: bool = False
+):
     """One example through the ledger (:func:`gdn_equiv.harness.ledger.judge`): counted and labelled once it
     compared something; one that did not meet the premise compared nothing. An upstream target's own guard
     decides, so where it disagrees with the spec the states built from the spec's conditions need not meet
@@ -114,7 +116,7 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
         if ledger.asked(reason) is not None:
             pytest.skip(f"{ledger.Outcome.NOT_APPLICABLE}: {reason}")
         example, must_apply = data.draw(premise(record.name, backend, families, _name(target)))
-        _run(record.check, example, device, target, may_not_apply=not must_apply)
+        run_example(record.check, example, device, target, may_not_apply=not must_apply)
 
     # the fixtures pytest passes, by name in the signature
     if record.needs_fusion:

@@ -444,6 +444,8 @@ def test_which_outcomes_fail_a_run_and_which_are_reports() -> None:
 )
 def test_the_exit_status_is_the_ledgers(outcomes: list, interrupted: bool, status: int) -> None:
     assert ledger.exit_status(outcomes, interrupted=interrupted) == status
+    if not interrupted:  # a run is not interrupted unless it says so
+        assert ledger.exit_status(outcomes) == status
 
 
 def test_folding_rounds_keeps_a_final_outcome_and_takes_a_decisive_one() -> None:

@@ -24,16 +24,16 @@ from gdn_equiv.run.cli.common import (
     NECESSITY,
     EnvironmentProblem,
     UsageError,
-    _at_least,
-    _backends,
-    _device,
-    _explicit,
-    _families,
-    _make_dirs,
-    _not_a_directory,
-    _one_line,
-    _output_file,
-    _profile,
+    at_least,
+    backends_option,
+    device_option,
+    explicit_options,
+    families_option,
+    make_dirs,
+    not_a_directory,
+    one_line,
+    output_file,
+    profile_option,
     subcommand,
 )
 from gdn_equiv.run.report import (
@@ -136,7 +136,7 @@ def _serving_engines(option: str | None) -> list[str]:
         reasons = {p: engine_not_applicable(p) for p in mine}
         if all(reasons.values()):
             why = "; ".join(f"{p}: {r}" for p, r in reasons.items()) if len(mine) > 1 else reasons[mine[0]]
-            raise EnvironmentProblem(f"--serving-engine {name!r} cannot run here: {_one_line(str(why))}")
+            raise EnvironmentProblem(f"--serving-engine {name!r} cannot run here: {one_line(str(why))}")
         paths += [p for p in mine if p not in paths]
     return paths
 
@@ -145,11 +145,11 @@ def _fuzz_engine(args: argparse.Namespace) -> str:
     """``fuzz --engine`` (default ours), with ``--workers`` / ``--dashboard-port`` for HypoFuzz only; HypoFuzz
     asked for but not installed is the environment's problem (exit 3), naming the extra."""
     engine = args.engine or "ours"
-    _at_least("--workers", args.workers, 1)
+    at_least("--workers", args.workers, 1)
     if args.dashboard_port is not None and not 0 < args.dashboard_port < 65536:
         raise UsageError(f"--dashboard-port must be a port number 1-65535, got {args.dashboard_port}")
     if engine == "ours":
-        given = _explicit(args, "workers", "dashboard_port")
+        given = explicit_options(args, "workers", "dashboard_port")
         if given:
             raise UsageError(f"{', '.join(given)} apply to --engine hypofuzz only (our loop runs in one process)")
         return engine
@@ -174,11 +174,11 @@ def _hypofuzz_properties(
     try:
         fuzz_engines.gate_tests(properties)
     except InvalidArgument as exc:
-        raise UsageError(_one_line(str(exc))) from None
+        raise UsageError(one_line(str(exc))) from None
     return properties, []
 
 
-def _target_problem(target: str) -> str | None:
+def target_problem(target: str) -> str | None:
     """Why ``target`` cannot be run here, or ``None`` (for fla: not installed, or a version its
     adapter's table does not know, named with the known ones)."""
     return get_target(target).unavailable()
@@ -189,20 +189,20 @@ def plan_run(args: argparse.Namespace) -> Plan:
     fuzz = args.command == "fuzz"
     if fuzz and not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UsageError(f"--seconds must be a finite number > 0, got {args.seconds}")
-    _at_least("--examples", args.examples, 1)
-    _at_least("--necessity-examples", args.necessity_examples, 1)
-    _at_least("--max-seq-len", args.max_seq_len, 1)
-    profile = _profile(args, "fuzz" if fuzz else "ci")
+    at_least("--examples", args.examples, 1)
+    at_least("--necessity-examples", args.necessity_examples, 1)
+    at_least("--max-seq-len", args.max_seq_len, 1)
+    profile = profile_option(args, "fuzz" if fuzz else "ci")
     engine = _fuzz_engine(args) if fuzz else "ours"
-    device = _device(args.device)
-    report = _not_a_directory("--report", args.report)
+    device = device_option(args.device)
+    report = not_a_directory("--report", args.report)
     database = _database_option(args.database)
     if args.target == "gdn_equiv":
         if args.fla_core is not None:
             raise UsageError(f"--fla-core {args.fla_core!r} applies to --target fla only")
         target_options: dict[str, Any] = {}
-        backends = _backends(args.backend if args.backend is not None else "torch")
-        families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        backends = backends_option(args.backend if args.backend is not None else "torch")
+        families = families_option(args.family if args.family is not None else DEFAULT_FAMILY)
         properties, conditions = _properties(args)
         serving_engines = _serving_engines(args.serving_engine)
         isolate, example_timeout = _isolation(args, backends)
@@ -214,7 +214,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
             raise UsageError(f"--engine hypofuzz runs the gdn_equiv target's gate tests, not --target {args.target}")
         # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
         # properties' options do not apply and are refused rather than ignored
-        unused = _explicit(
+        unused = explicit_options(
             args,
             "backend",
             "property",
@@ -229,7 +229,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
         if unused:
             raise UsageError(f"--target {args.target} searches its guard's gaps; {', '.join(unused)} do not apply")
         target_options = {"core": args.fla_core or "fla"} if args.target == "fla" else {}
-        families = _families(args.family if args.family is not None else DEFAULT_FAMILY, fla_only=args.target == "fla")
+        families = families_option(
+            args.family if args.family is not None else DEFAULT_FAMILY, fla_only=args.target == "fla"
+        )
         if args.fla_core == "reference":
             other = [f for f in families if f not in REFERENCE_CORE_FAMILIES]
             if other:  # refused here, not at the first gap found (H200, 2026-12-04: every non-GDN demo failed)
@@ -240,13 +242,13 @@ def plan_run(args: argparse.Namespace) -> Plan:
         backends, properties, conditions, serving_engines = ["-"], [], [], []
         isolate, example_timeout = False, None
     # the properties' own argument checks need the device settled (triton's interpreter on CPU)
-    reason = _target_problem(args.target)
+    reason = target_problem(args.target)
     if reason is not None:
-        raise EnvironmentProblem(f"--target {args.target}: {_one_line(reason)}")
+        raise EnvironmentProblem(f"--target {args.target}: {one_line(reason)}")
     # the one profile table; a fuzz row runs until its share of the budget is spent
     examples = args.examples if args.examples is not None else registry.examples_per_row(profile)
-    junit_xml, json_copy = _output_file("--junit-xml", args.junit_xml), _output_file("--json", args.json)
-    html = _output_file("--html", args.html)
+    junit_xml, json_copy = output_file("--junit-xml", args.junit_xml), output_file("--json", args.json)
+    html = output_file("--html", args.html)
     if html is not None and html_report.missing() is not None:
         raise EnvironmentProblem(str(html_report.missing()))
     plan = Plan(
@@ -284,7 +286,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
                 f"{runnable * MIN_SECONDS_PER_ROW:g} s ({MIN_SECONDS_PER_ROW:g} s a row); give more seconds or ask "
                 "for fewer rows (--property, --dtype, --family, --skip-necessity)"
             )
-    _make_dirs({
+    make_dirs({
         "--report": report,
         "--database": database if isinstance(database, Path) else None,
         "--junit-xml": junit_xml and junit_xml.parent,
@@ -334,7 +336,7 @@ def _database_option(value: str) -> Path | str:
     if not value.startswith(("redis://", "rediss://", "unix://")):
         if "://" in value:
             raise UsageError(f"--database {value!r}: a directory, or redis://HOST:PORT/DB (rediss://, unix:// too)")
-        return _not_a_directory("--database", value)
+        return not_a_directory("--database", value)
     try:
         import redis
     except ImportError:
@@ -342,9 +344,9 @@ def _database_option(value: str) -> Path | str:
     try:
         redis.Redis.from_url(value, socket_connect_timeout=5).ping()
     except ValueError as exc:
-        raise UsageError(f"--database {value!r}: {_one_line(str(exc))}") from None
+        raise UsageError(f"--database {value!r}: {one_line(str(exc))}") from None
     except redis.RedisError as exc:
-        raise EnvironmentProblem(f"--database {value!r}: cannot reach the server: {_one_line(str(exc))}") from None
+        raise EnvironmentProblem(f"--database {value!r}: cannot reach the server: {one_line(str(exc))}") from None
     return value
 
 
@@ -409,7 +411,7 @@ def _progress(check: Check) -> None:
     )
 
 
-def _writer(plan: Plan) -> ReportWriter:
+def plan_writer(plan: Plan) -> ReportWriter:
     plan.meta = {
         "mode": plan.command,
         **({"engine": plan.engine} if plan.command == "fuzz" else {}),
@@ -438,7 +440,7 @@ def _database(plan: Plan) -> object:
     return DirectoryBasedExampleDatabase(str(plan.database))
 
 
-def _run(plan: Plan, header: str, deadline: float | None = None) -> int:
+def run_plan(plan: Plan, header: str, deadline: float | None = None) -> int:
     """Run the plan's rows and compute the exit status from the ledger: 0 only when every asked row
     ran at least one applicable example (or cannot be asked here, with the reason) and none failed."""
     with without_seed_hints():
@@ -452,7 +454,7 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
     environment = describe()
     database = _database(plan)
     rows = ledger_rows(plan)
-    with _writer(plan) as writer:
+    with plan_writer(plan) as writer:
         if environment is not None:  # what this machine changes about the kernels' arithmetic, said up front
             writer.meta["environment"] = environment
             print(environment, flush=True)
@@ -520,7 +522,7 @@ def print_findings(writer: ReportWriter) -> int:
     return ledger.exit_status(c.result for c in rows)
 
 
-def _what(plan: Plan) -> str:
+def describe_plan(plan: Plan) -> str:
     core = f" (fla core: {plan.target_options['core']})" if "core" in plan.target_options else ""
     return (
         f"target={plan.target}{core} family={','.join(plan.families)} backend={','.join(plan.backends)} "
@@ -531,7 +533,7 @@ def _what(plan: Plan) -> str:
 
 
 def cmd_check(plan: Plan) -> int:
-    return _run(plan, f"gdn-equiv check: {_what(plan)} ({plan.examples} examples per property row)")
+    return run_plan(plan, f"gdn-equiv check: {describe_plan(plan)} ({plan.examples} examples per property row)")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
