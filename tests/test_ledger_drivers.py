@@ -77,3 +77,32 @@ def test_a_cell_truth_rounds_to_the_dtype_it_is_compared_in() -> None:
     cell, call = _cell_call()
     truth = cells._truth(call, "cpu", final=cell.final_state, grad=cell.grad, unused=0)
     assert truth["y"].dtype == torch.float64 and any(k.startswith("grad.") for k in truth)
+
+
+def test_p1_is_a_record_of_its_own_kind_whose_rows_the_ledger_asks() -> None:
+    """The fla gap search is asked through its record (one row per family, its reproducer's function), not
+    through branches on the target's name; ours is asked its property records."""
+    from gdn_equiv.run.cli import check
+
+    assert registry.gap_search("gdn_equiv") is None
+    search = registry.gap_search("fla")
+    assert isinstance(search, registry.GapSearchRecord)
+    rows = search.rows("fla", ["gated_deltanet", "kda"])
+    assert [(r.name, r.family, r.backend, r.target) for r in rows] == [
+        ("P1-fla-guard-vs-spec", "gated_deltanet", "-", "fla"),
+        ("P1-fla-guard-vs-spec", "kda", "-", "fla"),
+    ]
+    assert search.gap_name("fla", "BiasDropped") == "P1-fla-gap-BiasDropped"
+    assert [search.refused_name("fla", n) for n in (1, 2)] == ["P1-fla-upstream-refused", "P1-fla-upstream-refused#2"]
+    plan = check.Plan(
+        command="check", target="fla", target_options={"core": "fla"}, backends=["-"], properties=[], conditions=[],
+        dtypes=["float32"], families=["gated_deltanet"], device="cpu", profile="dev", examples=1,
+        necessity_examples=None, max_seq_len=8, seconds=None, report=None, database=None, junit_xml=None, json=None,
+    )  # fmt: skip
+    (row,) = check.ledger_rows(plan)
+    assert (row.name, row.function, row.target_options) == (
+        "P1-fla-guard-vs-spec",
+        "check_target_guard",
+        {"core": "fla"},
+    )
+    assert check.record_of(row) is search

@@ -214,13 +214,8 @@ class Tally:
         return row_outcome(examples=self.drawn, not_applicable=self.not_applicable)
 
 
-class _Missed:
-    def __repr__(self) -> str:
-        return "MISSED"
-
-
 #: what :func:`judge` returns for an example that did not meet the premise (it compared nothing)
-MISSED: Any = _Missed()
+MISSED: Any = object()
 
 _RUNNING: list[Tally] = []  # the tallies of the gate tests running now (exercised())
 

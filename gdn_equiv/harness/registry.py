@@ -39,13 +39,16 @@ from gdn_equiv.serving.records import SERVING, row_not_applicable
 
 __all__ = [
     "DTYPES",
+    "GAP_SEARCH",
     "NECESSITY",
     "PLUGIN_NECESSITY_STATES",
     "Draw",
+    "GapSearchRecord",
     "PropertyRecord",
     "Row",
     "asked_rows",
     "examples_per_row",
+    "gap_search",
     "get_record",
     "necessity_budget",
     "necessity_name",
@@ -327,6 +330,43 @@ def _necessity_records() -> list[PropertyRecord]:
         )
         for c in Condition
     ]
+
+
+@dataclass(frozen=True)
+class GapSearchRecord:
+    """P1 against an upstream target, a record of its own kind: its rows are one per family (backend ``-``) and
+    its driver searches the target's guard for gaps against the spec, one gap kind at a time
+    (:func:`gdn_equiv.run.runner.search_gaps`): each gap found is a row of its own (``P1-<target>-gap-<kind>``),
+    each distinct constructor refusal too (``P1-<target>-upstream-refused``), and the search's own row says
+    whether it ran."""
+
+    summary: str
+    #: the function of :mod:`gdn_equiv.harness.properties` a gap's reproducer calls
+    function: str = P.check_target_guard.__name__
+
+    def name(self, target: str) -> str:
+        return f"P1-{target}-guard-vs-spec"
+
+    def gap_name(self, target: str, kind: str) -> str:
+        return f"P1-{target}-gap-{kind}"
+
+    def refused_name(self, target: str, n: int) -> str:
+        return f"P1-{target}-upstream-refused" + (f"#{n}" if n > 1 else "")
+
+    def rows(self, target: str, families: Sequence[str]) -> list[Row]:
+        """The asked rows: one search per family."""
+        return [Row(self.name(target), family, "-", "any", target) for family in families]
+
+
+#: P1 against an upstream target (``gdn-equiv check --target fla``); the in-house target's P1 is tests/test_guard.py
+GAP_SEARCH = GapSearchRecord(
+    "the upstream guard decides as the spec's decision table; each disagreement is a gap kind, shrunk and shown"
+)
+
+
+def gap_search(target: str) -> GapSearchRecord | None:
+    """The gap search asked of ``target``: P1 for an upstream layer, none for ours (its properties are asked)."""
+    return None if target == "gdn_equiv" else GAP_SEARCH
 
 
 def necessity_name(condition: Condition) -> str:

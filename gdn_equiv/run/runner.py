@@ -31,6 +31,7 @@ from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.compare import Mismatch, Report, observe, worst
 from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.registry import (
+    GAP_SEARCH,
     MAX_SEQ_LEN,
     Draw,
     PropertyRecord,
@@ -449,7 +450,7 @@ def search_gaps(
         "function": check.__name__,
         "family": family,
     }
-    clean = Check(f"P1-{target}-guard-vs-spec", "-", **row)
+    clean = Check(GAP_SEARCH.name(target), "-", **row)
     found: list[tuple[type, Example]] = []
     refusals: dict[str, Check] = {}  # by UpstreamRefused.kind, in the order first seen
     reported = 0  # refusal rows yielded so far
@@ -462,7 +463,7 @@ def search_gaps(
         if exc.kind in refusals:
             refusals[exc.kind].examples += 1
             return
-        name = f"P1-{target}-upstream-refused" + (f"#{len(refusals) + 1}" if refusals else "")
+        name = GAP_SEARCH.refused_name(target, len(refusals) + 1)
         refusal = Check(name, "-", **row, examples=1, example=example, result=Outcome.UPSTREAM_REFUSED)
         refusal.failure = f"{exc}\nExample: {example.short()}"
         problem = f"{type(exc.error).__name__}: {exc.error}"
@@ -530,7 +531,7 @@ def search_gaps(
                 message = f"{kind.__name__}: not run: {exc}"
             if cut_short:
                 message += " (the time budget ended its shrinking: the example is not minimal)"
-            gap = Check(f"P1-{target}-gap-{shown_kind.__name__.removeprefix('Gap')}", "-", **row)
+            gap = Check(GAP_SEARCH.gap_name(target, shown_kind.__name__.removeprefix("Gap")), "-", **row)
             gap.result, gap.failure, gap.example = Outcome.FAILED, message, example
             gap.seconds = clock() - started  # time until this gap was found, shrunk and shown
             gap.examples = clean.examples

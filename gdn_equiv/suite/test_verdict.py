@@ -496,12 +496,18 @@ def test_judge_counts_what_met_the_premise_and_fails_what_was_built_to() -> None
     result = ledger.judge(not_applicable, example, must_apply=False, tally=tally, on_missed=missed.append)
     assert result is ledger.MISSED and missed == ["guard does not fuse"]
     assert (tally.drawn, tally.not_applicable, tally.applied, tally.last) == (2, 1, 1, "guard does not fuse")
-    with pytest.raises(ledger.PremiseNotMet, match="P3: the example was built to meet the property's premise"):
+    with pytest.raises(ledger.PremiseNotMet, match="P3: the example was built to meet the property's premise") as err:
         ledger.judge(not_applicable, example, must_apply=True, tally=tally, name="P3")
-    assert (tally.drawn, tally.not_applicable) == (3, 1)  # a failure, not a miss
+    report = err.value.report  # a failing comparison of nothing, named for the property
+    assert (report.name, report.paths, report.ok, report.numel) == ("premise", ("P3", "spec"), False, 0)
+    assert report.problem == "guard does not fuse" and example.short() in str(err.value)
+    with pytest.raises(ledger.PremiseNotMet, match=r"^the example was built") as err:
+        ledger.judge(not_applicable, example, must_apply=True, tally=tally)
+    assert err.value.report.paths == ("property", "spec")
+    assert (tally.drawn, tally.not_applicable) == (4, 1)  # failures, not misses
     with pytest.raises(ZeroDivisionError):
         ledger.judge(lambda: 1 / 0, example, must_apply=False, tally=tally)
-    assert (tally.drawn, tally.not_applicable, tally.outcome()) == (4, 1, Outcome.PASSED)
+    assert (tally.drawn, tally.not_applicable, tally.outcome()) == (5, 1, Outcome.PASSED)
 
 
 def test_judge_counts_an_example_for_the_session_only_once_it_compared_something() -> None:
@@ -534,3 +540,36 @@ def test_a_gate_test_none_of_whose_examples_met_the_premise_fails_not_exercised(
         ledger.exercised(body, what="compared anything")([])
     ledger.exercised(body)([False, True])  # one example compared something: a pass
     assert ledger.judge(lambda: 1, example, must_apply=False) == 1  # no test running: no tally, no error
+
+
+def test_an_example_counts_for_the_innermost_running_gate_test() -> None:
+    example = _example()
+
+    def inner() -> None:
+        ledger.judge(lambda: None, example, must_apply=False)
+
+    def outer() -> None:
+        ledger.judge(lambda: (_ for _ in ()).throw(P.NotApplicable("G3")), example, must_apply=False)
+        ledger.exercised(inner)()  # its one example is its own: it passes
+
+    with pytest.raises(AssertionError, match="none of the 1 examples met the premise"):
+        ledger.exercised(outer)()
+
+
+def test_only_an_example_that_compared_something_is_labelled_for_coverage(monkeypatch) -> None:
+    """Regions are labelled for examples that compared something, failing ones included; a premise miss, or a
+    serving case (no layer regions), reaches none."""
+    example, labelled = _example(), []
+    monkeypatch.setattr(ledger, "label_example", labelled.append)
+
+    def not_applicable() -> None:
+        raise P.NotApplicable("no")
+
+    ledger.judge(not_applicable, example, must_apply=False, count=True)
+    assert labelled == []
+    ledger.judge(lambda: None, example, must_apply=False, count=True)
+    with pytest.raises(ZeroDivisionError):
+        ledger.judge(lambda: 1 / 0, example, must_apply=False, count=True)
+    ledger.judge(lambda: None, "a serving case", must_apply=False, count=True)
+    ledger.judge(lambda: None, example, must_apply=False)  # outside the gate: no labels
+    assert labelled == [example, example]

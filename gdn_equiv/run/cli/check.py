@@ -197,7 +197,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     device = device_option(args.device)
     report = not_a_directory("--report", args.report)
     database = _database_option(args.database)
-    if args.target == "gdn_equiv":
+    if registry.gap_search(args.target) is None:  # ours: its property records are asked
         if args.fla_core is not None:
             raise UsageError(f"--fla-core {args.fla_core!r} applies to --target fla only")
         target_options: dict[str, Any] = {}
@@ -297,15 +297,17 @@ def plan_run(args: argparse.Namespace) -> Plan:
 
 
 def ledger_rows(plan: Plan) -> list[Check]:
-    """The ledger: every row the plan asks for, in run order; a row that cannot run here carries its
-    ``n/a`` result and reason (SPEC §10)."""
-    if plan.target != "gdn_equiv":
-        name = f"P1-{plan.target}-guard-vs-spec"
+    """The ledger: every row the plan's records ask for, in run order; a row that cannot run here carries its
+    ``n/a`` result and reason (SPEC §10). An upstream target is asked its gap search (P1, one row per family);
+    ours, the property records and P6 searches of the plan."""
+    search = registry.gap_search(plan.target)
+    if search is not None:
         options = {k: str(v) for k, v in plan.target_options.items()}
         return [
-            Check(name, "-", family=f, target=plan.target, target_options=options, function="check_target_guard")
-            for f in plan.families
-        ]
+            Check(row.name, row.backend, family=row.family, target=row.target, target_options=options,
+                  function=search.function)
+            for row in search.rows(plan.target, plan.families)
+        ]  # fmt: skip
     records = [registry.get_record(n) for n in plan.properties]
     records += [registry.get_record(registry.necessity_name(c)) for c in plan.conditions]
     rows = []
@@ -318,6 +320,14 @@ def ledger_rows(plan: Plan) -> list[Check]:
             check.result, check.failure = outcome, str(reason)
         rows.append(check)
     return rows
+
+
+def record_of(row: Check) -> registry.PropertyRecord | registry.GapSearchRecord | None:
+    """The record a row is of (a gap search's rows are named for their target; its gap rows have none)."""
+    search = registry.gap_search(row.target)
+    if search is not None and row.name == search.name(row.target):
+        return search
+    return registry.records().get(row.name.partition("#")[0])
 
 
 def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, float | None]:
@@ -354,29 +364,27 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
     """Each asked row's result as it finishes (with each further kind of failure as a row of its own).
     With a ``deadline`` (fuzz) every row gets a share: row i may run until ``start + (i + 1) x budget /
     rows``, so time a quick row leaves passes to the next, and no row is left without one."""
-    if plan.target != "gdn_equiv":
-        # one gap search per family; a time budget is shared out evenly over the families left
-        for i, family in enumerate(plan.families):
-            seconds = None
-            if deadline is not None:
-                seconds = max(0.0, deadline - time.perf_counter()) / (len(plan.families) - i)
-            yield from runner.search_gaps(
-                plan.target,
-                max_examples=plan.examples,
-                device=plan.device,
-                seconds=seconds,
-                database=database,
-                family=family,
-                **plan.target_options,
-            )
-        return
     runnable = [row for row in rows if row.result != Outcome.NOT_APPLICABLE]
     start = time.perf_counter()
     for i, row in enumerate(runnable):
         share = None if deadline is None else start + (i + 1) * (deadline - start) / len(runnable)
         if share is not None and time.perf_counter() >= deadline:  # type: ignore[operator]
             return  # the rest stay "not reached"
-        record = registry.get_record(row.name)
+        record = record_of(row)
+        assert record is not None, f"an asked row has a record: {row.row_id}"
+        if isinstance(record, registry.GapSearchRecord):
+            # its gap rows as they are found, then the search's own row; the share as seconds from now
+            seconds = None if share is None else max(0.0, share - time.perf_counter())
+            yield from runner.search_gaps(
+                plan.target,
+                max_examples=plan.examples,
+                device=plan.device,
+                seconds=seconds,
+                database=database,
+                family=row.family,
+                **plan.target_options,
+            )
+            continue
         if record.condition is not None:
             check = runner.find_counterexample(
                 record.condition,
@@ -401,6 +409,11 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
             )
         yield check
         yield from check.also  # each further kind of failure, a row of its own
+
+
+def _repeatable(record: registry.PropertyRecord | registry.GapSearchRecord | None) -> bool:
+    """Whether another round of a row of ``record`` can find more: an example property's (not a search's)."""
+    return isinstance(record, registry.PropertyRecord) and record.condition is None
 
 
 def _progress(check: Check) -> None:
@@ -469,15 +482,11 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
                 for check in _checks(plan, todo, database=database, deadline=budget):
                     writer.add(check)
                     _progress(check)
-                if budget is None or time.perf_counter() >= budget or plan.target != "gdn_equiv":
+                if budget is None or time.perf_counter() >= budget:
                     break
                 # fuzz: time left after every row had its share goes to another round of the example rows
-                # still green (a search needs one run; a failed row has its finding)
-                todo = [
-                    r
-                    for r in writer.rows
-                    if r.result == Outcome.PASSED and registry.get_record(r.name).condition is None
-                ]
+                # still green (a search needs one run, a gap search spent its share; a failed row has its finding)
+                todo = [r for r in writer.rows if r.result == Outcome.PASSED and _repeatable(record_of(r))]
                 writer.meta["rounds"] = writer.meta.get("rounds", 1) + 1
         finally:
             isolation.configure(None)
@@ -508,7 +517,7 @@ def print_findings(writer: ReportWriter) -> int:
             continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
         print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
-        record = registry.records().get(c.name.partition("#")[0])  # None: an upstream target's gap row
+        record = registry.records().get(c.name.partition("#")[0])  # None: a gap search's row
         if c.repro and record is not None and record.serving:
             print(f"reproducer: python {c.repro}")  # its script is the replay: `repro` reads layer examples
         elif c.repro:
