@@ -268,7 +268,7 @@ def test_check_says_not_exercised_for_the_same_engine(gdn) -> None:
 
 
 @settings(max_examples=60, database=None, deadline=None)
-@given(draw=registry.get_record("S2-untouched").strategy("reference", "-"))
+@given(draw=registry.get_record("S2-untouched").strategy("reference"))
 def test_s2_cases_always_hold_a_slot_no_sequence_names(draw: registry.Draw) -> None:
     """Its first (smallest) case named every slot: a ``--examples 1`` row was "not exercised", by construction."""
     batch = draw.example.case.batch

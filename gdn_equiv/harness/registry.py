@@ -13,9 +13,10 @@ applies, how many examples a profile gives it or how a necessity search is budge
 - ``per_dtype``: whether its rows split by dtype (the P6 searches draw every dtype in one row);
 - ``not_applicable``: why a row of it cannot be asked on this machine (``n/a`` with that reason), or ``None``;
 - ``teeth``: the planted defects (:mod:`gdn_equiv.harness.planted`) it must catch;
-- ``serving``: an S1-S7 record (SPEC §11, :mod:`gdn_equiv.serving.records`): its rows are per engine path
-  (``reference``, ``vllm-cpu-torch``...), not per family x conv backend; its teeth are planted engines
-  (:data:`gdn_equiv.serving.planted.PLANTED`).
+S0-S7 (SPEC §11) are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`): their rows
+are per engine path (``reference``, ``vllm-cpu-torch``...), not per family x conv backend, and their teeth are
+planted engines (:data:`gdn_equiv.serving.planted.PLANTED`); P1 against an upstream target is a
+:class:`GapSearchRecord`.
 
 Adding a property is its function, its record here and its teeth; every driver then runs it.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
@@ -35,7 +36,7 @@ from gdn_equiv.harness.premise import Draw
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends, capabilities
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.serving.records import SERVING, row_not_applicable
+from gdn_equiv.serving.records import SERVING, ServingRecord
 
 __all__ = [
     "DTYPES",
@@ -136,8 +137,8 @@ class PropertyRecord:
     gate_module: str = "test_properties"
     #: drawn from the families the target fuses at all (P3/P4 on an fla version that fuses few)
     needs_fusion: bool = False
-    #: an S1-S7 record: one row per engine path (its ``backend``), family ``-``, any dtype
-    serving: bool = False
+    #: S0-S7 are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`)
+    serving: ClassVar[bool] = False
 
     @property
     def function(self) -> str:
@@ -299,22 +300,10 @@ def _example_records() -> list[PropertyRecord]:
     ]
 
 
-def _serving_records() -> list[PropertyRecord]:
-    """S1-S7 (SPEC §11); the pytest gate runs them in ``gdn_equiv.suite.test_serving``, over its engine paths."""
-    return [
-        PropertyRecord(
-            name,
-            summary,
-            premise,
-            check,
-            per_dtype=False,
-            not_applicable=row_not_applicable(check.__name__),
-            teeth=teeth,
-            gate_module="test_serving",
-            serving=True,
-        )
-        for name, summary, premise, check, teeth in SERVING
-    ]
+def _serving_records() -> list[ServingRecord]:
+    """S1-S7 (SPEC §11), records of their own kind; the pytest gate runs them in ``gdn_equiv.suite.test_serving``,
+    parametrised over them and its engine paths."""
+    return list(SERVING)
 
 
 def _necessity_records() -> list[PropertyRecord]:
@@ -378,7 +367,7 @@ def property_records() -> list[PropertyRecord]:
     return [r for r in records().values() if r.condition is None and not r.serving]
 
 
-def serving_records() -> list[PropertyRecord]:
+def serving_records() -> list[ServingRecord]:
     """S1-S7 (SPEC §11), asked per serving engine path; the drivers run them after the layer properties."""
     return [r for r in records().values() if r.serving]
 
@@ -389,12 +378,12 @@ def necessity_records() -> list[PropertyRecord]:
 
 
 @functools.cache
-def records() -> dict[str, PropertyRecord]:
+def records() -> dict[str, PropertyRecord | ServingRecord]:
     """Every record by name, in run order: the live table (a test may put a record of its own in it)."""
     return {r.name: r for r in (*_example_records(), *_serving_records(), *_necessity_records())}
 
 
-def get_record(name: str) -> PropertyRecord:
+def get_record(name: str) -> Any:  # a PropertyRecord, or a ServingRecord for S0-S7
     return records()[name]
 
 
@@ -412,14 +401,14 @@ def necessity_budget(backend: str) -> int:
 
 
 def asked_rows(
-    records: Sequence[PropertyRecord],
+    records: Sequence[PropertyRecord | ServingRecord],
     *,
     families: Sequence[str],
     backends: Sequence[str],
     dtypes: Sequence[str],
     target: str = "gdn_equiv",
     engines: Sequence[str] = ("reference",),
-) -> list[tuple[Row, PropertyRecord, str | None]]:
+) -> list[tuple[Row, PropertyRecord | ServingRecord, str | None]]:
     """Every row a run over ``records`` is asked for, in run order, with its record and, where the row
     cannot be asked on this machine, the reason (``n/a``). Serving records are asked once per engine
     path of ``engines`` (family ``-``), after the layer rows."""

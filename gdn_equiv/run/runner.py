@@ -34,7 +34,6 @@ from gdn_equiv.harness.registry import (
     GAP_SEARCH,
     MAX_SEQ_LEN,
     Draw,
-    PropertyRecord,
     get_record,
     necessity_budget,
     necessity_name,
@@ -122,7 +121,7 @@ def run_property(
     dtype: str | None = None,
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
-    record: PropertyRecord | None = None,
+    record: Any = None,
 ) -> Check:
     """Run one property row for up to ``max_examples`` examples (of ``dtype``, default any, and ``family``).
 
@@ -136,8 +135,9 @@ def run_property(
     record = record or get_record(name)
     assert record.check is not None, f"{name} is a search: find_counterexample runs it"
     fn = record.check
-    check = Check(name, backend, dtype or "any", family=family, function=fn.__name__)
-    strategy = record.strategy(backend, family, dtype, max_seq_len)
+    check = Check(name, backend, dtype or "any", family=family, function=record.function)
+    # a serving record's rows are per engine path (the row's backend): no family, dtype or length applies
+    strategy = record.strategy(backend) if record.serving else record.strategy(backend, family, dtype, max_seq_len)
     start = time.perf_counter()
     known: dict[str, Check] = {}
     tally = ledger.Tally()
@@ -181,7 +181,8 @@ def run_property(
             if decision is ledger.MISSED:
                 return
             check.worst = worst(reports, check.worst)
-            check.reasons[decision.reason_id] += 1
+            if decision is not None:  # a guard's decision (a serving check returns none)
+                check.reasons[decision.reason_id] += 1
             if fuzzing():  # toward differences near their tolerance
                 used = [r.tol_used for r in reports if r.tol_used < float("inf")]
                 if used:

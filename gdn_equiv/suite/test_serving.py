@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import ledger, registry
 from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.serving.records import ServingRecord
 
 # first: S1-S7 are cheap on the reference engine and each catches its planted engine: every worker starts on them
 pytestmark = pytest.mark.first(1)
@@ -32,7 +33,7 @@ exercised = functools.partial(ledger.exercised, what="compared anything")
 @exercised
 @settings(deadline=None)
 @given(data=st.data())
-def test_serving_property(data: st.DataObject, record: registry.PropertyRecord, gdn_serving_engine: str) -> None:
+def test_serving_property(data: st.DataObject, record: ServingRecord, gdn_serving_engine: str) -> None:
     """S0-S7, each generated from its record (:mod:`gdn_equiv.serving.records`, what ``check`` runs too): cases
     from its premise on the engine path of ``--gdn-serving-engine``, its check on that path. A path where the
     record cannot be asked (the engine cannot run here; S4 on a step that takes no accepted count) is n/a,
@@ -40,6 +41,6 @@ def test_serving_property(data: st.DataObject, record: registry.PropertyRecord, 
     reason = record.not_applicable(gdn_serving_engine)
     if ledger.asked(reason) is not None:
         pytest.skip(f"{Outcome.NOT_APPLICABLE}: {reason}")
-    draw = data.draw(record.strategy(gdn_serving_engine, "-"))
+    draw = data.draw(record.strategy(gdn_serving_engine))
     note(draw.example.short())
     ledger.judge(lambda: record.check(draw.example), draw.example, must_apply=draw.must_apply, count=True)
