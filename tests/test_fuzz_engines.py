@@ -216,3 +216,26 @@ def test_the_gate_keys_are_hypothesis_own_computed_without_importing_the_gate_he
     finally:
         inner._hypothesis_internal_add_digest = before
     assert fuzz_engines.gate_keys(["x.py::test_no_such_gate_test[torch]"]) == {}
+
+
+def test_hypofuzz_is_not_started_when_every_asked_row_is_na(tmp_path, monkeypatch) -> None:
+    """A row that cannot be asked here (the layer on torch against the layer on torch) is n/a in the ledger;
+    its gate test is not handed to HypoFuzz (it would only skip there), and with nothing left to run HypoFuzz is
+    not started at all: the ledger says n/a and the run is green (no launch needed: HypoFuzz may be absent)."""
+    import types
+
+    from gdn_equiv.run.report import ReportWriter
+    from gdn_equiv.run.rows import Check
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("HypoFuzz was started")
+
+    monkeypatch.setattr(fuzz_engines.subprocess, "Popen", no_launch)
+    row = Check("P7-backend-vs-torch", "torch", "float32", result=Outcome.NOT_APPLICABLE, failure="same backend")
+    plan = types.SimpleNamespace(properties=["P7-backend-vs-torch"], report=tmp_path, seconds=5)
+    writer = ReportWriter(tmp_path, device="cpu", meta={})
+    status = fuzz_engines.run_hypofuzz(
+        plan, rows=[row], header="", writer=writer, findings=lambda w: ledger.exit_status(r.result for r in w.rows),
+        workers=1, dashboard_port=None,
+    )  # fmt: skip
+    assert status == cli_common.EXIT_OK and [r.result for r in writer.rows] == [Outcome.NOT_APPLICABLE]

@@ -408,7 +408,16 @@ def run_hypofuzz(
     hands over the plan's asked ``rows``, its report ``writer`` and how it prints ``findings`` (which gives the
     exit status), so one format serves both engines."""
     started = time.perf_counter()
-    tests = gate_tests(plan.properties)
+    # the gate tests of the rows that can run (an n/a row's test would only skip in HypoFuzz's workers)
+    runnable = {r.name for r in rows if r.result != Outcome.NOT_APPLICABLE}
+    tests = {test: prop for test, prop in gate_tests(plan.properties).items() if prop in runnable}
+    if not tests:  # every asked row is n/a here: nothing for HypoFuzz to run, and the ledger says why
+        with writer:
+            writer.ask(rows)
+            print(f"ledger: {len(rows)} rows asked, 0 to run, {len(rows)} n/a; HypoFuzz not started", flush=True)
+            writer.finish("complete")
+        print(format_table(writer.rows))
+        return findings(writer)
     run_dir = plan.report / "hypofuzz"
     storage = run_dir / "storage"
     if run_dir.exists():

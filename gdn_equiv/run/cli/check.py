@@ -162,12 +162,17 @@ def _fuzz_engine(args: argparse.Namespace) -> str:
 
 
 def _hypofuzz_properties(
-    args: argparse.Namespace, properties: list[str], conditions: list[Condition]
+    args: argparse.Namespace, properties: list[str], conditions: list[Condition], backends: list[str]
 ) -> tuple[list[str], list[Condition]]:
     """HypoFuzz runs the gate's property tests: those of ``--property`` (another is refused, naming the
-    ones it runs), or all of them."""
+    ones it runs), or all of them that can be asked of one of the ``backends`` (a P7 comparison with torch is
+    n/a on torch: not asked by default)."""
     if not args.property:
-        gate = [r.name for r in registry.property_records() if r.gate_test and r.gate_module == "test_properties"]
+        gate = [
+            r.name
+            for r in registry.property_records()
+            if r.gate_test and r.gate_module == "test_properties" and any(r.not_applicable(b) is None for b in backends)
+        ]
         return gate, []
     if conditions:
         raise UsageError("--engine hypofuzz runs the gate's property tests; the P6 searches run under --engine ours")
@@ -207,7 +212,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         serving_engines = _serving_engines(args.serving_engine)
         isolate, example_timeout = _isolation(args, backends)
         if engine == "hypofuzz":  # the gate's examples run in HypoFuzz's workers, not ours
-            properties, conditions = _hypofuzz_properties(args, properties, conditions)
+            properties, conditions = _hypofuzz_properties(args, properties, conditions, backends)
             isolate, example_timeout = False, None
     else:
         if engine == "hypofuzz":
