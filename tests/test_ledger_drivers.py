@@ -106,3 +106,14 @@ def test_p1_is_a_record_of_its_own_kind_whose_rows_the_ledger_asks() -> None:
         {"core": "fla"},
     )
     assert check.record_of(row) is search
+
+
+def test_a_layer_wider_than_the_grid_is_checked_in_every_cell() -> None:
+    """Found by the P7-combinations gate test generated from its record (on triton): a layer of conv_size 5 made a
+    W=5 call, past the grid's widths 1-4, and every cell raised ValueError instead of checking it (under ``check``
+    too). The grid now takes the layer's own width."""
+    from gdn_equiv.model.example import Example
+    from gdn_equiv.model.families.gated_deltanet import GDNConfig
+
+    config = GDNConfig(hidden_size=8, head_dim=6, num_heads=2, conv_size=5, conv_bias=False)
+    cells.check_example_in_every_cell(Example(config=config, dtype="float32", seq_len=1))

@@ -137,6 +137,9 @@ class PropertyRecord:
     gate_module: str = "test_properties"
     #: drawn from the families the target fuses at all (P3/P4 on an fla version that fuses few)
     needs_fusion: bool = False
+    #: what one example costs in ordinary ones (P7-combinations checks ~120 cells an example): its gate test gets
+    #: the profile's examples divided by it (at least 2), as the hand-written grid test always did
+    gate_cost: int = 1
     #: S0-S7 are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`)
     serving: ClassVar[bool] = False
 
@@ -288,6 +291,7 @@ def _example_records() -> list[PropertyRecord]:
             teeth=("backend:planted-short-state-grad", "backend:planted-short-state-grad-no-final"),
             # the gate also runs it on grids of conv calls drawn directly, wider (gdn_equiv.suite.test_combinations)
             gate_test="test_the_layers_conv_call_matches_torch_in_every_cell",
+            gate_cost=6,
         ),
         PropertyRecord(
             "P7-ground-truth",

@@ -131,7 +131,8 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
     assert record.gate_test is not None
     test.__name__ = test.__qualname__ = record.gate_test
     test.__doc__ = f"{record.name}: {record.summary}."
-    wrapped = given(data=st.data())(settings(deadline=None)(test))
+    budget = {} if record.gate_cost == 1 else {"max_examples": max(2, settings().max_examples // record.gate_cost)}
+    wrapped = given(data=st.data())(settings(deadline=None, **budget)(test))
     wrapped.hypothesis.inner_test._hypothesis_internal_add_digest = record.name.encode()  # type: ignore[attr-defined]
     return exercised(wrapped)
 
