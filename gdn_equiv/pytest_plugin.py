@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hypothesis.utils.dynamicvariables import DynamicVariable
-from gdn_equiv.run import fuzz_engines, html_report
-from gdn_equiv.run.fuzz_engines import hypofuzz_compat
+from gdn_equiv.harness.testing import hypofuzz_compat, open_database
+from gdn_equiv.run import html_report
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.records import engine_paths, not_applicable
 
@@ -248,7 +248,7 @@ def _use_database(config: pytest.Config) -> None:
     from hypothesis import settings
 
     try:
-        database = fuzz_engines.open_database(value)
+        database = open_database(value)
     except InvalidArgument as exc:
         raise pytest.UsageError(f"--gdn-database: {exc}") from exc
     name = settings.get_current_profile_name()

@@ -77,7 +77,12 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
     # the verdict: the property records every driver reads, and the ledger that turns rows into a status
     "registry": ("gdn_equiv/harness/registry.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_registry.py"]),
     "ledger": ("gdn_equiv/run/report.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
+    # the ledger's row and its merge rule, and the JUnit writer (split out of report.py)
+    "rows": ("gdn_equiv/run/rows.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
+    "junit": ("gdn_equiv/run/junit.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
     "plugin": ("gdn_equiv/pytest_plugin.py", ["gdn_equiv/suite/test_plugin_promises.py"]),
+    # the verdict engine every driver feeds (outcomes, premise, exit status), against the gate's own verdict tests
+    "verdict": ("gdn_equiv/harness/ledger.py", ["gdn_equiv/suite/test_verdict.py"]),
     # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
     "dispatch": (
         "gdn_equiv/model/backends/__init__.py",
@@ -99,19 +104,11 @@ SUITE = ["gdn_equiv/suite"]
 # Presets that measure one part of a module: only mutants inside these top-level names (functions,
 # classes, module constants) count; ids stay those of the whole file, so --list and --only agree.
 SCOPES: dict[str, tuple[str, ...]] = {
-    # the ledger: rows asked, their results and merge rules, the failing set, what JUnit and the table say
-    # (a row's fields that decide its result, not how it prints: Check's texts are the tree's tests)
-    "ledger": (
-        "FAILING",
-        "UNREACHED",
-        "Check.examples",
-        "Check.not_applicable",
-        "Check.budget_spent",
-        "Check.key",
-        "merge",
-        "ReportWriter",
-        "write_junit",
-    ),
+    # the ledger's writer: rows asked, merged and written as the run goes (the outcomes' rules are harness/ledger.py's,
+    # the "verdict" preset)
+    "ledger": ("ReportWriter",),
+    # a row's fields that decide its result and its merge, not how it prints (Check's texts are the tree's tests)
+    "rows": ("UNREACHED", "Check.examples", "Check.not_applicable", "Check.budget_spent", "Check.key", "merge"),
     # the plugin's configure-time promises: names checked, unavailable backends/targets end the session
     "plugin": (
         "pytest_configure",

@@ -51,8 +51,7 @@ def main() -> int:
         for driver, proc in procs.items():
             out, _ = proc.communicate(timeout=600)
             if driver == "gate":
-                failed = sorted(set(re.findall(r"FAILED \S*test_(s\d)_", out)))
-                failed = [f.upper() for f in failed]
+                failed = sorted(set(re.findall(r"FAILED \S*test_serving_property\[\S*-(S\d)-[\w-]+\]", out)))
             else:
                 failed = sorted(set(re.findall(r"^FAIL (S\d)-", out, re.M)))
             want = {_short(p) for p in props}

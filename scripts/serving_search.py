@@ -36,16 +36,14 @@ class _Spent(Exception):
     """The row's seconds ran out before its budget of cases (ledger: not reached)."""
 
 
-def search(
-    engine: str, prop_name: str, premise: Any, prop: Any, budget: int, seconds: float = float("inf")
-) -> dict[str, Any]:
+def search(engine: str, record: Any, budget: int, seconds: float = float("inf")) -> dict[str, Any]:
     """One engine path x property: its row. ``seconds`` ends a row that found nothing yet as ``not reached``
     with the cases it ran (a failure being shrunk is not cut off)."""
-    a = adapter(engine)
+    a, prop_name, prop = adapter(engine), record.name, record.prop
     row: dict[str, Any] = {"engine": engine, "version": a.version, "property": prop_name}
     if prop is S.check_s4_speculation and not getattr(a, "speculative", True):
         return {**row, "result": "cannot run here", "why": a.not_speculative, "cases": 0, "seconds": 0.0}
-    strategy = premise(engine, ("gdn",), None, 140).map(lambda d: d.example.case)
+    strategy = record.strategy(engine).map(lambda d: d.example.case)
     ran, skipped, first_hit, why = [0], [0], [0], [""]
     start = time.perf_counter()
     raised: list[Any] = []
@@ -148,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         first = round(time.perf_counter() - t0, 2)
         print(f"{engine} {a.version}: {runs} ({first} s)", flush=True)
         out.setdefault("paths", {})[engine] = {"version": a.version, "runs": runs, "callers": _callers(a)}
-        for name, _, premise, check, _ in SERVING:
+        for record in SERVING:
+            name = record.name
             if wanted is not None and name.split("-")[0] not in wanted:
                 continue
             if reason is not None:
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 out["rows"].append({**row, "why": reason, "cases": 0, "seconds": 0.0})
                 continue
             ran_any = True
-            row = search(engine, name, premise, getattr(S, check.__name__), args.examples, args.seconds)
+            row = search(engine, record, args.examples, args.seconds)
             out["rows"].append(row)
             findings += row["result"] not in ("pass", "cannot run here")
             detail = row.get("shrunk") or row.get("why") or row.get("error") or ""

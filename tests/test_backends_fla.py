@@ -138,7 +138,7 @@ import os, sys
 from gdn_equiv.model.backends import fla_backend as fb
 from gdn_equiv.targets import fla_target
 for family in ("gated_deltanet", "gla"):
-    fla_target._fla_class(family)
+    fla_target.fla_class_of(family)
 
 def left():
     return sum(1 for m, mod in list(sys.modules.items()) if m.startswith("fla.")

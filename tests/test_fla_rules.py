@@ -25,7 +25,7 @@ from gdn_equiv.model.families import fla_only_families, get_family, known_famili
 from gdn_equiv.model.fla_versions import VERSIONS, fla_version, version_row
 from gdn_equiv.strategies import examples, layer_configs
 from gdn_equiv.targets import UpstreamRefused, get_target
-from gdn_equiv.targets.fla_target import _fla_class, build_fla_layer
+from gdn_equiv.targets.fla_target import build_fla_layer, fla_class_of
 
 FLA = get_target("fla")
 _REASON = FLA.unavailable()
@@ -65,7 +65,7 @@ def test_every_family_lists_its_rules_for_every_constructor_generation_of_the_ta
     [pytest.param(f, r, id=f"{f}-{r.rule}") for f in FAMILIES if _REASON is None for r in _rules(f)],
 )
 def test_each_rule_is_one_fla_enforces(family: str, rule) -> None:
-    cls = _fla_class(family)
+    cls = fla_class_of(family)
     kwargs = _small_kwargs(family) | dict(rule.breaking)
     assert set(rule.breaking) <= set(_accepted(cls, kwargs)), f"{cls.__name__} takes no {sorted(rule.breaking)}"
     assert not rule.holds(kwargs), f"{rule.breaking} do not break {rule.rule!r}"

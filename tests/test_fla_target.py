@@ -44,9 +44,9 @@ from gdn_equiv.model.fla_versions import CONV_0_5, fla_version, version_row
 from gdn_equiv.strategies import layer_configs
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import (
-    _construct,
-    _fla_class,
     build_fla_layer,
+    construct_layer,
+    fla_class_of,
     fla_conv_channels,
     fla_guard,
     fla_layer_facts,
@@ -68,7 +68,7 @@ ON_060 = FLA_VERSION == "0.6.0"
 
 def _class_exists(family: str) -> bool:
     try:
-        _fla_class(family)
+        fla_class_of(family)
     except (ImportError, AttributeError):
         return False
     return True
@@ -381,7 +381,7 @@ def test_fla_only_family_builds_with_the_convs_its_examples_imply(family: str, d
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        layer, dropped = _construct(_fla_class(family), family, config)
+        layer, dropped = construct_layer(fla_class_of(family), family, config)
     assert dropped == {}, f"{family}'s fla class does not take {sorted(dropped)}"
     for name in config.SLOTS:
         conv = getattr(layer, f"{name}_conv1d")
@@ -415,9 +415,9 @@ def test_fla_only_families_are_fla_target_names_only(capsys: pytest.CaptureFixtu
     assert len(parse_families("all", fla_only=True)) == 12 and parse_families("all") == known_families()
     assert parse_families("abc,gdn2", fla_only=True) == ["abc", "gdn2"]
     with pytest.raises(cli_common.UsageError, match=r"--family 'gdn2'.*fla-only.*--target fla.*gated_deltanet"):
-        cli_common._families("gdn2")
+        cli_common.families_option("gdn2")
     with pytest.raises(cli_common.UsageError, match=r"unknown family 'gdn3'.*gated_deltanet.*abc"):
-        cli_common._families("gdn3", fla_only=True)
+        cli_common.families_option("gdn3", fla_only=True)
     assert cli.main(["families"]) == cli_common.EXIT_OK
     marked = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "[fla-only" in line]
     assert marked == fla_only_families()

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import gdn_equiv
+from gdn_equiv.harness import ledger
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.run import browser, cli, fuzz_engines
 from gdn_equiv.run.cli import common as cli_common
 
@@ -178,7 +180,8 @@ TESTS = {"test_fused_forward_is_bitwise_equal": "P3-forward-exact", "test_fused_
 def test_hypofuzz_ending_by_itself_before_the_budget_leaves_no_row_passing() -> None:
     rows = _rows()
     fuzz_engines.judge_engine_end(rows, "HypoFuzz ended by itself with status 1", {}, TESTS, ["torch", "triton"])
-    assert [r.result for r in rows] == [fuzz_engines.UNREACHED, fuzz_engines.UNREACHED, "FAIL"]
+    assert [r.result for r in rows] == [Outcome.CRASHED, Outcome.CRASHED, Outcome.FAILED]
+    assert ledger.exit_status(r.result for r in rows) == cli_common.EXIT_FAILED
     assert "status 1 before the budget ended: 40 examples ran" in rows[0].failure
     untouched = _rows()
     fuzz_engines.judge_engine_end(untouched, None, {}, TESTS, ["torch", "triton"])
@@ -194,3 +197,45 @@ def test_a_shrunk_failure_only_in_the_database_fails_its_tests_rows() -> None:
     assert [r.result for r in rows] == ["pass", "FAIL", "FAIL"]
     assert "holds 2 shrunk failures of " + nodeid in rows[1].failure
     assert rows[2].failure == "dx"  # a row's own failure is kept
+
+
+def test_the_gate_keys_are_hypothesis_own_computed_without_importing_the_gate_here() -> None:
+    """HypoFuzz's database is read under each gate test's key; the key comes from a process of its own (the gate
+    sits above the fuzz engine, which runs it, never imports it) and equals Hypothesis' digest computed here."""
+    from hypothesis.internal.reflection import function_digest
+
+    from gdn_equiv.suite import test_properties as gate
+
+    nodeid = "gdn_equiv/suite/test_properties.py::test_fused_forward_is_bitwise_equal[torch]"
+    (key,) = fuzz_engines.gate_keys([nodeid, nodeid]).values()
+    inner = gate.test_fused_forward_is_bitwise_equal.hypothesis.inner_test
+    before = inner._hypothesis_internal_add_digest
+    inner._hypothesis_internal_add_digest = nodeid.encode()
+    try:
+        assert key == function_digest(inner)
+    finally:
+        inner._hypothesis_internal_add_digest = before
+    assert fuzz_engines.gate_keys(["x.py::test_no_such_gate_test[torch]"]) == {}
+
+
+def test_hypofuzz_is_not_started_when_every_asked_row_is_na(tmp_path, monkeypatch) -> None:
+    """A row that cannot be asked here (the layer on torch against the layer on torch) is n/a in the ledger;
+    its gate test is not handed to HypoFuzz (it would only skip there), and with nothing left to run HypoFuzz is
+    not started at all: the ledger says n/a and the run is green (no launch needed: HypoFuzz may be absent)."""
+    import types
+
+    from gdn_equiv.run.report import ReportWriter
+    from gdn_equiv.run.rows import Check
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("HypoFuzz was started")
+
+    monkeypatch.setattr(fuzz_engines.subprocess, "Popen", no_launch)
+    row = Check("P7-backend-vs-torch", "torch", "float32", result=Outcome.NOT_APPLICABLE, failure="same backend")
+    plan = types.SimpleNamespace(properties=["P7-backend-vs-torch"], report=tmp_path, seconds=5)
+    writer = ReportWriter(tmp_path, device="cpu", meta={})
+    status = fuzz_engines.run_hypofuzz(
+        plan, rows=[row], header="", writer=writer, findings=lambda w: ledger.exit_status(r.result for r in w.rows),
+        workers=1, dashboard_port=None,
+    )  # fmt: skip
+    assert status == cli_common.EXIT_OK and [r.result for r in writer.rows] == [Outcome.NOT_APPLICABLE]

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv import pytest_plugin
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.harness import ledger
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.registry import Draw
@@ -195,11 +196,11 @@ def test_an_example_counts_once_it_compared_something() -> None:
     @given(st.none())
     def inside_a_test(_: None) -> None:  # note() and event() need a running Hypothesis test
         before = counts()["properties"]
-        assert suite._run(not_applicable, example, "cpu", may_not_apply=True) is None
+        assert suite.run_example(not_applicable, example, "cpu", may_not_apply=True) is ledger.MISSED
         seen.append(counts()["properties"] - before)
-        assert suite._run(lambda example, **_: "compared", example, "cpu") == "compared"
+        assert suite.run_example(lambda example, **_: "compared", example, "cpu") == "compared"
         with pytest.raises(AssertionError, match="y differs"):
-            suite._run(failing, example, "cpu")
+            suite.run_example(failing, example, "cpu")
         seen.append(counts()["properties"] - before)
 
     inside_a_test()

@@ -143,3 +143,39 @@ def test_the_map_check_names_a_missing_package_and_a_missing_module(tree: Path) 
         "the map leaves out the package gdn_equiv/newroom/",
         "the map names gdn_equiv/model/guard.py, which is not in the tree",
     ]
+
+
+def test_a_hidden_import_module_is_an_edge_and_named(tree: Path) -> None:
+    """``importlib.import_module`` of a project module, by a string or a module constant, is an import the
+    header does not show: its arrow counts (here upward: the model loading the run's report), and it is named."""
+    (tree / "gdn_equiv/model/planted_hidden.py").write_text(
+        'import importlib\n\nREPORT = "gdn_equiv.run.report"\n\n\n'
+        "def f():\n    return importlib.import_module(REPORT)\n"
+    )
+    found = picture.violations(picture.picture(tree))
+    assert found == [
+        "upward arrow: gdn_equiv.model.planted_hidden:7 imports gdn_equiv.run.report "
+        "(gdn_equiv.model is below gdn_equiv.run)",
+        "hidden import: gdn_equiv.model.planted_hidden:7 imports gdn_equiv.run.report through import_module",
+    ]
+
+
+def test_a_private_name_imported_from_another_module_is_named(tree: Path) -> None:
+    (tree / "gdn_equiv/harness/planted_private.py").write_text(
+        "from gdn_equiv.harness.conformance import close_to_torch\n"
+    )
+    assert picture.violations(picture.picture(tree)) == []
+    (tree / "gdn_equiv/harness/planted_private.py").write_text("from gdn_equiv.model.guard import _planted\n")
+    (tree / "gdn_equiv/model/guard.py").write_text((tree / "gdn_equiv/model/guard.py").read_text() + "\n_planted = 1\n")
+    assert picture.violations(picture.picture(tree)) == [
+        "private name: gdn_equiv.harness.planted_private:1 imports _planted from gdn_equiv.model.guard"
+    ]
+
+
+def test_the_plugin_imports_no_driver() -> None:
+    """The gate's plugin sits on top, but it drives nothing: it reads the records, the ledger and the page
+    writer, never ``check``'s runner, the fuzz engines or the command line (which run the gate themselves)."""
+    pic = picture.picture(ROOT)
+    drivers = ("gdn_equiv.run.runner", "gdn_equiv.run.fuzz_engines", "gdn_equiv.run.cli", "gdn_equiv.run.bench")
+    imported = {e.target for e in pic.edges if e.importer == "gdn_equiv.pytest_plugin"}
+    assert not {m for m in imported if m.startswith(drivers)}, imported

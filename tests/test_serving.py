@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.compare import Mismatch
-from gdn_equiv.harness.registry import PropertyRecord
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.run.runner import run_property
 from gdn_equiv.serving import engines
@@ -22,7 +21,7 @@ from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.engines import EngineOps, engine_adapters
 from gdn_equiv.serving.planted import PLANTED
-from gdn_equiv.serving.records import SERVING, not_applicable
+from gdn_equiv.serving.records import SERVING
 from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
 from gdn_equiv.suite.test_serving import *  # noqa: F403
 
@@ -141,12 +140,11 @@ def test_every_engine_path_is_listed_and_one_that_cannot_run_says_why() -> None:
 
 @pytest.mark.slow
 @pytest.mark.teeth
-@pytest.mark.parametrize("entry", SERVING, ids=[e[0] for e in SERVING])
-def test_the_records_for_the_registry_run_through_the_runner(entry: Any) -> None:
-    """What the lead pastes into the registry (:data:`gdn_equiv.serving.records.SERVING`) gives a green row on
-    the reference and a FAIL row on each planted engine the record names, through ``run_property`` itself."""
-    name, summary, premise, check, teeth = entry
-    record = PropertyRecord(name, summary, premise, check, per_dtype=False, not_applicable=not_applicable, teeth=teeth)
+@pytest.mark.parametrize("record", SERVING, ids=[r.name for r in SERVING])
+def test_the_records_for_the_registry_run_through_the_runner(record: Any) -> None:
+    """Each serving record (:data:`gdn_equiv.serving.records.SERVING`) gives a green row on the reference and a
+    FAIL row on each planted engine the record names, through ``run_property`` itself."""
+    name, teeth = record.name, record.teeth
     assert teeth
     row = run_property(name, "reference", max_examples=10, record=record, family="gdn")
     assert row.result in ("pass", "not exercised"), row.failure
@@ -178,8 +176,9 @@ class _AdapterTypeError(EngineOps):
 
 def test_an_adapter_type_error_is_an_error_of_the_row_never_cannot_run_here() -> None:
     a = _AdapterTypeError("vllm", "cpu-torch")
+    case = find(spec_cases(), lambda c: bool(c.batch.named()))  # a case with a sequence to compare (not all pads)
     with pytest.raises(TypeError):
-        S.check_s0_reference(a, spec_cases().example())
+        S.check_s0_reference(a, case)
     row = run_property("S0-reference", "reference", max_examples=1)
     assert row.result == "pass"
 

@@ -205,9 +205,9 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.
     runs = {"reference": [*suite, "gdn_equiv.suite.test_serving", "--gdn-serving-engine", "reference"]}
     for cls in GATE_PLANTED:  # planted engines only S0 catches, through the plug-in door
         spec = f"gdn_equiv.serving.planted:{cls}"
-        runs[cls] = [*suite, "-rf", "gdn_equiv.suite.test_serving", "--gdn-serving-engine", spec, "-k", "test_s0"]
+        runs[cls] = [*suite, "-rf", "gdn_equiv.suite.test_serving", "--gdn-serving-engine", spec, "-k", "S0-reference"]
     runs["never exercised"] = [*suite, "gdn_equiv.suite.test_serving", "--gdn-serving-engine",
-                               "gdn_equiv.serving.planted:GuardAdmitsNothing", "-k", "test_s6"]  # fmt: skip
+                               "gdn_equiv.serving.planted:GuardAdmitsNothing", "-k", "S6-dispatch"]  # fmt: skip
     procs = {}
     for name, argv in runs.items():
         path = [str(fake)] if name == "unknown version" else []
@@ -236,8 +236,9 @@ def test_gdn_serving_engine_reference_runs_s1_to_s7_on_the_reference_only(gate_r
 def test_the_gate_catches_each_planted_engine_through_the_plug_in_door(gate_runs, cls) -> None:
     result = gate_runs[cls]
     assert result.returncode == 1, (result.stdout + result.stderr)[-3000:]
-    assert f"FAILED ::test_s0_the_engine_equals_the_in_house_reference[gdn_equiv.serving.planted:{cls}]" in (
-        result.stdout
+    # the test generated from the S0 record, on the planted engine's path
+    assert f"FAILED ::test_serving_property[gdn_equiv.serving.planted:{cls}-S0-reference]" in result.stdout, (
+        result.stdout[-3000:]
     )
 
 
@@ -267,7 +268,7 @@ def test_check_says_not_exercised_for_the_same_engine(gdn) -> None:
 
 
 @settings(max_examples=60, database=None, deadline=None)
-@given(draw=registry.get_record("S2-untouched").strategy("reference", "-"))
+@given(draw=registry.get_record("S2-untouched").strategy("reference"))
 def test_s2_cases_always_hold_a_slot_no_sequence_names(draw: registry.Draw) -> None:
     """Its first (smallest) case named every slot: a ``--examples 1`` row was "not exercised", by construction."""
     batch = draw.example.case.batch

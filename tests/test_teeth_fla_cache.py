@@ -90,10 +90,10 @@ def test_loop_property_catches_a_view_that_counts_tokens_twice() -> None:
 
 
 def _offsets_of_layer_zero(cache):
-    """``_from_fla_cache`` reading every layer's token count from ``get_seq_length()`` (layer 0's)."""
-    from gdn_equiv.targets.fla_target import _from_fla_cache
+    """``from_fla_cache`` reading every layer's token count from ``get_seq_length()`` (layer 0's)."""
+    from gdn_equiv.targets.fla_target import from_fla_cache
 
-    out = _from_fla_cache(cache)
+    out = from_fla_cache(cache)
     if out is not None and not isinstance(cache, Cache):
         for state in out.states:
             if state is not None:
@@ -102,10 +102,10 @@ def _offsets_of_layer_zero(cache):
 
 
 def _drops_last_conv_slot(cache):
-    """``_to_fla_cache`` that copies every conv slot but the last."""
-    from gdn_equiv.targets.fla_target import _to_fla_cache
+    """``to_fla_cache`` that copies every conv slot but the last."""
+    from gdn_equiv.targets.fla_target import to_fla_cache
 
-    out = _to_fla_cache(cache)
+    out = to_fla_cache(cache)
     for idx in range(len(out)):
         state = out[idx]
         if state is not None and state["conv_state"] is not None:
@@ -114,10 +114,10 @@ def _drops_last_conv_slot(cache):
 
 
 def _no_copy(cache):
-    """``_to_fla_cache`` that hands fla's layer a caller's fla cache itself."""
-    from gdn_equiv.targets.fla_target import _to_fla_cache
+    """``to_fla_cache`` that hands fla's layer a caller's fla cache itself."""
+    from gdn_equiv.targets.fla_target import to_fla_cache
 
-    return _to_fla_cache(cache) if isinstance(cache, Cache) else cache
+    return to_fla_cache(cache) if isinstance(cache, Cache) else cache
 
 
 ROUND_TRIPS = st.tuples(

@@ -32,14 +32,16 @@ if TYPE_CHECKING:
     from gdn_equiv.model.example import Example
 
 
-def _forward(call: ConvCall, tensors: dict, backend: str, *, final: bool = True):
+def conv_forward(call: ConvCall, tensors: dict, backend: str, *, final: bool = True):
     t = tensors
     return causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], final, t["cu_seqlens"], backend=backend
     )
 
 
-def _close(actual, expected, name: str, backend: str, call: object, truth: Callable[[], Tensor] | None = None) -> None:
+def close_to_torch(
+    actual, expected, name: str, backend: str, call: object, truth: Callable[[], Tensor] | None = None
+) -> None:
     """``actual`` (the backend's) == ``expected`` (torch's) within the tolerance table; where they differ by
     more and the fp64 ``truth`` of the same rounded inputs is given (a function: it is computed only then),
     each side's error against the truth
@@ -55,17 +57,17 @@ def _close(actual, expected, name: str, backend: str, call: object, truth: Calla
         assert_as_accurate(actual, expected, truth(), name=name, paths=paths, context=call)
 
 
-def _slots(backend: str, W: int) -> slice:
+def state_slots_of(backend: str, W: int) -> slice:
     """The state slots ``backend`` declares meaningful (``Backend.unused_state_slots``)."""
     return get_backend(backend).state_slots(W)
 
 
-def _state_name(backend: str, W: int, name: str) -> str:
-    s = _slots(backend, W)
+def state_name(backend: str, W: int, name: str) -> str:
+    s = state_slots_of(backend, W)
     return name if s.start == 0 else f"{name}[..., {s.start}:{W}]"
 
 
-def _reach(backend: str) -> dict:
+def conformance_reach(backend: str) -> dict:
     """How wide and long the calls may get: where real kernels change code path (block edges up to the
     PR's 6,144 fused channels, tile edges in time) on a GPU, and on a CPU up to 1,025 channels; Triton
     kernels (ours and fla's) run in the interpreter there, too slow for them, so they keep the small
@@ -83,11 +85,11 @@ def _reach(backend: str) -> dict:
 def check_forward(call: ConvCall, backend: str, device: str) -> None:
     """y and the final state's declared slots == the torch backend's, within §6."""
     tensors = call.tensors(device)
-    y, final = _forward(call, tensors, backend)
-    y_ref, final_ref = _forward(call, tensors, "torch")
-    _close(y, y_ref, "y", backend, call)
-    s = _slots(backend, call.W)
-    _close(final[..., s], final_ref[..., s], _state_name(backend, call.W, "final_state"), backend, call)
+    y, final = conv_forward(call, tensors, backend)
+    y_ref, final_ref = conv_forward(call, tensors, "torch")
+    close_to_torch(y, y_ref, "y", backend, call)
+    s = state_slots_of(backend, call.W)
+    close_to_torch(final[..., s], final_ref[..., s], state_name(backend, call.W, "final_state"), backend, call)
 
 
 def _grads(
@@ -97,7 +99,7 @@ def _grads(
     gradient of every input from ``dy`` and ``d final_state`` (zero on the ``unused_state_slots``)."""
     t = call.tensors(device, grad=True)
     names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
-    y, final = (run or _forward)(call, t, backend)
+    y, final = (run or conv_forward)(call, t, backend)
     if not y.requires_grad:
         raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
     cot = call.cotangents(device, unused_state_slots=unused_state_slots)
@@ -114,7 +116,7 @@ def _truth_grads(call: ConvCall, device: str, unused: int, run=None) -> dict:
     t = {k: v for k, v in call.tensors(device).items() if not k.startswith("leaf.")}
     names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
     wide = {k: (v.detach().double().requires_grad_() if k in names else v) for k, v in t.items()}
-    y, final = (run or _forward)(call, wide, "torch")
+    y, final = (run or conv_forward)(call, wide, "torch")
     cot = {k: v.double() for k, v in call.cotangents(device, unused_state_slots=unused).items()}
     grads = torch.autograd.grad((y, final), [wide[n] for n in names], (cot["dy"], cot["dfinal"]), allow_unused=True)
     return dict(zip(names, grads, strict=True))
@@ -127,13 +129,13 @@ def _leaf(truth: Callable[[], dict], name: str) -> Tensor:
 def check_gradients(call: ConvCall, backend: str, device: str) -> None:
     """Gradients of every input (through its layout) from ``dy`` and ``d final_state`` (zero on the slots
     the backend declares unused) == torch's, within §6 (or, past it, as accurate as torch's against the
-    fp64 truth: :func:`_close`)."""
+    fp64 truth: :func:`close_to_torch`)."""
     unused = get_backend(backend).unused_state_slots  # the reviewed backend's convention, for both
     *_, grads = _grads(call, backend, device, unused)
     *_, grads_ref = _grads(call, "torch", device, unused)
     truth = functools.cache(lambda: _truth_grads(call, device, unused))  # an fp64 pass only past the table
     for name, g in grads.items():
-        _close(g, grads_ref[name], f"grad.{name}", backend, call, functools.partial(_leaf, truth, name))
+        close_to_torch(g, grads_ref[name], f"grad.{name}", backend, call, functools.partial(_leaf, truth, name))
 
 
 def check_update(call: ConvCall, backend: str, device: str) -> None:
@@ -145,9 +147,9 @@ def check_update(call: ConvCall, backend: str, device: str) -> None:
     y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=backend)
     assert_equivalent(state, before, name="state after update", paths=("after", "before"), context=call)
     y_ref, new_ref = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend="torch")
-    _close(y, y_ref, "update.y", backend, call)
-    s = _slots(backend, call.W)
-    _close(new_state[..., s], new_ref[..., s], _state_name(backend, call.W, "update.new_state"), backend, call)
+    close_to_torch(y, y_ref, "update.y", backend, call)
+    s = state_slots_of(backend, call.W)
+    close_to_torch(new_state[..., s], new_ref[..., s], state_name(backend, call.W, "update.new_state"), backend, call)
 
 
 def _continued(call: ConvCall, t: dict, backend: str, split: int):
@@ -172,11 +174,13 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
     y, final, got = _grads(call, backend, device, unused, continued)
     y_ref, final_ref, grads_ref = _grads(call, "torch", device, unused, continued)
     truth = functools.cache(lambda: _truth_grads(call, device, unused, continued))
-    _close(y, y_ref, "continued.y", backend, context)
-    s = _slots(backend, call.W)
-    _close(final[..., s], final_ref[..., s], _state_name(backend, call.W, "continued.final_state"), backend, context)
+    close_to_torch(y, y_ref, "continued.y", backend, context)
+    s = state_slots_of(backend, call.W)
+    close_to_torch(
+        final[..., s], final_ref[..., s], state_name(backend, call.W, "continued.final_state"), backend, context
+    )
     for n, g in got.items():
-        _close(g, grads_ref[n], f"continued.grad.{n}", backend, context, functools.partial(_leaf, truth, n))
+        close_to_torch(g, grads_ref[n], f"continued.grad.{n}", backend, context, functools.partial(_leaf, truth, n))
 
 
 def _decoded(call: ConvCall, t: dict, backend: str, split: int):
@@ -203,9 +207,9 @@ def check_decode_continuation(call: ConvCall, split: int, backend: str, device: 
     with torch.no_grad():
         y, state = _decoded(call, t, backend, split)
         y_ref, state_ref = _decoded(call, t, "torch", split)
-    _close(y, y_ref, "decoded.y", backend, context)
-    s = _slots(backend, call.W)
-    _close(state[..., s], state_ref[..., s], _state_name(backend, call.W, "decoded.state"), backend, context)
+    close_to_torch(y, y_ref, "decoded.y", backend, context)
+    s = state_slots_of(backend, call.W)
+    close_to_torch(state[..., s], state_ref[..., s], state_name(backend, call.W, "decoded.state"), backend, context)
 
 
 def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: str) -> None:
@@ -240,7 +244,7 @@ BLOCK_EDGES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144)
 def block_edges(backend: str) -> tuple[int, ...]:
     """The edges a backend's conformance sweeps: up to its reach (6,144 on a GPU, 1,024 on a CPU, 32 for
     kernels that run in the Triton interpreter here)."""
-    reach = _reach(backend).get("wide_channels", 33)
+    reach = conformance_reach(backend).get("wide_channels", 33)
     return tuple(e for e in BLOCK_EDGES if e < reach)
 
 
@@ -272,10 +276,10 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
     y_ref, final_ref = causal_conv1d(*args[:-1], t["cu_seqlens"], backend="torch")
     context = f"{outside} (outside its {outside.limit} limit, answered)"
     try:
-        _close(y, y_ref.to(y.dtype), "y", backend, context)
-        s = _slots(backend, outside.call.W)
+        close_to_torch(y, y_ref.to(y.dtype), "y", backend, context)
+        s = state_slots_of(backend, outside.call.W)
         if final is not None and final_ref is not None:
-            _close(final[..., s], final_ref[..., s].to(final.dtype), "final_state", backend, context)
+            close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", backend, context)
     except AssertionError as exc:
         raise AnsweredOutside(
             f"backend {backend!r} answered a call outside its {outside.limit} limit wrongly: {exc}"

@@ -37,7 +37,7 @@ from gdn_equiv.harness.compare import ACCURACY_FACTOR, assert_run_as_accurate, l
 from gdn_equiv.model.backends.fla_backend import pin_loaded_fla
 from gdn_equiv.model.example import Example, accuracy_runs, build_layer, materialize, run_layer, unit_cotangent_backward
 from gdn_equiv.model.families import get_family
-from gdn_equiv.targets.fla_target import _construct, _fla_class, build_fla_layer, load_reference_state
+from gdn_equiv.targets.fla_target import build_fla_layer, construct_layer, fla_class_of, load_reference_state
 
 __all__ = ["FAITHFUL_FAMILIES", "Difference", "check_faithful", "naive_cores", "unfaithful_reason"]
 
@@ -325,7 +325,7 @@ def _fla_layer(example: Example, defaults: bool, layer_cls: type | None, device:
     family = get_family(example.family)
     ours = build_layer(example, layer_cls or family.layer_cls, device)
     if defaults:  # fla's class as a user builds it: its own ShortConvolution defaults
-        theirs, _ = _construct(_fla_class(example.family), example.family, example.config)
+        theirs, _ = construct_layer(fla_class_of(example.family), example.family, example.config)
     else:
         theirs = build_fla_layer(example.config, family=example.family, pinnable=False)
     load_reference_state(theirs, ours.state_dict())  # fla's parameters take ours' dtype and device

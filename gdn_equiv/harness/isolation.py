@@ -39,7 +39,7 @@ from gdn_equiv.harness import compare
 from gdn_equiv.harness.compare import observe
 from gdn_equiv.harness.interpreter import make_faithful
 from gdn_equiv.model.backends import BUILTIN_BACKENDS
-from gdn_equiv.model.families import _BUILTIN as FAMILIES
+from gdn_equiv.model.families import BUILTIN_FAMILIES as FAMILIES
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -13,9 +13,10 @@ applies, how many examples a profile gives it or how a necessity search is budge
 - ``per_dtype``: whether its rows split by dtype (the P6 searches draw every dtype in one row);
 - ``not_applicable``: why a row of it cannot be asked on this machine (``n/a`` with that reason), or ``None``;
 - ``teeth``: the planted defects (:mod:`gdn_equiv.harness.planted`) it must catch;
-- ``serving``: an S1-S7 record (SPEC §11, :mod:`gdn_equiv.serving.records`): its rows are per engine path
-  (``reference``, ``vllm-cpu-torch``...), not per family x conv backend; its teeth are planted engines
-  (:data:`gdn_equiv.serving.planted.PLANTED`).
+S0-S7 (SPEC §11) are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`): their rows
+are per engine path (``reference``, ``vllm-cpu-torch``...), not per family x conv backend, and their teeth are
+planted engines (:data:`gdn_equiv.serving.planted.PLANTED`); P1 against an upstream target is a
+:class:`GapSearchRecord`.
 
 Adding a property is its function, its record here and its teeth; every driver then runs it.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
@@ -35,17 +36,20 @@ from gdn_equiv.harness.premise import Draw
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends, capabilities
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.serving.records import SERVING, row_not_applicable
+from gdn_equiv.serving.records import SERVING, ServingRecord
 
 __all__ = [
     "DTYPES",
+    "GAP_SEARCH",
     "NECESSITY",
     "PLUGIN_NECESSITY_STATES",
     "Draw",
+    "GapSearchRecord",
     "PropertyRecord",
     "Row",
     "asked_rows",
     "examples_per_row",
+    "gap_search",
     "get_record",
     "necessity_budget",
     "necessity_name",
@@ -125,15 +129,19 @@ class PropertyRecord:
     condition: Condition | None = None
     not_applicable: Callable[[str], str | None] = _no_reason
     teeth: tuple[str, ...] = field(default=())
-    #: the pytest gate's test of this record, generated in ``gdn_equiv.suite.<gate_module>`` (None: the
-    #: gate checks it elsewhere, e.g. P7 in its conformance and ground-truth modules on conv calls drawn
-    #: directly, wider than a layer's, and P6 in ``test_necessity``, parametrized over the records)
+    #: the pytest gate's test of this record, generated in ``gdn_equiv.suite.<gate_module>`` (None: the gate
+    #: generates it otherwise: P6 in ``test_necessity`` and S0-S7 in ``test_serving``, each one test
+    #: parametrized over its records). P7's records have theirs too (on the layer's own conv call); the
+    #: conformance and ground-truth modules check conv calls drawn directly, wider than a layer's
     gate_test: str | None = None
     gate_module: str = "test_properties"
     #: drawn from the families the target fuses at all (P3/P4 on an fla version that fuses few)
     needs_fusion: bool = False
-    #: an S1-S7 record: one row per engine path (its ``backend``), family ``-``, any dtype
-    serving: bool = False
+    #: what one example costs in ordinary ones (P7-combinations checks ~120 cells an example): its gate test gets
+    #: the profile's examples divided by it (at least 2), as the hand-written grid test always did
+    gate_cost: int = 1
+    #: S0-S7 are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`)
+    serving: ClassVar[bool] = False
 
     @property
     def function(self) -> str:
@@ -263,6 +271,7 @@ def _example_records() -> list[PropertyRecord]:
             P.check_backend_matches_torch,
             not_applicable=_other_backend,
             teeth=("backend:planted-scaled",),
+            gate_test="test_the_layer_on_the_backend_matches_the_layer_on_torch",
         ),
         PropertyRecord(
             "P7-conv-conformance",
@@ -271,6 +280,7 @@ def _example_records() -> list[PropertyRecord]:
             P.check_conv_conformance,
             not_applicable=_other_backend,
             teeth=("backend:planted-scaled", "backend:planted-wide-rounding"),
+            gate_test="test_the_layers_conv_call_conforms_to_torch",
         ),
         PropertyRecord(
             "P7-combinations",
@@ -279,7 +289,9 @@ def _example_records() -> list[PropertyRecord]:
             P.check_conv_combinations,
             not_applicable=_other_backend,
             teeth=("backend:planted-short-state-grad", "backend:planted-short-state-grad-no-final"),
-            # the gate runs it on grids of conv calls drawn directly (gdn_equiv.suite.test_combinations)
+            # the gate also runs it on grids of conv calls drawn directly, wider (gdn_equiv.suite.test_combinations)
+            gate_test="test_the_layers_conv_call_matches_torch_in_every_cell",
+            gate_cost=6,
         ),
         PropertyRecord(
             "P7-ground-truth",
@@ -287,26 +299,15 @@ def _example_records() -> list[PropertyRecord]:
             any_examples,
             P.check_conv_ground_truth,
             teeth=("backend:planted-scaled",),
+            gate_test="test_the_layers_conv_call_matches_the_fp64_ground_truth",
         ),
     ]
 
 
-def _serving_records() -> list[PropertyRecord]:
-    """S1-S7 (SPEC §11); the pytest gate runs them in ``gdn_equiv.suite.test_serving``, over its engine paths."""
-    return [
-        PropertyRecord(
-            name,
-            summary,
-            premise,
-            check,
-            per_dtype=False,
-            not_applicable=row_not_applicable(check.__name__),
-            teeth=teeth,
-            gate_module="test_serving",
-            serving=True,
-        )
-        for name, summary, premise, check, teeth in SERVING
-    ]
+def _serving_records() -> list[ServingRecord]:
+    """S1-S7 (SPEC §11), records of their own kind; the pytest gate runs them in ``gdn_equiv.suite.test_serving``,
+    parametrised over them and its engine paths."""
+    return list(SERVING)
 
 
 def _necessity_records() -> list[PropertyRecord]:
@@ -324,6 +325,43 @@ def _necessity_records() -> list[PropertyRecord]:
     ]
 
 
+@dataclass(frozen=True)
+class GapSearchRecord:
+    """P1 against an upstream target, a record of its own kind: its rows are one per family (backend ``-``) and
+    its driver searches the target's guard for gaps against the spec, one gap kind at a time
+    (:func:`gdn_equiv.run.runner.search_gaps`): each gap found is a row of its own (``P1-<target>-gap-<kind>``),
+    each distinct constructor refusal too (``P1-<target>-upstream-refused``), and the search's own row says
+    whether it ran."""
+
+    summary: str
+    #: the function of :mod:`gdn_equiv.harness.properties` a gap's reproducer calls
+    function: str = P.check_target_guard.__name__
+
+    def name(self, target: str) -> str:
+        return f"P1-{target}-guard-vs-spec"
+
+    def gap_name(self, target: str, kind: str) -> str:
+        return f"P1-{target}-gap-{kind}"
+
+    def refused_name(self, target: str, n: int) -> str:
+        return f"P1-{target}-upstream-refused" + (f"#{n}" if n > 1 else "")
+
+    def rows(self, target: str, families: Sequence[str]) -> list[Row]:
+        """The asked rows: one search per family."""
+        return [Row(self.name(target), family, "-", "any", target) for family in families]
+
+
+#: P1 against an upstream target (``gdn-equiv check --target fla``); the in-house target's P1 is tests/test_guard.py
+GAP_SEARCH = GapSearchRecord(
+    "the upstream guard decides as the spec's decision table; each disagreement is a gap kind, shrunk and shown"
+)
+
+
+def gap_search(target: str) -> GapSearchRecord | None:
+    """The gap search asked of ``target``: P1 for an upstream layer, none for ours (its properties are asked)."""
+    return None if target == "gdn_equiv" else GAP_SEARCH
+
+
 def necessity_name(condition: Condition) -> str:
     return f"{NECESSITY}-{condition.id}"
 
@@ -333,7 +371,7 @@ def property_records() -> list[PropertyRecord]:
     return [r for r in records().values() if r.condition is None and not r.serving]
 
 
-def serving_records() -> list[PropertyRecord]:
+def serving_records() -> list[ServingRecord]:
     """S1-S7 (SPEC §11), asked per serving engine path; the drivers run them after the layer properties."""
     return [r for r in records().values() if r.serving]
 
@@ -344,12 +382,12 @@ def necessity_records() -> list[PropertyRecord]:
 
 
 @functools.cache
-def records() -> dict[str, PropertyRecord]:
+def records() -> dict[str, PropertyRecord | ServingRecord]:
     """Every record by name, in run order: the live table (a test may put a record of its own in it)."""
     return {r.name: r for r in (*_example_records(), *_serving_records(), *_necessity_records())}
 
 
-def get_record(name: str) -> PropertyRecord:
+def get_record(name: str) -> Any:  # a PropertyRecord, or a ServingRecord for S0-S7
     return records()[name]
 
 
@@ -367,14 +405,14 @@ def necessity_budget(backend: str) -> int:
 
 
 def asked_rows(
-    records: Sequence[PropertyRecord],
+    records: Sequence[PropertyRecord | ServingRecord],
     *,
     families: Sequence[str],
     backends: Sequence[str],
     dtypes: Sequence[str],
     target: str = "gdn_equiv",
     engines: Sequence[str] = ("reference",),
-) -> list[tuple[Row, PropertyRecord, str | None]]:
+) -> list[tuple[Row, PropertyRecord | ServingRecord, str | None]]:
     """Every row a run over ``records`` is asked for, in run order, with its record and, where the row
     cannot be asked on this machine, the reason (``n/a``). Serving records are asked once per engine
     path of ``engines`` (family ``-``), after the layer rows."""

@@ -13,6 +13,7 @@ need :func:`count_example`::
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -40,7 +41,9 @@ __all__ = [
     "default_profile",
     "first_hit",
     "fuzzing",
+    "hypofuzz_compat",
     "nan_poisoned_empty",
+    "open_database",
     "parse_names",
     "pin_xdist_worker_device",
     "project_triton_cache",
@@ -342,3 +345,40 @@ def nan_poisoned_empty(device_type: str = "cuda") -> Iterator[None]:
     finally:
         torch.empty, torch.empty_like = originals[0], originals[1]
         torch.Tensor.new_empty = originals[2]  # type: ignore[method-assign]
+
+
+# ---- Hypothesis' example database and HypoFuzz, for the gate's plugin and `fuzz --engine hypofuzz` alike -----
+
+
+def open_database(value: str | os.PathLike[str]) -> Any:
+    """Hypothesis' example database for ``value``: a directory, or ``redis://HOST:PORT/DB``; one object per
+    value in a process. A HypoFuzz worker runs pytest's configuration twice on modules imported once: a
+    second Redis database object (equal only to itself) made it skip every test as "differing_database"."""
+    return _database_of(os.fspath(value))
+
+
+@functools.cache
+def _database_of(text: str) -> Any:
+    if text.startswith(("redis://", "rediss://", "unix://")):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError:
+            raise InvalidArgument(f"{text!r} needs redis: pip install gdn-equiv[redis]") from None
+        return RedisExampleDatabase(redis.Redis.from_url(text))
+    if "://" in text:
+        raise InvalidArgument(f"{text!r}: a directory, or redis://HOST:PORT/DB (rediss://, unix:// too)")
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    return DirectoryBasedExampleDatabase(text)
+
+
+def hypofuzz_compat() -> None:
+    """HypoFuzz 25.11.1 copies ``ConjectureResult.slice_comments`` (explain-phase comments) onto the data it
+    replays after shrinking a failure; Hypothesis 6.170 no longer has that attribute, so the worker died
+    with ``AttributeError`` right after its first shrink, before saving the shrunk failure (seen here,
+    2026-12-06). An empty one: the failure is saved and the worker goes on; only the comments are lost."""
+    from hypothesis.internal.conjecture.data import ConjectureResult
+
+    if not hasattr(ConjectureResult, "slice_comments"):
+        ConjectureResult.slice_comments = {}  # type: ignore[attr-defined]

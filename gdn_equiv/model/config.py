@@ -54,7 +54,7 @@ class ConvSpec:
         return dict(self.extras).get(name, fact_params()[name])
 
 
-def _check_positive_int(owner: str, name: str, value: Any) -> None:
+def check_positive_int(owner: str, name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidArgument(f"{owner}.{name} must be a positive integer, got {value!r}")
 
@@ -64,7 +64,7 @@ def _check_bool(owner: str, name: str, value: Any) -> None:
         raise InvalidArgument(f"{owner}.{name} must be a bool, got {value!r}")
 
 
-def _check_positive_finite(owner: str, name: str, value: Any) -> None:
+def check_positive_finite(owner: str, name: str, value: Any) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     if not ok:
         raise InvalidArgument(f"{owner}.{name} must be a positive finite number, got {value!r}")
@@ -126,11 +126,11 @@ class LayerConfig:
     def validate(self) -> None:
         owner = type(self).__name__
         for name in self.POSITIVE_INTS:
-            _check_positive_int(owner, name, getattr(self, name))
+            check_positive_int(owner, name, getattr(self, name))
         for name in self.BOOLS:
             _check_bool(owner, name, getattr(self, name))
         for name in self.POSITIVE_NUMBERS:
-            _check_positive_finite(owner, name, getattr(self, name))
+            check_positive_finite(owner, name, getattr(self, name))
         if self.layer_idx is not None and (
             not isinstance(self.layer_idx, int) or isinstance(self.layer_idx, bool) or self.layer_idx < 0
         ):
@@ -145,7 +145,7 @@ class LayerConfig:
                 raise InvalidArgument(f"{name}_conv must be a ConvSpec, got {type(spec).__name__}")
             canonical_activation(spec.activation)
             if spec.kernel_size is not None:
-                _check_positive_int(owner, f"{name}_conv.kernel_size", spec.kernel_size)
+                check_positive_int(owner, f"{name}_conv.kernel_size", spec.kernel_size)
             if spec.bias is not None:
                 _check_bool(owner, f"{name}_conv.bias", spec.bias)
             if spec.dtype is not None and spec.dtype not in PARAM_DTYPES:

@@ -22,7 +22,7 @@ from gdn_equiv.model.backends import causal_conv1d
 from gdn_equiv.model.config import CallFacts
 from gdn_equiv.model.conv_ops import apply_conv_facts
 from gdn_equiv.model.guard import Decision, decide
-from gdn_equiv.model.reference import ConvStates, Projections, ShortConv, ShortConvLayer, _Call
+from gdn_equiv.model.reference import ConvStates, LayerCall, Projections, ShortConv, ShortConvLayer
 
 Tensor = torch.Tensor
 PROLOGUES = ("auto", "fused", "separate")
@@ -58,7 +58,7 @@ class FusedPrologue:
         return self.guard(self.layer_facts(), call_facts)
 
     def _prologue(
-        self: Any, proj: Projections, call: _Call, use_cache: bool, prologue: str = "auto", **kwargs: Any
+        self: Any, proj: Projections, call: LayerCall, use_cache: bool, prologue: str = "auto", **kwargs: Any
     ) -> tuple[tuple[Tensor, ...], ConvStates]:
         if kwargs:
             raise InvalidArgument(f"unexpected keyword arguments: {sorted(kwargs)}")
@@ -70,7 +70,7 @@ class FusedPrologue:
             return self._fused_prologue(proj, call), tuple(None for _ in self.slots)
         return self._separate_prologue(proj, call, use_cache)
 
-    def _fused_prologue(self: Any, proj: Projections, call: _Call) -> tuple[Tensor, ...]:
+    def _fused_prologue(self: Any, proj: Projections, call: LayerCall) -> tuple[Tensor, ...]:
         """One conv over the slots' channels; they are adjacent in the projection output, so no copy."""
         if not self.use_short_conv:
             raise InvalidArgument("prologue='fused' needs use_short_conv=True: there are no convs to fuse")

@@ -201,7 +201,7 @@ class Projections:
 
 
 @dataclass(frozen=True)
-class _Call:
+class LayerCall:
     """One call's inputs after unpadding: ``x [B', T', H]`` and where to put the output back.
 
     ``conv_mask [B, T]`` is set on the dense path (the mask is multiplied into the conv input and
@@ -280,12 +280,12 @@ class ShortConvLayer(nn.Module):
         """``(name, bias-free Linear)`` in matmul order; the conv slots first, named by slot."""
         raise NotImplementedError
 
-    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
+    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: LayerCall) -> tuple[Tensor, dict[str, Any]]:
         """The core on the prologue's outputs: ``(o, states to cache)``; ``states`` holds at least
         ``recurrent_state``."""
         raise NotImplementedError
 
-    def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
+    def _epilogue(self, o: Tensor, proj: Projections, call: LayerCall) -> Tensor:
         raise NotImplementedError
 
     def recurrent_state_shape(self, num_seqs: int) -> tuple[int, ...]:
@@ -368,7 +368,7 @@ class ShortConvLayer(nn.Module):
         past_key_values: Any,
         use_cache: bool,
         cu_seqlens: Tensor | None,
-    ) -> _Call:
+    ) -> LayerCall:
         """Check the call, unpad an ``attention_mask`` into ``cu_seqlens`` (or keep it for the dense
         path), find the layer's cache."""
         cache = self.cache_view(past_key_values)
@@ -409,7 +409,7 @@ class ShortConvLayer(nn.Module):
             last_state = cache.get(self.layer_idx)
             if last_state is not None:
                 self._check_state(last_state, num_seqs, x)
-        return _Call(x, cu_seqlens, indices, B, T, num_seqs, last_state, conv_mask)
+        return LayerCall(x, cu_seqlens, indices, B, T, num_seqs, last_state, conv_mask)
 
     @staticmethod
     def _check_mask(mask: Tensor, B: int, T: int, device: torch.device) -> None:
@@ -449,14 +449,14 @@ class ShortConvLayer(nn.Module):
         return Projections(out[..., :n_conv], tuple(parts[name] for name in self.slots), parts)
 
     def _prologue(
-        self, proj: Projections, call: _Call, use_cache: bool, **kwargs: Any
+        self, proj: Projections, call: LayerCall, use_cache: bool, **kwargs: Any
     ) -> tuple[tuple[Tensor, ...], ConvStates]:
         if kwargs:
             raise InvalidArgument(f"unexpected keyword arguments: {sorted(kwargs)}")
         return self._separate_prologue(proj, call, use_cache)
 
     def _separate_prologue(
-        self, proj: Projections, call: _Call, use_cache: bool
+        self, proj: Projections, call: LayerCall, use_cache: bool
     ) -> tuple[tuple[Tensor, ...], ConvStates]:
         """One conv per slot, each with its own cache and the call's sequence boundaries."""
         return separate_short_convs(
@@ -471,7 +471,7 @@ class ShortConvLayer(nn.Module):
 def separate_short_convs(
     convs: Sequence[ShortConv] | None,
     xs: Sequence[Tensor],
-    call: _Call,
+    call: LayerCall,
     use_cache: bool,
     *,
     no_conv_activation: str | None = "silu",
@@ -496,7 +496,7 @@ def separate_short_convs(
     return tuple(outs), tuple(states)
 
 
-def repad(o: Tensor, call: _Call) -> Tensor:
+def repad(o: Tensor, call: LayerCall) -> Tensor:
     """``o [1, N_tokens, *]`` back to ``[B, T, *]`` with zeros at padded positions (unpad path only)."""
     if call.indices is None:
         return o

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib
 import importlib.util
 import inspect
 import itertools
@@ -38,6 +39,7 @@ import math
 import os
 import platform
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial
@@ -49,14 +51,14 @@ import torch
 
 from gdn_equiv import targets  # targets.get_target read per call: a test plants a defect through it
 from gdn_equiv.model.backends import get_backend
-from gdn_equiv.model.backends.fla_backend import _module, autotune_mode, conv_row
+from gdn_equiv.model.backends.fla_backend import autotune_mode, conv_row
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import get_family
 from gdn_equiv.model.fla_versions import (
     fla_version,  # the fla rows' label (and the command line's)
     version_row,
 )
-from gdn_equiv.run.report import caused_by_interrupt, interrupt_pending
+from gdn_equiv.run.signals import caused_by_interrupt, interrupt_pending
 
 Tensor = torch.Tensor
 FORMAT = "gdn-equiv-bench/1"
@@ -352,7 +354,10 @@ def _registry_conv(name: str) -> ConvFn:
 
 
 def _fla_conv() -> ConvFn:
-    fla_causal_conv1d = _module(conv_row().conv).causal_conv1d  # where the installed version keeps it
+    with warnings.catch_warnings():  # fla's import warns about deprecations and a missing GPU
+        warnings.simplefilter("ignore")
+        module = importlib.import_module(conv_row().conv)
+    fla_causal_conv1d = module.causal_conv1d  # where the installed version keeps it
     extra = {"backend": "triton"} if "backend" in inspect.signature(fla_causal_conv1d).parameters else {}
 
     def conv(x: Tensor, weight: Tensor) -> Tensor:

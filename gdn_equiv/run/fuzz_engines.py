@@ -17,15 +17,15 @@ are spent and then reads what Hypothesis recorded, never what it assumes ran:
   per row (shortlex on its choices, Hypothesis' own order) is the row's shrunk example, written as the
   same failure file and reproducer our loop writes; the database tells whether a worker had shrunk it.
 
-Rows then get the ledger's results (SPEC §10): ``pass``, ``FAIL``, ``not exercised`` (examples ran, none
-met the premise), ``not reached`` (no example at all), ``n/a``; a failure is one row however many workers
+Rows then get the ledger's results (:mod:`gdn_equiv.harness.ledger`, SPEC §10): ``pass``, ``FAIL``, ``not
+exercised`` (examples ran, none met the premise), ``not reached`` (no example at all), ``crashed`` (HypoFuzz
+ended by itself before the budget), ``n/a``; a failure is one row however many workers
 or runs found it (rows are keyed by property, family, backend and dtype).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import json
 import os
@@ -41,11 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness import registry
+from gdn_equiv.harness import ledger, registry
 from gdn_equiv.harness.coverage import dimensions
+from gdn_equiv.harness.ledger import NOT_APPLICABLE_EVENT as NOT_APPLICABLE
+from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.harness.testing import hypofuzz_compat, open_database
 from gdn_equiv.model.example import Example
 from gdn_equiv.run import browser
-from gdn_equiv.run.report import UNREACHED, Check, ReportWriter, format_table
+from gdn_equiv.run.report import ReportWriter
+from gdn_equiv.run.rows import Check, format_table
 
 __all__ = [
     "ENGINES",
@@ -64,8 +68,6 @@ HYPOFUZZ_EXTRA = "pip install gdn-equiv[hypofuzz]"
 #: the gate module whose tests HypoFuzz runs (one per property record with a ``gate_test``)
 GATE_MODULE = "gdn_equiv.suite.test_properties"
 GATE_PACKAGE = "gdn_equiv.suite"
-#: the event the gate records for an example that did not meet its premise (gdn_equiv.suite.test_properties)
-NOT_APPLICABLE = "gdn-equiv:not applicable"
 #: seconds HypoFuzz is given to stop after SIGINT (its workers' database writes are flushed on exit)
 STOP_GRACE = 15.0
 
@@ -75,29 +77,6 @@ def hypofuzz_missing() -> str | None:
     if importlib.util.find_spec("hypofuzz") is None:
         return f"HypoFuzz is not installed (an optional extra, AGPL-3.0): {HYPOFUZZ_EXTRA}"
     return None
-
-
-def open_database(value: str | os.PathLike[str]) -> Any:
-    """Hypothesis' example database for ``value``: a directory, or ``redis://HOST:PORT/DB``; one object per
-    value in a process. A HypoFuzz worker runs pytest's configuration twice on modules imported once: a
-    second Redis database object (equal only to itself) made it skip every test as "differing_database"."""
-    return _open_database(os.fspath(value))
-
-
-@functools.cache
-def _open_database(text: str) -> Any:
-    if text.startswith(("redis://", "rediss://", "unix://")):
-        try:
-            import redis
-            from hypothesis.extra.redis import RedisExampleDatabase
-        except ImportError:
-            raise InvalidArgument(f"{text!r} needs redis: pip install gdn-equiv[redis]") from None
-        return RedisExampleDatabase(redis.Redis.from_url(text))
-    if "://" in text:
-        raise InvalidArgument(f"{text!r}: a directory, or redis://HOST:PORT/DB (rediss://, unix:// too)")
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    return DirectoryBasedExampleDatabase(text)
 
 
 def gate_tests(properties: Sequence[str]) -> dict[str, str]:
@@ -119,17 +98,6 @@ def gate_tests(properties: Sequence[str]) -> dict[str, str]:
             "run under --engine ours"
         )
     return tests
-
-
-def hypofuzz_compat() -> None:
-    """HypoFuzz 25.11.1 copies ``ConjectureResult.slice_comments`` (explain-phase comments) onto the data it
-    replays after shrinking a failure; Hypothesis 6.170 no longer has that attribute, so the worker died
-    with ``AttributeError`` right after its first shrink, before saving the shrunk failure (seen here,
-    2026-12-06). An empty one: the failure is saved and the worker goes on; only the comments are lost."""
-    from hypothesis.internal.conjecture.data import ConjectureResult
-
-    if not hasattr(ConjectureResult, "slice_comments"):
-        ConjectureResult.slice_comments = {}  # type: ignore[attr-defined]
 
 
 def launch() -> None:
@@ -440,7 +408,16 @@ def run_hypofuzz(
     hands over the plan's asked ``rows``, its report ``writer`` and how it prints ``findings`` (which gives the
     exit status), so one format serves both engines."""
     started = time.perf_counter()
-    tests = gate_tests(plan.properties)
+    # the gate tests of the rows that can run (an n/a row's test would only skip in HypoFuzz's workers)
+    runnable = {r.name for r in rows if r.result != Outcome.NOT_APPLICABLE}
+    tests = {test: prop for test, prop in gate_tests(plan.properties).items() if prop in runnable}
+    if not tests:  # every asked row is n/a here: nothing for HypoFuzz to run, and the ledger says why
+        with writer:
+            writer.ask(rows)
+            print(f"ledger: {len(rows)} rows asked, 0 to run, {len(rows)} n/a; HypoFuzz not started", flush=True)
+            writer.finish("complete")
+        print(format_table(writer.rows))
+        return findings(writer)
     run_dir = plan.report / "hypofuzz"
     storage = run_dir / "storage"
     if run_dir.exists():
@@ -469,7 +446,7 @@ def run_hypofuzz(
     writer.meta.update(meta_extra)
     with writer:
         writer.ask(rows)
-        na = [r for r in rows if r.result == "n/a"]
+        na = [r for r in rows if r.result == Outcome.NOT_APPLICABLE]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
         with log.open("wb") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -527,35 +504,39 @@ def _ledger(
 
     observed = read_testcases(storage)
     tallies, outside = tally_rows(observed.cases, tests, plan.backends)
-    asked = [(r.name, r.family, r.backend, r.dtype) for r in rows if r.result != "n/a"]
+    asked = [(r.name, r.family, r.backend, r.dtype) for r in rows if r.result != Outcome.NOT_APPLICABLE]
     for key in set(tallies) - set(asked):
         outside[f"row not asked: {key[0]}[{key[2]}-{key[3]}-{key[1]}]"] += tallies[key].examples
     checks = []
     for row in rows:
-        if row.result == "n/a":
+        if row.result == Outcome.NOT_APPLICABLE:
             continue
         tally = tallies.get((row.name, row.family, row.backend, row.dtype), RowTally())
         check = dataclasses.replace(row, also=[], examples=tally.examples, not_applicable=tally.not_applicable)
         check.seconds = tally.seconds
         check.budget_spent = True
-        if tally.failures:
-            failed = tally.failures
-            smallest = min(failed, key=_choices_key)
+        check.result = ledger.row_outcome(
+            examples=tally.examples,
+            not_applicable=tally.not_applicable,
+            failed=bool(tally.failures),
+            budget_spent=True,
+        )
+        if check.result == Outcome.FAILED:
+            smallest = min(tally.failures, key=_choices_key)
             origins = {
                 json.dumps((f.get("metadata") or {}).get("interesting_origin"), sort_keys=True) for f in tally.failures
             }
-            check.result = "FAIL"
             check.failure = str(smallest.get("status_reason") or "failed") + (
                 f" ({len(tally.failures)} failing test cases, {len(origins)} distinct error{'s' * (len(origins) != 1)})"
             )
             text = _example_json(smallest)
             check.example = None if text is None else Example.from_json(text)
-        elif tally.examples == 0:
-            check.result, check.failure = UNREACHED, "HypoFuzz ran no example of this row before the budget ended"
-        elif tally.examples == tally.not_applicable:
-            check.result, check.failure = "not exercised", f"none of the {tally.examples} examples met the premise"
+        elif check.result == Outcome.NOT_REACHED:
+            check.failure = "HypoFuzz ran no example of this row before the budget ended"
+        elif check.result == Outcome.NOT_EXERCISED:
+            check.failure = f"none of the {tally.examples} examples met the premise"
         else:
-            check.result, check.failure = "pass", ""
+            check.failure = ""
         checks.append(check)
     coverage = coverage_rows(tallies, asked)
     nodeids = {str(c.get("property")) for c in observed.cases if _test_name(str(c.get("property", ""))) in tests}
@@ -572,7 +553,7 @@ def judge_engine_end(
     """What the rows' own observations cannot say, put in them (SPEC §10: a crash is never a pass):
 
     - ``early``, HypoFuzz ending by itself before the budget (a crash, a collection error): a row that would
-      pass is ``not reached`` (its budget was not spent) with that reason;
+      pass ``crashed`` (its budget was not spent) with that reason;
     - a shrunk failure HypoFuzz keeps in the database for a gate test (a worker's finding whose observation
       this run did not read, or an earlier run's): every row of that test's property and backend that is
       not already failing fails, naming the test and the count (replay it with ``pytest NODEID
@@ -583,8 +564,8 @@ def judge_engine_end(
         if not count or prop is None:
             continue
         for check in checks:
-            if check.name == prop and backend in (None, check.backend) and check.result != "FAIL":
-                check.result = "FAIL"
+            if check.name == prop and backend in (None, check.backend) and check.result != Outcome.FAILED:
+                check.result = Outcome.FAILED
                 check.failure = (
                     f"HypoFuzz's database holds {count} shrunk failure{'s' * (count != 1)} of {nodeid} that this "
                     f"run's observations do not show; replay: pytest {nodeid} --gdn-database <the run's database>"
@@ -592,33 +573,53 @@ def judge_engine_end(
     if early is None:
         return
     for check in checks:
-        if check.result == "pass":
-            check.result = UNREACHED
+        outcome = ledger.ended_early(Outcome(check.result))
+        if outcome != check.result:
+            check.result = outcome
             check.failure = f"{early} before the budget ended: {check.examples} examples ran, the rest did not"
 
 
 def _failures_in_database(plan: Any, nodeids: Iterable[str]) -> dict[str, int]:
     """Shrunk failures HypoFuzz keeps in the (shared) database, per gate test node id: a team's findings
-    read back. The key is Hypothesis' digest of the test with its node id added, as HypoFuzz and the
-    pytest plugin of Hypothesis both key a parametrised test."""
-    import importlib
-
+    read back, under the keys :func:`gate_keys` computes."""
     from hypofuzz.database import FailureState, HypofuzzDatabase
-    from hypothesis.internal.reflection import function_digest
 
-    module = importlib.import_module(GATE_MODULE)
     database = HypofuzzDatabase(open_database(plan.database))
-    out = {}
-    for nodeid in sorted(set(nodeids)):
-        test = getattr(module, _test_name(nodeid), None)
-        if test is None:
-            continue
-        inner = test.hypothesis.inner_test
-        before = getattr(inner, "_hypothesis_internal_add_digest", None)
-        inner._hypothesis_internal_add_digest = nodeid.encode()
-        try:
-            key = function_digest(inner)
-        finally:
-            inner._hypothesis_internal_add_digest = before
-        out[nodeid] = len(list(database.failures(state=FailureState.SHRUNK).fetch(key)))
-    return out
+    return {
+        nodeid: len(list(database.failures(state=FailureState.SHRUNK).fetch(key)))
+        for nodeid, key in gate_keys(nodeids).items()
+    }
+
+
+#: run in a process of its own by :func:`gate_keys`: the gate module's tests, keyed as HypoFuzz keys them
+_GATE_KEYS = """
+import json, sys
+from hypothesis.internal.reflection import function_digest
+from gdn_equiv.suite import test_properties as gate
+
+out = {}
+for nodeid in json.loads(sys.argv[1]):
+    test = getattr(gate, nodeid.rsplit("::", 1)[-1].split("[", 1)[0], None)
+    if test is None:
+        continue
+    inner = test.hypothesis.inner_test
+    before = getattr(inner, "_hypothesis_internal_add_digest", None)
+    inner._hypothesis_internal_add_digest = nodeid.encode()
+    try:
+        out[nodeid] = function_digest(inner).hex()
+    finally:
+        inner._hypothesis_internal_add_digest = before
+print(json.dumps(out))
+"""
+
+
+def gate_keys(nodeids: Iterable[str]) -> dict[str, bytes]:
+    """Each gate test node id's key in Hypothesis' database: Hypothesis' digest of the test with its node id
+    added, as HypoFuzz and the pytest plugin of Hypothesis both key a parametrised test. Computed in a process
+    of its own, as HypoFuzz runs the gate: the gate sits above this module, which never imports it."""
+    argv = [sys.executable, "-c", _GATE_KEYS, json.dumps(sorted(set(nodeids)))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the gate's test keys could not be computed: {done.stderr.strip()[-2000:]}")
+    keys = json.loads(done.stdout.strip().splitlines()[-1])
+    return {nodeid: bytes.fromhex(key) for nodeid, key in keys.items()}

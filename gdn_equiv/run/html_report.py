@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.example import Example
 
@@ -239,8 +240,11 @@ def write(path: Path, html: str) -> Path:
 
 # ---- the pytest gate's page ------------------------------------------------------------------------------
 
+#: pytest's own result the ledger has no word for: an error in a test's setup or teardown (a fixture's, not the
+#: property's); skipped and xfailed tests keep pytest's words too
+ERROR = "error"
 #: the gate's results that fail its run: a failure, an error in setup or teardown, a test never reached
-GATE_FAILING = ("FAIL", "error", "not reached")
+GATE_FAILING = (Outcome.FAILED, ERROR, Outcome.NOT_REACHED)
 
 
 class GateLedger:
@@ -267,7 +271,7 @@ class GateLedger:
             prop = self.records.get(function) or Path(path).stem
             self.rows[nodeid] = {
                 "row_id": nodeid, "property": prop, "family": family, "backend": backend, "dtype": "any",
-                "examples": 0, "not_applicable": 0, "result": "not reached", "seconds": 0.0,
+                "examples": 0, "not_applicable": 0, "result": Outcome.NOT_REACHED, "seconds": 0.0,
                 "failure": "the session ended before this test ran", "commands": [],
             }  # fmt: skip
 
@@ -280,10 +284,10 @@ class GateLedger:
         row = self.rows[nodeid]
         row["seconds"] += duration
         row["examples"] += examples
-        if row["result"] in ("FAIL", "error"):
+        if row["result"] in (Outcome.FAILED, ERROR):
             return  # a failure stays, whatever its teardown does
         if outcome == "failed":
-            row["result"] = "FAIL" if when == "call" else "error"
+            row["result"] = Outcome.FAILED if when == "call" else ERROR
             row["failure"] = (f"error in {when}: " if when != "call" else "") + longrepr
             row["example_text"], replay = _falsifying(longrepr)
             row["commands"] = [f"python -m pytest {_quote(nodeid)}", *replay]
@@ -291,7 +295,7 @@ class GateLedger:
             row["result"] = "xfailed" if xfail else "skipped"
             row["failure"] = longrepr
         elif when == "call":
-            row["result"], row["failure"] = "pass", ""
+            row["result"], row["failure"] = Outcome.PASSED, ""
 
     def summary(self, *, status: str, meta: dict[str, Any]) -> dict[str, Any]:
         checks = list(self.rows.values())

@@ -26,13 +26,14 @@ from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from gdn_equiv.harness import isolation
+from gdn_equiv.harness import isolation, ledger
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.compare import Mismatch, Report, observe, worst
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.registry import (
+    GAP_SEARCH,
     MAX_SEQ_LEN,
     Draw,
-    PropertyRecord,
     get_record,
     necessity_budget,
     necessity_name,
@@ -43,7 +44,9 @@ from gdn_equiv.model.backends import BUILTIN_BACKENDS
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.run.report import Check, Failure, interrupt_pending
+from gdn_equiv.run.failures import Failure
+from gdn_equiv.run.rows import Check
+from gdn_equiv.run.signals import interrupt_pending
 from gdn_equiv.strategies import examples
 from gdn_equiv.targets import UpstreamRefused
 
@@ -60,11 +63,6 @@ __all__ = [
 class _BudgetSpent(BaseException):
     """Raised inside a property when a time budget is spent. Not an ``Exception``: Hypothesis passes it
     straight up (as it does ``KeyboardInterrupt``) instead of shrinking it as a failure."""
-
-
-class PremiseNotMet(Mismatch):
-    """An example built to meet the property's premise did not (a strategy bug, or a guard that refuses
-    what the spec fuses): a failure, since the property compared nothing on it."""
 
 
 def _spent(deadline: float | None) -> bool:
@@ -123,7 +121,7 @@ def run_property(
     dtype: str | None = None,
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
-    record: PropertyRecord | None = None,
+    record: Any = None,
 ) -> Check:
     """Run one property row for up to ``max_examples`` examples (of ``dtype``, default any, and ``family``).
 
@@ -137,11 +135,12 @@ def run_property(
     record = record or get_record(name)
     assert record.check is not None, f"{name} is a search: find_counterexample runs it"
     fn = record.check
-    check = Check(name, backend, dtype or "any", family=family, function=fn.__name__)
-    strategy = record.strategy(backend, family, dtype, max_seq_len)
+    check = Check(name, backend, dtype or "any", family=family, function=record.function)
+    # a serving record's rows are per engine path (the row's backend): no family, dtype or length applies
+    strategy = record.strategy(backend) if record.serving else record.strategy(backend, family, dtype, max_seq_len)
     start = time.perf_counter()
     known: dict[str, Check] = {}
-    last_not_applicable: list[str] = []
+    tally = ledger.Tally()
     failing: dict[str, Example] = {}  # kind -> its example, as Hypothesis reports each distinct failure
 
     while True:
@@ -161,24 +160,15 @@ def run_property(
             if not failing and _spent(deadline):
                 raise _BudgetSpent
             example = draw.example
-            check.examples += 1
             with observe() as reports:
                 try:
-                    decision = isolation.call(fn, example, device=device)  # in a worker when isolation is on
-                except P.NotApplicable as exc:
-                    if draw.must_apply:
-                        if PremiseNotMet.__qualname__ in known:
-                            return
-                        failing.setdefault(PremiseNotMet.__qualname__, example)
-                        raise PremiseNotMet(
-                            f"{name}: the example was built to meet the property's premise and does not: {exc} "
-                            f"(a strategy bug or, where it was built fusable from the spec's conditions, a guard "
-                            f"that refuses what the spec fuses)\nExample: {example.short()}",
-                            Report("premise", (name, "spec"), False, 0, problem=str(exc)),
-                        ) from None
-                    check.not_applicable += 1
-                    last_not_applicable[:] = [str(exc)]
-                    return
+                    decision = ledger.judge(
+                        lambda: isolation.call(fn, example, device=device),  # in a worker when isolation is on
+                        example,
+                        must_apply=draw.must_apply,
+                        tally=tally,
+                        name=name,
+                    )
                 except Exception as exc:
                     if _kind(exc) in known:
                         return  # a kind this row already reported: look for others
@@ -186,8 +176,13 @@ def run_property(
                     # that one (the first failing draw is the unshrunk one, seen before any shrinking)
                     failing[_kind(exc)] = example
                     raise
+                finally:
+                    check.examples, check.not_applicable = tally.drawn, tally.not_applicable
+            if decision is ledger.MISSED:
+                return
             check.worst = worst(reports, check.worst)
-            check.reasons[decision.reason_id] += 1
+            if decision is not None:  # a guard's decision (a serving check returns none)
+                check.reasons[decision.reason_id] += 1
             if fuzzing():  # toward differences near their tolerance
                 used = [r.tol_used for r in reports if r.tol_used < float("inf")]
                 if used:
@@ -211,7 +206,7 @@ def run_property(
                 row = check if not known else dataclasses.replace(check, reasons=Counter(), also=[])
                 if row is not check:
                     row.name = f"{name}#{len(known) + 1}"
-                row.result = "FAIL"
+                row.result = Outcome.FAILED
                 row.failure = f"{type(error).__name__}: {error}"
                 row.example = failing.get(kind, next(iter(failing.values())))
                 # the shrunk example's comparison, or the crash
@@ -225,13 +220,17 @@ def run_property(
                 continue  # budget left: search on for the kinds not yet seen
         break
     check.also = [row for row in known.values() if row is not check]
-    if check.result == "pass" and check.examples == check.not_applicable:
-        why = f" (the last: {last_not_applicable[0]})" if last_not_applicable else ""
-        if check.examples == 0 and check.budget_spent:
-            check.result, check.failure = "not reached", "not reached: the budget ended before its first example"
-        else:
-            check.result = "not exercised"
-            check.failure = f"not exercised: none of the {check.examples} examples was applicable{why}"
+    check.result = ledger.row_outcome(
+        examples=check.examples,
+        not_applicable=check.not_applicable,
+        failed=check.result == Outcome.FAILED,
+        budget_spent=check.budget_spent,
+    )
+    why = f" (the last: {tally.last})" if tally.last else ""
+    if check.result == Outcome.NOT_REACHED:
+        check.failure = "not reached: the budget ended before its first example"
+    elif check.result == Outcome.NOT_EXERCISED:
+        check.failure = f"not exercised: none of the {check.examples} examples was applicable{why}"
     check.seconds = time.perf_counter() - start
     return check
 
@@ -262,26 +261,26 @@ def find_counterexample(
     check = Check(record.name, backend, family=family, function=record.function)
     start = time.perf_counter()
     reason = record.not_applicable(backend)
-    if reason is not None:
-        check.result, check.failure = "n/a", reason
+    if ledger.asked(reason) is not None:
+        check.result, check.failure = Outcome.NOT_APPLICABLE, str(reason)
         return check
     budget = max_examples if max_examples is not None else necessity_budget(backend)
     found: list[str] = []
     broken: list[tuple[str, Mismatch]] = []  # the production path's failure, with the example's json
-    last_not_applicable: list[str] = []
+    tally = ledger.Tally()
 
     def wrong(draw: Draw) -> bool:
         _stop_if_interrupted()
         if not found and not broken and _spent(deadline):
             raise _BudgetSpent
         example = draw.example
-        check.examples += 1
         try:
-            problem = isolation.call(P.forced_fusion_error, example, device=device)
-        except P.NotApplicable as exc:
-            check.not_applicable += 1
-            last_not_applicable[:] = [str(exc)]
-            return False
+            problem = ledger.judge(
+                lambda: isolation.call(P.forced_fusion_error, example, device=device),
+                example,
+                must_apply=False,
+                tally=tally,
+            )
         except P.ProductionPathFailed as exc:
             broken[:] = [(example.to_json(), exc)]
             return True
@@ -303,6 +302,10 @@ def find_counterexample(
                 ]
                 return True
             problem = f"forcing the fused path killed the worker: {exc}"
+        finally:
+            check.examples, check.not_applicable = tally.drawn, tally.not_applicable
+        if problem is ledger.MISSED:
+            return False
         if problem:
             found[:] = [problem]
         return problem is not None
@@ -322,27 +325,31 @@ def find_counterexample(
         ).example
         if broken and broken[-1][0] == example.to_json():
             error = broken[-1][1]
-            check.result, check.failure, check.worst = "FAIL", f"{type(error).__name__}: {error}", error.report
+            check.result, check.failure, check.worst = Outcome.FAILED, f"{type(error).__name__}: {error}", error.report
         else:
-            check.result = "counterexample"
+            check.result = Outcome.COUNTEREXAMPLE
             check.failure = found[0] if found else ""
         check.example = example
     except (NoSuchExample, _BudgetSpent) as exc:
         check.budget_spent = isinstance(exc, _BudgetSpent)
         applicable = check.examples - check.not_applicable
-        why = f" (the last: {last_not_applicable[0]})" if last_not_applicable else ""
-        if applicable == 0:
-            check.result = "not reached" if check.budget_spent and check.examples == 0 else "not exercised"
+        why = f" (the last: {tally.last})" if tally.last else ""
+        check.result = ledger.search_outcome(
+            found=False,
+            examples=check.examples,
+            not_applicable=check.not_applicable,
+            budget_spent=check.budget_spent,
+            must_find=backend in BUILTIN_BACKENDS,
+        )
+        if check.result in (Outcome.NOT_REACHED, Outcome.NOT_EXERCISED):
             check.failure = f"{check.result}: none of the {check.examples} states was applicable{why}"
-        elif backend in BUILTIN_BACKENDS and not check.budget_spent:
-            check.result = "FAIL"
+        elif check.result == Outcome.FAILED:
             check.failure = (
                 f"{condition}: no state where forcing fusion is wrong in {applicable} applicable states on the "
                 f"built-in backend {backend!r}, where the condition is known to be necessary (a strategy or "
                 "fused-path regression)"
             )
         else:
-            check.result = "none found"
             check.failure = (
                 f"{condition.id} is not needed for this kernel: no counterexample in {applicable} applicable states"
                 + (" (the time budget ended the search)" if check.budget_spent else "")
@@ -444,7 +451,7 @@ def search_gaps(
         "function": check.__name__,
         "family": family,
     }
-    clean = Check(f"P1-{target}-guard-vs-spec", "-", **row)
+    clean = Check(GAP_SEARCH.name(target), "-", **row)
     found: list[tuple[type, Example]] = []
     refusals: dict[str, Check] = {}  # by UpstreamRefused.kind, in the order first seen
     reported = 0  # refusal rows yielded so far
@@ -457,8 +464,8 @@ def search_gaps(
         if exc.kind in refusals:
             refusals[exc.kind].examples += 1
             return
-        name = f"P1-{target}-upstream-refused" + (f"#{len(refusals) + 1}" if refusals else "")
-        refusal = Check(name, "-", **row, examples=1, example=example, result="upstream refused")
+        name = GAP_SEARCH.refused_name(target, len(refusals) + 1)
+        refusal = Check(name, "-", **row, examples=1, example=example, result=Outcome.UPSTREAM_REFUSED)
         refusal.failure = f"{exc}\nExample: {example.short()}"
         problem = f"{type(exc.error).__name__}: {exc.error}"
         refusal.worst = Report(exc.constructor, (target, family), False, 0, problem=problem)
@@ -525,8 +532,8 @@ def search_gaps(
                 message = f"{kind.__name__}: not run: {exc}"
             if cut_short:
                 message += " (the time budget ended its shrinking: the example is not minimal)"
-            gap = Check(f"P1-{target}-gap-{shown_kind.__name__.removeprefix('Gap')}", "-", **row)
-            gap.result, gap.failure, gap.example = "FAIL", message, example
+            gap = Check(GAP_SEARCH.gap_name(target, shown_kind.__name__.removeprefix("Gap")), "-", **row)
+            gap.result, gap.failure, gap.example = Outcome.FAILED, message, example
             gap.seconds = clock() - started  # time until this gap was found, shrunk and shown
             gap.examples = clean.examples
             known.update((kind, shown_kind))
@@ -537,14 +544,13 @@ def search_gaps(
         if clean.budget_spent or seconds is None:
             break  # a check: one round with nothing new ends it; a fuzz run spends its budget
     clean.seconds = clock() - started
-    if clean.examples == 0:
-        clean.result = "not reached" if spent() else "not exercised"
-        clean.failure = (
-            f"not reached: the time budget ({seconds:g} s for this search) ended before its first example"
-            if clean.result == "not reached"
-            else "not exercised: the search drew no example"
-        )
-    elif clean.examples == clean.not_applicable:
-        clean.result = "not exercised"
+    clean.result = ledger.row_outcome(
+        examples=clean.examples, not_applicable=clean.not_applicable, budget_spent=clean.examples == 0 and spent()
+    )
+    if clean.result == Outcome.NOT_REACHED:
+        clean.failure = f"not reached: the time budget ({seconds:g} s for this search) ended before its first example"
+    elif clean.result == Outcome.NOT_EXERCISED and clean.examples == 0:
+        clean.failure = "not exercised: the search drew no example"
+    elif clean.result == Outcome.NOT_EXERCISED:
         clean.failure = f"not exercised: upstream refused all {clean.examples} examples (see the upstream refused rows)"
     yield clean

@@ -1,12 +1,11 @@
-"""S0-S7 in the shape the drivers' property records take (:class:`gdn_equiv.harness.registry.PropertyRecord`).
+"""S0-S7 as records of their own kind (:class:`ServingRecord`), which every driver reads from the registry.
 
-A row's ``backend`` is an engine path (``reference``, ``vllm-interpret``...); its draws are
-:class:`EngineCase` s (the engine's name with one drawn case), and its check runs the property on that
-engine. :data:`SERVING` lists ``(name, summary, premise, check, teeth)``; the registry builds its records
-from them. An engine path that cannot run here is ``n/a`` with :func:`not_applicable`'s reason.
-
-The checks are module-level functions of this module (named as the property functions they run), so an
-isolated run's worker process finds them; a failure's reproducer is :meth:`EngineCase.reproducer`.
+A row's ``backend`` is an engine path (``reference``, ``vllm-interpret``...), its family ``-`` and its dtype
+``any``: no layer family, dtype or length applies to a pool's cases. A record's draws are :class:`EngineCase` s
+(the engine path, the property and one drawn case) and its check is :func:`run_case`, one module-level function
+that runs the case's property on its engine (so an isolated run's worker process finds it). An engine path that
+cannot run here is ``n/a`` with :meth:`ServingRecord.not_applicable`'s reason; a failure's reproducer is
+:meth:`EngineCase.reproducer`.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
@@ -34,10 +33,11 @@ __all__ = [
     "ENTRY_POINTS",
     "SERVING",
     "EngineCase",
+    "ServingRecord",
     "adapter",
     "engine_paths",
     "not_applicable",
-    "row_not_applicable",
+    "run_case",
 ]
 
 
@@ -45,6 +45,8 @@ __all__ = [
 class EngineCase:
     engine: str
     case: Any
+    #: the property of :mod:`gdn_equiv.serving.properties` it is drawn for (what :func:`run_case` runs)
+    prop: str = ""
 
     def short(self) -> str:
         return f"{self.engine}: {self.case.short()}"
@@ -52,7 +54,7 @@ class EngineCase:
     def to_json(self) -> str:
         """The engine path and the case as its ``repr`` (plain dataclasses of numbers, evaluated back by
         :meth:`reproducer`'s script)."""
-        return json.dumps({"kind": "serving", "engine": self.engine, "case": repr(self.case)})
+        return json.dumps({"kind": "serving", "engine": self.engine, "property": self.prop, "case": repr(self.case)})
 
     def reproducer(self, function: str, failure: str) -> str:
         """A standalone script running ``function`` (a property of :mod:`gdn_equiv.serving.properties`) on
@@ -97,12 +99,6 @@ if __name__ == "__main__":
         sys.exit(1)
     print("no failure: the defect is gone")
 '''
-
-
-class Ran(NamedTuple):
-    """What a check returns to the runner (it counts ``reason_id`` s, as it counts a guard's reasons)."""
-
-    reason_id: str = "ran"
 
 
 #: what ``--serving-engine`` (and the gate's ``--gdn-serving-engine``) names: the in-house reference, an engine
@@ -185,37 +181,58 @@ def not_applicable(engine: str) -> str | None:
         return str(exc)
 
 
-def row_not_applicable(check: str) -> Callable[[str], str | None]:
-    """Why the row of property ``check`` on an engine path cannot run here: the path cannot, or (S4) its
-    step takes no accepted count."""
+def run_case(example: EngineCase, device: str = "cpu", **_: Any) -> None:
+    """The check of every serving record: the case's property on the case's engine path (``device`` and the
+    layer drivers' keywords do not apply: an engine path says where it runs)."""
+    getattr(S, example.prop)(adapter(example.engine), example.case)
 
-    def reason(engine: str) -> str | None:
+
+@dataclass(frozen=True)
+class ServingRecord:
+    """One of S0-S7 (SPEC §11), a record of its own kind: ``cases`` draws an engine's cases, ``prop`` (a function
+    of :mod:`gdn_equiv.serving.properties`) checks one on an engine, ``teeth`` are the planted engines it must
+    catch. Its rows are per engine path; the fields a layer record varies are fixed here."""
+
+    name: str
+    summary: str
+    cases: Callable[[EngineAdapter], st.SearchStrategy[Any]]
+    prop: Callable[[EngineAdapter, Any], None]
+    teeth: tuple[str, ...] = ()
+
+    serving: ClassVar[bool] = True
+    per_dtype: ClassVar[bool] = False
+    condition: ClassVar[None] = None
+    gate_test: ClassVar[None] = None  # the gate's one test parametrised over these records (suite.test_serving)
+    gate_module: ClassVar[str] = "test_serving"
+    needs_fusion: ClassVar[bool] = False
+
+    @property
+    def function(self) -> str:
+        """The property function a reproducer calls."""
+        return self.prop.__name__
+
+    @property
+    def check(self) -> Callable[..., None]:
+        return run_case
+
+    def not_applicable(self, engine: str) -> str | None:
+        """Why this record's row on ``engine`` cannot run here: the path cannot, or (S4) its step takes no
+        accepted count."""
         why = not_applicable(engine)
         a = adapter(engine) if why is None else None
-        if a is not None and check == "check_s4_speculation" and not getattr(a, "speculative", True):
+        if a is not None and self.function == "check_s4_speculation" and not getattr(a, "speculative", True):
             why = f"{engine}: {getattr(a, 'not_speculative', 'its step takes no accepted count')}"
         return why
 
-    return reason
+    def strategy(self, engine: str) -> st.SearchStrategy[Draw]:
+        """The draws of this record on the engine path ``engine``."""
+        return _draws(self, engine)
 
 
-def _check(prop: Callable[[EngineAdapter, Any], None]) -> Callable[..., Ran]:
-    def check(example: EngineCase, device: str = "cpu", **_: Any) -> Ran:
-        prop(adapter(example.engine), example.case)
-        return Ran()
-
-    # a module-level name of this module: a worker process (isolated runs) resolves the check by it
-    check.__name__ = check.__qualname__ = prop.__name__
-    globals()[prop.__name__] = check
-    return check
-
-
-def _premise(cases: Callable[[EngineAdapter], st.SearchStrategy[Any]]) -> Callable[..., st.SearchStrategy[Any]]:
-    @functools.cache
-    def premise(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> Any:
-        return cases(adapter(backend)).map(lambda c: Draw(EngineCase(backend, c), False))
-
-    return premise
+@functools.cache
+def _draws(record: ServingRecord, engine: str) -> st.SearchStrategy[Draw]:
+    prop = record.function
+    return record.cases(adapter(engine)).map(lambda c: Draw(EngineCase(engine, c, prop), False))
 
 
 def _min_accepted(a: EngineAdapter) -> int:
@@ -231,15 +248,8 @@ def _teeth(prop: str) -> tuple[str, ...]:
     return tuple(name for name, (_, props) in PLANTED.items() if prop in props)
 
 
-#: (name, summary, premise, check, planted engines it must catch)
-SERVING: list[tuple[str, str, Callable[..., Any], Callable[..., Ran], tuple[str, ...]]] = [
-    (
-        f"S{n}-{slug}",
-        summary,
-        _premise(cases),
-        _check(getattr(S, prop)),
-        _teeth(prop),
-    )
+SERVING: list[ServingRecord] = [
+    ServingRecord(f"S{n}-{slug}", summary, cases, getattr(S, prop), _teeth(prop))
     for n, slug, summary, prop, cases in [
         (0, "reference", "the engine = the in-house pool reference: outputs within §6, every state bitwise",
          "check_s0_reference", lambda a: pools.spec_cases(min_accepted=_min_accepted(a))),

@@ -36,7 +36,7 @@ from gdn_equiv.model.config import CallFacts
 from gdn_equiv.model.example import Example, Inputs, build_layer
 from gdn_equiv.model.families import get_family, known_families
 from gdn_equiv.strategies import layer_configs
-from gdn_equiv.targets.fla_target import TARGET, _from_fla_cache, _to_fla_cache
+from gdn_equiv.targets.fla_target import TARGET, from_fla_cache, to_fla_cache
 
 F64 = torch.float64
 
@@ -486,7 +486,7 @@ def test_generation_loop_with_a_callers_fla_cache_equals_the_loop_with_ours(case
 def check_round_trip(
     family: str, configs, seed: int, P: int, steps: int, valid, chunk: int = 0, to_fla=None, from_fla=None
 ) -> None:
-    """The fla target's cache seam (``FlaHandle.run``: ``_to_fla_cache`` before fla's layer, ``_from_fla_cache``
+    """The fla target's cache seam (``FlaHandle.run``: ``to_fla_cache`` before fla's layer, ``from_fla_cache``
     after) on caches a caller filled (a stack's generation loop, fla's Cache and our twin):
 
     - ``to_fla(fla Cache)`` is a new fla Cache with the same layers, states and counts, sharing no
@@ -494,7 +494,7 @@ def check_round_trip(
     - ``from_fla(to_fla(fla Cache))`` is the twin, and ``from_fla(to_fla(twin))`` is the twin.
 
     ``to_fla``/``from_fla`` default to the target's (a planted defect passes others)."""
-    to_fla, from_fla = to_fla or _to_fla_cache, from_fla or _from_fla_cache
+    to_fla, from_fla = to_fla or to_fla_cache, from_fla or from_fla_cache
     B, H = len(valid), configs[0].hidden_size
     calls = _loop_calls(seed, B, P, H, steps, [min(v, P) for v in valid], chunk)
     layers = _stack(family, configs, seed, "layer_cls")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness.compare import assert_equivalent
-from gdn_equiv.harness.conformance import _reach
+from gdn_equiv.harness.conformance import conformance_reach
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ground_truth import (  # tests/ plant defects and run these by this module too
     check_forward,
@@ -42,7 +42,9 @@ def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     conformance properties' reach, one definition for both."""
     caps = capabilities([backend])
     lo, hi = caps.widths or (1, 4)
-    return data.draw(conv_calls(widths=(lo, min(hi, 4)), capabilities=caps, **_reach(backend), **options), label="call")
+    return data.draw(
+        conv_calls(widths=(lo, min(hi, 4)), capabilities=caps, **conformance_reach(backend), **options), label="call"
+    )
 
 
 @settings(deadline=None)

@@ -24,20 +24,23 @@ from collections.abc import Callable
 import pytest
 
 from gdn_equiv.harness import registry
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.run import runner
-from gdn_equiv.run.report import Check
+from gdn_equiv.run.rows import Check
 
 
 def verdict(check: Check, report: Callable[[str], None] = print) -> None:
-    """What a necessity search's row means under pytest (see the module docstring)."""
-    if check.result == "counterexample":
+    """What a necessity search's row means under pytest (see the module docstring): the ledger's outcome, a
+    pass, a skip with its reason (a report, never a pass) or a failure."""
+    outcome = Outcome(check.result)
+    if outcome == Outcome.COUNTEREXAMPLE:
         assert check.example is not None
         report(f"{check.name}: {check.failure}\n  found: {check.example.short()}")
         return
-    if check.result == "n/a":
+    if outcome == Outcome.NOT_APPLICABLE:
         pytest.skip(f"{check.name} on {check.backend!r}: {check.failure}")
-    if check.result == "none found":
+    if outcome.reports:  # none found
         report(f"{check.failure} (backend {check.backend!r})")
         pytest.skip(f"{check.failure} (backend {check.backend!r})")
     example = f"\nExample: {check.example.short()}" if check.example is not None else ""

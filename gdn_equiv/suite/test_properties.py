@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.harness import isolation, registry
-from gdn_equiv.harness import properties as P
-from gdn_equiv.harness.coverage import label_example
+from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness.registry import Draw
-from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.example import Example
 from gdn_equiv.targets import Target, get_target
 from gdn_equiv.targets.fla_target import version_row
@@ -34,39 +29,10 @@ from gdn_equiv.targets.fla_target import version_row
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow, pytest.mark.first(0)]
 
 
-@dataclass
-class _Tally:
-    """The examples one test drew, how many met the property's premise, and the last reason one did not."""
-
-    drawn: int = 0
-    applied: int = 0
-    last: str | None = None
-
-
-_TALLY: _Tally | None = None  # the running test's, set by exercised()
-#: the event of an example that did not meet its property's premise (gdn_equiv.run.fuzz_engines counts it)
-NOT_APPLICABLE = "gdn-equiv:not applicable"
-
-
-def exercised(test: Callable[..., None]) -> Callable[..., None]:
-    """Fail the Hypothesis ``test`` after its run when none of its examples met the premise (all raised
-    :class:`~gdn_equiv.harness.properties.NotApplicable`): "not exercised" is an environment or strategy problem,
-    never a pass. Outside ``@given``, so it judges the whole run; the signature pytest sees is the test's."""
-
-    @functools.wraps(test)
-    def counted(*args: Any, **kwargs: Any) -> None:
-        global _TALLY
-        tally = _TALLY = _Tally()
-        try:
-            test(*args, **kwargs)
-        finally:
-            _TALLY = None
-        if tally.applied == 0:
-            raise AssertionError(
-                f"not exercised: none of the {tally.drawn} examples met the premise; the last reason: {tally.last}"
-            )
-
-    return counted
+#: the event of an example that did not meet its property's premise (the ledger's; HypoFuzz's ledger reads it)
+NOT_APPLICABLE = ledger.NOT_APPLICABLE_EVENT
+#: the gate's row verdict: a test none of whose examples met its premise fails, "not exercised"
+exercised = ledger.exercised
 
 
 @pytest.fixture(scope="session")
@@ -83,43 +49,24 @@ def _upstream(target: str | Target) -> bool:
     return _name(target) != "gdn_equiv"
 
 
-def _run(prop, example: Example, device: str, target: str | Target = "gdn_equiv", *, may_not_apply: bool = False):
+def run_example(
+    prop, example: Example, device: str, target: str | Target = "gdn_equiv", *, may_not_apply: bool = False
+):
+    """One example through the ledger (:func:`gdn_equiv.harness.ledger.judge`): counted and labelled once it
+    compared something; one that did not meet the premise compared nothing. An upstream target's own guard
+    decides, so where it disagrees with the spec the states built from the spec's conditions need not meet
+    the premise (that gap is P1's: ``gdn-equiv check --target fla``); built to apply otherwise, a miss is a
+    failure (a strategy bug, or P1 guard = spec failing)."""
     note(example.short())
-    if _TALLY is not None:
-        _TALLY.drawn += 1
-    try:
-        value = isolation.call(prop, example, device=device, target=target)  # in a worker under --gdn-isolate
-    except P.NotApplicable as exc:
-        # an upstream target's own guard decides; where it disagrees with the spec the states built from
-        # the spec's conditions need not meet the premise (that gap is P1's: `gdn-equiv check --target fla`)
-        if may_not_apply or _upstream(target):
-            if _TALLY is not None:
-                _TALLY.last = str(exc)
-            # read from Hypothesis' observability output by `gdn-equiv fuzz --engine hypofuzz`: HypoFuzz calls
-            # the test inside @given, never exercised()'s tally, so a row of such examples only is told by this
-            event(NOT_APPLICABLE)
-            return None
-        # built by construction to apply: a strategy bug or, for a state built fusable from the spec's
-        # conditions, a guard that refuses what the spec fuses
-        raise AssertionError(
-            f"the example was built to meet the property's premise and does not: {exc} (a strategy bug or, "
-            f"where it was built fusable from the spec's conditions, P1 guard = spec fails)\n"
-            f"Example: {example.short()}"
-        ) from exc
-    except BaseException:
-        _compared(example)  # a failing example compared something
-        raise
-    _compared(example)
-    if _TALLY is not None:
-        _TALLY.applied += 1
-    return value
-
-
-def _compared(example: Example) -> None:
-    """An example that met its premise: counted, and its regions labelled (coverage:layer.* events, read from
-    Hypothesis' observability output); one that compared nothing reaches no region and counts for nothing."""
-    count_example()
-    label_example(example)
+    return ledger.judge(
+        lambda: isolation.call(prop, example, device=device, target=target),  # in a worker under --gdn-isolate
+        example,
+        must_apply=not (may_not_apply or _upstream(target)),
+        count=True,
+        # read from Hypothesis' observability output by `gdn-equiv fuzz --engine hypofuzz`: HypoFuzz calls
+        # the test inside @given, never exercised()'s tally, so a row of such examples only is told by this
+        on_missed=lambda reason: event(NOT_APPLICABLE),
+    )
 
 
 # The strategies are drawn with data.draw (their arguments are fixtures): built once per arguments (the
@@ -165,8 +112,11 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
     the target fuses. Named by the record (``gate_test``), its database key the record's name."""
 
     def run(data: st.DataObject, backend: str, families: tuple[str, ...], device: str, target: str | Target) -> None:
+        reason = record.not_applicable(backend)  # a row that cannot be asked here (a backend against itself)
+        if ledger.asked(reason) is not None:
+            pytest.skip(f"{ledger.Outcome.NOT_APPLICABLE}: {reason}")
         example, must_apply = data.draw(premise(record.name, backend, families, _name(target)))
-        _run(record.check, example, device, target, may_not_apply=not must_apply)
+        run_example(record.check, example, device, target, may_not_apply=not must_apply)
 
     # the fixtures pytest passes, by name in the signature
     if record.needs_fusion:
@@ -181,7 +131,8 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
     assert record.gate_test is not None
     test.__name__ = test.__qualname__ = record.gate_test
     test.__doc__ = f"{record.name}: {record.summary}."
-    wrapped = given(data=st.data())(settings(deadline=None)(test))
+    budget = {} if record.gate_cost == 1 else {"max_examples": max(2, settings().max_examples // record.gate_cost)}
+    wrapped = given(data=st.data())(settings(deadline=None, **budget)(test))
     wrapped.hypothesis.inner_test._hypothesis_internal_add_digest = record.name.encode()  # type: ignore[attr-defined]
     return exercised(wrapped)
 

@@ -2,145 +2,45 @@
 engine path (:mod:`gdn_equiv.serving.engines`) of ``--gdn-serving-engine`` (default: every path; one that cannot run
 here skips with its reason; a named engine none of whose paths can run here ends the session, status 3).
 
-One property per test function; each draws its cases from :mod:`gdn_equiv.strategies.pools`. One premise and one
-verdict with ``gdn-equiv check``: an example counts once the property compared something (it did not raise
-``NotExercised``), and a test none of whose examples compared anything fails ("not exercised"), as the check's
-row does.
+One parametrised test over the serving records (:func:`gdn_equiv.harness.registry.serving_records`), as OpInfo's
+``@ops``: a property is its record, drawn and checked as ``gdn-equiv check`` draws and checks it. One premise and
+one verdict (:mod:`gdn_equiv.harness.ledger`): an example counts once the property compared something (it did not
+raise ``NotExercised``), and a test none of whose examples compared anything fails ("not exercised"), as the
+check's row does.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.harness.testing import count_example
-from gdn_equiv.serving import properties as S
-from gdn_equiv.serving import records
-from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
+from gdn_equiv.harness import ledger, registry
+from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.serving.records import ServingRecord
 
 # first: S1-S7 are cheap on the reference engine and each catches its planted engine: every worker starts on them
 pytestmark = pytest.mark.first(1)
 
 
-@pytest.fixture(scope="module")
-def engine(gdn_serving_engine: str) -> Any:
-    """The engine path of ``--gdn-serving-engine`` (default: every path; one that cannot run here skips with why,
-    and a named engine none of whose paths runs here ended the session at configure time)."""
-    adapter = records.adapter(gdn_serving_engine)
-    if (reason := adapter.unavailable()) is not None:
-        pytest.skip(reason)
-    return adapter
+#: the gate's row verdict (the ledger's): a test none of whose examples compared anything fails, "not exercised"
+exercised = functools.partial(ledger.exercised, what="compared anything")
 
 
-#: the running test's examples: [drawn, compared, the last reason one compared nothing]
-_TALLY: list[Any] | None = None
-
-
-def exercised(test: Callable[..., None]) -> Callable[..., None]:
-    """Fail the Hypothesis ``test`` after its run when none of its examples compared anything (each raised
-    ``NotExercised``): the ledger's "not exercised", a failure under ``check`` as here. Outside ``@given``."""
-
-    @functools.wraps(test)
-    def counted(*args: Any, **kwargs: Any) -> None:
-        global _TALLY
-        tally = _TALLY = [0, 0, None]
-        try:
-            test(*args, **kwargs)
-        finally:
-            _TALLY = None
-        if tally[1] == 0:
-            raise AssertionError(
-                f"not exercised: none of the {tally[0]} examples compared anything; the last reason: {tally[2]}"
-            )
-
-    return counted
-
-
-def _run(prop: Any, engine: Any, case: Any) -> None:
-    note(case.short())
-    if _TALLY is not None:
-        _TALLY[0] += 1
-    try:
-        prop(engine, case)
-    except S.NotExercised as exc:  # nothing to compare in this case: not counted as an example
-        if _TALLY is not None:
-            _TALLY[2] = str(exc)
-        return
-    count_example()
-    if _TALLY is not None:
-        _TALLY[1] += 1
-
-
+@pytest.mark.parametrize("record", registry.serving_records(), ids=lambda r: r.name)
 @exercised
 @settings(deadline=None)
 @given(data=st.data())
-def test_s0_the_engine_equals_the_in_house_reference(data: st.DataObject, engine: Any) -> None:
-    """S0: prefill, decode, verify with accepted counts, snapshots and packed q|k|v against the reference."""
-    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0)))
-    _run(S.check_s0_reference, engine, case)
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_s1_batch_over_a_pool_equals_each_sequence_alone(data: st.DataObject, engine: Any) -> None:
-    """S1: bitwise, outputs and final states, on the engine's prefill kernel."""
-    _run(S.check_s1_pool_equals_alone, engine, data.draw(batches()))
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_s2_unnamed_and_pad_slots_and_inputs_are_untouched(data: st.DataObject, engine: Any) -> None:
-    """S2: after prefill and after a verify step."""
-    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0), min_extra_slots=1))
-    _run(S.check_s2_untouched, engine, case)
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_s3_prefill_then_decode_equals_one_prefill(data: st.DataObject, engine: Any) -> None:
-    """S3: the handoff between the engine's prefill and step kernels."""
-    _run(S.check_s3_handoff, engine, data.draw(handoff_cases()))
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_s4_a_verify_step_keeps_exactly_the_accepted_tokens(data: st.DataObject, engine: Any) -> None:
-    """S4: accepted counts from the engine's minimum (vLLM: 1) to k."""
-    if not getattr(engine, "speculative", True):
-        pytest.skip(f"cannot run here: {engine.not_speculative}")
-    case = data.draw(spec_cases(min_accepted=getattr(engine, "min_accepted", 0)))
-    _run(S.check_s4_speculation, engine, case)
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_s5_prefix_snapshots_are_the_states_at_block_ends(data: st.DataObject, engine: Any) -> None:
-    """S5: each block-boundary snapshot = that prefix's state."""
-    _run(S.check_s5_prefix_cache, engine, data.draw(prefix_cases()))
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_s6_fast_path_equals_general_path_where_the_guard_admits(data: st.DataObject, engine: Any) -> None:
-    """S6: drawn mostly as uniform decode batches (which the decode guards admit), some free."""
-    uniform = st.integers(1, 3).flatmap(lambda n: batches(min_len=n, max_len=n, fresh=False))
-    _run(S.check_s6_dispatch, engine, data.draw(st.one_of(uniform, batches())))
-
-
-@exercised
-@settings(deadline=None)
-@given(data=st.data())
-def test_s7_packed_qkv_equals_the_three_convs(data: st.DataObject, engine: Any) -> None:
-    """S7: one call over q|k|v channels = three, biases included."""
-    _run(S.check_s7_packed_qkv, engine, data.draw(packed_cases()))
+def test_serving_property(data: st.DataObject, record: ServingRecord, gdn_serving_engine: str) -> None:
+    """S0-S7, each generated from its record (:mod:`gdn_equiv.serving.records`, what ``check`` runs too): cases
+    from its premise on the engine path of ``--gdn-serving-engine``, its check on that path. A path where the
+    record cannot be asked (the engine cannot run here; S4 on a step that takes no accepted count) is n/a,
+    with the record's reason."""
+    reason = record.not_applicable(gdn_serving_engine)
+    if ledger.asked(reason) is not None:
+        pytest.skip(f"{Outcome.NOT_APPLICABLE}: {reason}")
+    draw = data.draw(record.strategy(gdn_serving_engine))
+    note(draw.example.short())
+    ledger.judge(lambda: record.check(draw.example), draw.example, must_apply=draw.must_apply, count=True)

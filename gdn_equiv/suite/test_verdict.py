@@ -19,10 +19,11 @@ import pytest
 from hypothesis import Phase, find, settings
 
 from gdn_equiv import strategies
+from gdn_equiv.harness import ledger, registry
 from gdn_equiv.harness import properties as P
-from gdn_equiv.harness import registry
 from gdn_equiv.harness.compare import Report
-from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
+from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.harness.testing import MISS_BOUND, PROFILES, counts
 from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends
 from gdn_equiv.model.example import build_layer
 from gdn_equiv.model.guard import Condition, decide
@@ -99,7 +100,8 @@ def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseExcept
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == status and json.loads(copy.read_text()) == summary
     assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
-    assert [c["result"] for c in summary["checks"]] == ["pass", UNREACHED]
+    # a row no result reached: interrupted when the run was, else not reached (both fail the run)
+    assert [c["result"] for c in summary["checks"]] == ["pass", "interrupted" if status == "interrupted" else UNREACHED]
 
 
 def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
@@ -206,7 +208,7 @@ def test_a_row_exercised_in_any_round_is_exercised() -> None:
 
 
 def test_every_unfinished_result_fails_and_every_finished_one_is_green() -> None:
-    assert set(FAILING) == {"FAIL", "not exercised", UNREACHED}
+    assert set(FAILING) == {"FAIL", "not exercised", UNREACHED, "crashed", "interrupted"}
     assert not set(FAILING) & set(GREEN)
 
 
@@ -366,3 +368,208 @@ def test_a_necessity_premise_breaks_its_condition_between_the_right_backends(con
     config = draw.example.config
     backends = {config.slot_backend(n) for n in config.SLOTS} if config.use_short_conv else {config.conv_backend}
     assert (len(backends) > 1) == (condition is Condition.G5), backends
+
+
+# ---- the ledger's rules, one module for every driver (gdn_equiv.harness.ledger) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        (dict(examples=3, not_applicable=2), Outcome.PASSED),
+        (dict(examples=1, not_applicable=0), Outcome.PASSED),
+        (dict(examples=3, not_applicable=3), Outcome.NOT_EXERCISED),
+        (dict(examples=0, not_applicable=0), Outcome.NOT_EXERCISED),  # drew nothing with time left
+        (dict(examples=0, not_applicable=0, budget_spent=True), Outcome.NOT_REACHED),
+        (dict(examples=2, not_applicable=2, budget_spent=True), Outcome.NOT_EXERCISED),
+        (dict(examples=2, not_applicable=0, budget_spent=True), Outcome.PASSED),
+        (dict(examples=2, not_applicable=2, failed=True), Outcome.FAILED),  # a premise failure compared nothing
+        (dict(examples=0, not_applicable=0, failed=True, budget_spent=True), Outcome.FAILED),
+    ],
+)
+def test_a_rows_outcome_is_its_counts(counts: dict, expected: Outcome) -> None:
+    assert ledger.row_outcome(**counts) is expected
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        (dict(found=True, examples=1, not_applicable=0, budget_spent=False, must_find=True), Outcome.COUNTEREXAMPLE),
+        (dict(found=True, examples=9, not_applicable=9, budget_spent=True, must_find=True), Outcome.COUNTEREXAMPLE),
+        (dict(found=False, examples=0, not_applicable=0, budget_spent=True, must_find=True), Outcome.NOT_REACHED),
+        (dict(found=False, examples=0, not_applicable=0, budget_spent=False, must_find=True), Outcome.NOT_EXERCISED),
+        (dict(found=False, examples=4, not_applicable=4, budget_spent=True, must_find=False), Outcome.NOT_EXERCISED),
+        (dict(found=False, examples=4, not_applicable=3, budget_spent=False, must_find=True), Outcome.FAILED),
+        (dict(found=False, examples=4, not_applicable=3, budget_spent=True, must_find=True), Outcome.NONE_FOUND),
+        (dict(found=False, examples=4, not_applicable=3, budget_spent=False, must_find=False), Outcome.NONE_FOUND),
+    ],
+)
+def test_a_searchs_outcome_is_what_it_found_in_what_applied(counts: dict, expected: Outcome) -> None:
+    assert ledger.search_outcome(**counts) is expected
+
+
+def test_which_outcomes_fail_a_run_and_which_are_reports() -> None:
+    failing = {Outcome.FAILED, Outcome.NOT_EXERCISED, Outcome.NOT_REACHED, Outcome.CRASHED, Outcome.INTERRUPTED}
+    assert {o for o in Outcome if o.fails} == failing and set(ledger.FAILING) == failing
+    assert {o for o in Outcome if o.reports} == {Outcome.NOT_APPLICABLE, Outcome.NONE_FOUND, Outcome.UPSTREAM_REFUSED}
+    assert not any(o.fails and o.reports for o in Outcome)
+    assert {o for o in Outcome if o.final} == {
+        Outcome.FAILED,
+        Outcome.COUNTEREXAMPLE,
+        Outcome.NOT_APPLICABLE,
+        Outcome.CRASHED,
+    }
+    assert {o for o in Outcome if o.decisive} == {o for o in Outcome if o.final} | {Outcome.NONE_FOUND}
+    # the word each prints, and finds as a key: a summary written before the enum reads the same
+    assert [str(o) for o in Outcome][:5] == ["pass", "FAIL", "not exercised", "not reached", "n/a"]
+    assert f"{Outcome.FAILED:<6}|" == "FAIL  |" and {"FAIL": 1}[Outcome.FAILED] == 1
+    assert json.loads(json.dumps({Outcome.FAILED: [Outcome.PASSED]})) == {"FAIL": ["pass"]}
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "interrupted", "status"),
+    [
+        ([], False, 0),
+        ([Outcome.PASSED, Outcome.NOT_APPLICABLE, Outcome.COUNTEREXAMPLE, Outcome.NONE_FOUND], False, 0),
+        ([Outcome.PASSED, Outcome.UPSTREAM_REFUSED], False, 0),
+        ([Outcome.PASSED, Outcome.FAILED], False, 1),
+        ([Outcome.NOT_EXERCISED], False, 1),
+        ([Outcome.NOT_REACHED, Outcome.PASSED], False, 1),
+        ([Outcome.CRASHED], False, 1),
+        ([Outcome.INTERRUPTED], False, 1),
+        (["pass", "FAIL"], False, 1),  # words read back from a summary
+        ([Outcome.PASSED], True, 130),
+        ([Outcome.FAILED], True, 130),
+    ],
+)
+def test_the_exit_status_is_the_ledgers(outcomes: list, interrupted: bool, status: int) -> None:
+    assert ledger.exit_status(outcomes, interrupted=interrupted) == status
+    if not interrupted:  # a run is not interrupted unless it says so
+        assert ledger.exit_status(outcomes) == status
+
+
+def test_folding_rounds_keeps_a_final_outcome_and_takes_a_decisive_one() -> None:
+    counts = dict(examples=4, not_applicable=1, budget_spent=False)
+    for final in (Outcome.FAILED, Outcome.COUNTEREXAMPLE, Outcome.NOT_APPLICABLE, Outcome.CRASHED):
+        for new in Outcome:
+            assert ledger.fold(final, new, **counts) is final
+    assert ledger.fold(Outcome.PASSED, Outcome.NONE_FOUND, **counts) is Outcome.NONE_FOUND
+    assert ledger.fold(Outcome.NOT_REACHED, Outcome.FAILED, **counts) is Outcome.FAILED
+    assert ledger.fold(Outcome.NOT_REACHED, Outcome.NOT_EXERCISED, **counts) is Outcome.PASSED  # the totals decide
+    assert ledger.fold(Outcome.PASSED, Outcome.PASSED, examples=2, not_applicable=2, budget_spent=False) is (
+        Outcome.NOT_EXERCISED
+    )
+    assert ledger.fold(Outcome.NOT_REACHED, Outcome.PASSED, examples=0, not_applicable=0, budget_spent=True) is (
+        Outcome.NOT_REACHED
+    )
+
+
+def test_an_interrupted_run_marks_only_the_rows_nothing_reached() -> None:
+    assert ledger.cut_short(Outcome.NOT_REACHED) is Outcome.INTERRUPTED
+    for other in set(Outcome) - {Outcome.NOT_REACHED}:
+        assert ledger.cut_short(other) is other
+
+
+def test_an_engine_that_ended_early_leaves_no_row_passing() -> None:
+    assert ledger.ended_early(Outcome.PASSED) is Outcome.CRASHED
+    for other in set(Outcome) - {Outcome.PASSED}:
+        assert ledger.ended_early(other) is other
+
+
+def test_an_asked_row_is_na_only_with_a_reason() -> None:
+    assert ledger.asked("same backend") is Outcome.NOT_APPLICABLE
+    assert ledger.asked("") is Outcome.NOT_APPLICABLE
+    assert ledger.asked(None) is None
+
+
+def _example() -> Any:
+    return find(strategies.examples(dtypes=("float32",), max_seq_len=2), lambda e: True)
+
+
+def test_judge_counts_what_met_the_premise_and_fails_what_was_built_to() -> None:
+    example, tally, missed = _example(), ledger.Tally(), []
+
+    def not_applicable() -> None:
+        raise P.NotApplicable("guard does not fuse")
+
+    assert ledger.judge(lambda: 7, example, must_apply=True, tally=tally) == 7
+    result = ledger.judge(not_applicable, example, must_apply=False, tally=tally, on_missed=missed.append)
+    assert result is ledger.MISSED and missed == ["guard does not fuse"]
+    assert (tally.drawn, tally.not_applicable, tally.applied, tally.last) == (2, 1, 1, "guard does not fuse")
+    with pytest.raises(ledger.PremiseNotMet, match="P3: the example was built to meet the property's premise") as err:
+        ledger.judge(not_applicable, example, must_apply=True, tally=tally, name="P3")
+    report = err.value.report  # a failing comparison of nothing, named for the property
+    assert (report.name, report.paths, report.ok, report.numel) == ("premise", ("P3", "spec"), False, 0)
+    assert report.problem == "guard does not fuse" and example.short() in str(err.value)
+    with pytest.raises(ledger.PremiseNotMet, match=r"^the example was built") as err:
+        ledger.judge(not_applicable, example, must_apply=True, tally=tally)
+    assert err.value.report.paths == ("property", "spec")
+    assert (tally.drawn, tally.not_applicable) == (4, 1)  # failures, not misses
+    with pytest.raises(ZeroDivisionError):
+        ledger.judge(lambda: 1 / 0, example, must_apply=False, tally=tally)
+    assert (tally.drawn, tally.not_applicable, tally.outcome()) == (5, 1, Outcome.PASSED)
+
+
+def test_judge_counts_an_example_for_the_session_only_once_it_compared_something() -> None:
+    example = _example()
+    before = counts()["properties"]
+
+    def not_applicable() -> None:
+        raise P.NotApplicable("no")
+
+    ledger.judge(not_applicable, example, must_apply=False, count=True)
+    assert counts()["properties"] == before
+    ledger.judge(lambda: None, example, must_apply=False, count=True)
+    with pytest.raises(AssertionError):
+        ledger.judge(lambda: (_ for _ in ()).throw(AssertionError("y differs")), example, must_apply=False, count=True)
+    ledger.judge(lambda: None, example, must_apply=False)  # a driver outside the gate counts nothing here
+    assert counts()["properties"] == before + 2
+
+
+def test_a_gate_test_none_of_whose_examples_met_the_premise_fails_not_exercised() -> None:
+    example = _example()
+
+    def body(applies: list[bool]) -> None:
+        for a in applies:
+            ledger.judge(lambda a=a: None if a else (_ for _ in ()).throw(P.NotApplicable("G3")), example,
+                         must_apply=False)  # fmt: skip
+
+    with pytest.raises(AssertionError, match=r"^not exercised: none of the 2 examples met the premise; .*: G3$"):
+        ledger.exercised(body)([False, False])
+    with pytest.raises(AssertionError, match="none of the 0 examples compared anything"):
+        ledger.exercised(body, what="compared anything")([])
+    ledger.exercised(body)([False, True])  # one example compared something: a pass
+    assert ledger.judge(lambda: 1, example, must_apply=False) == 1  # no test running: no tally, no error
+
+
+def test_an_example_counts_for_the_innermost_running_gate_test() -> None:
+    example = _example()
+
+    def inner() -> None:
+        ledger.judge(lambda: None, example, must_apply=False)
+
+    def outer() -> None:
+        ledger.judge(lambda: (_ for _ in ()).throw(P.NotApplicable("G3")), example, must_apply=False)
+        ledger.exercised(inner)()  # its one example is its own: it passes
+
+    with pytest.raises(AssertionError, match="none of the 1 examples met the premise"):
+        ledger.exercised(outer)()
+
+
+def test_only_an_example_that_compared_something_is_labelled_for_coverage(monkeypatch) -> None:
+    """Regions are labelled for examples that compared something, failing ones included; a premise miss, or a
+    serving case (no layer regions), reaches none."""
+    example, labelled = _example(), []
+    monkeypatch.setattr(ledger, "label_example", labelled.append)
+
+    def not_applicable() -> None:
+        raise P.NotApplicable("no")
+
+    ledger.judge(not_applicable, example, must_apply=False, count=True)
+    assert labelled == []
+    ledger.judge(lambda: None, example, must_apply=False, count=True)
+    with pytest.raises(ZeroDivisionError):
+        ledger.judge(lambda: 1 / 0, example, must_apply=False, count=True)
+    ledger.judge(lambda: None, "a serving case", must_apply=False, count=True)
+    ledger.judge(lambda: None, example, must_apply=False)  # outside the gate: no labels
+    assert labelled == [example, example]

@@ -82,7 +82,7 @@ def fla_backend(ours: str | None) -> str:
     return "cuda" if ours == "cuda" else "triton"
 
 
-def _fla_class(family: str) -> type:
+def fla_class_of(family: str) -> type:
     path = get_family(family).fla_class
     if path is None:
         raise InvalidArgument(f"family {family!r} has no fla class")
@@ -92,7 +92,7 @@ def _fla_class(family: str) -> type:
 
 def _pinnable(family: str, row: FlaVersion) -> type:
     """fla's class for ``family``; for a 0.6.0 Gated DeltaNet a subclass whose guard can be pinned."""
-    cls = _fla_class(family)
+    cls = fla_class_of(family)
     if row.decision != "method" or not row.fuses(family):
         return cls
     return _pinnable_gdn(cls)
@@ -155,13 +155,13 @@ def fla_guard(
     if not row.fuses(family):
         return False
     if row.decision == "method":
-        base: Any = _fla_class(family)
+        base: Any = fla_class_of(family)
         last_state = {"conv_state": None, "recurrent_state": None} if call.has_cached_state else None
         cu_seqlens = torch.tensor([0, 1], dtype=torch.int32) if call.varlen else None
         return bool(base._use_fused_qkv_conv(layer, last_state, call.use_cache, cu_seqlens))
     if not _inline_condition(layer, call):
         return False
-    module = importlib.import_module(_fla_class(family).__module__)
+    module = importlib.import_module(fla_class_of(family).__module__)
     return bool(module.can_fuse_qkv_short_conv(layer.q_conv1d, layer.k_conv1d, layer.v_conv1d))
 
 
@@ -219,7 +219,7 @@ def fla_conv_channels(family: str, config: LayerConfig, name: str) -> int:
     return fam.conv_channels(config, name) if is_fla_only(fam) else config.conv_channels(name)
 
 
-def _construct(cls: Any, family: str, config: LayerConfig) -> tuple[Any, dict[str, Any]]:
+def construct_layer(cls: Any, family: str, config: LayerConfig) -> tuple[Any, dict[str, Any]]:
     """fla's layer from our config: the family's fla arguments that the class declares (a version
     may lack one: PR #977's Gated DeltaNet has no ``output_gate_activation``); returns the layer and
     the arguments it did not take."""
@@ -236,10 +236,10 @@ def build_fla_layer(
 ) -> Any:
     """fla's layer for ``config`` with every per-conv fact applied (parameters uninitialised-random)."""
     row = version_row()
-    cls = _pinnable(family, row) if pinnable else _fla_class(family)
+    cls = _pinnable(family, row) if pinnable else fla_class_of(family)
     with warnings.catch_warnings():  # fla warns on use_short_conv=False, a state the suite draws on purpose
         warnings.simplefilter("ignore", UserWarning)
-        layer, dropped = _construct(cls, family, config)
+        layer, dropped = construct_layer(cls, family, config)
     layer._gdn_dropped_kwargs = dropped
     if config.use_short_conv:
         for name in config.SLOTS:
@@ -365,7 +365,7 @@ def _core(core: str, family: str = "gated_deltanet"):
 
 
 # ---- caches -------------------------------------------------------------------------------------
-def _to_fla_cache(cache: Any) -> Any:
+def to_fla_cache(cache: Any) -> Any:
     """A fresh ``fla.models.utils.Cache`` holding copies of ``cache``'s layer states and token counts.
 
     ``cache`` is our :class:`Cache` or a caller's fla cache (read as our layers read one,
@@ -396,7 +396,7 @@ def _to_fla_cache(cache: Any) -> Any:
     return out
 
 
-def _from_fla_cache(cache: Any) -> Cache | None:
+def from_fla_cache(cache: Any) -> Cache | None:
     """Our :class:`Cache` holding ``cache``'s layer states (the same tensors) and token counts."""
     source = layer_cache(cache)
     if source is None:
@@ -485,7 +485,7 @@ class FlaHandle:
         kwargs: dict[str, Any] = {"attention_mask": inputs.attention_mask, "use_cache": inputs.use_cache}
         if inputs.cu_seqlens is not None:
             kwargs["cu_seqlens"] = inputs.cu_seqlens
-        cache = _to_fla_cache(inputs.cache)
+        cache = to_fla_cache(inputs.cache)
         forced = {"fused": True, "separate": False}.get(prologue)
         with (
             _pinned(self.layer, self.row, forced),
@@ -494,7 +494,7 @@ class FlaHandle:
         ):
             out, _, cache = self.layer(x, past_key_values=cache, **kwargs)
         self._path = self._observed_path()
-        return out, _from_fla_cache(cache)
+        return out, from_fla_cache(cache)
 
     def _observing_fused_conv(self) -> AbstractContextManager[None]:
         """Counting the ``causal_conv1d`` this version's fused branch calls (the version table's
@@ -502,7 +502,7 @@ class FlaHandle:
         if not self.row.fuses(self.family):
             return nullcontext()
         name = self.row.fused_conv
-        module = importlib.import_module(_fla_class(self.family).__module__ if name == "layer" else name)
+        module = importlib.import_module(fla_class_of(self.family).__module__ if name == "layer" else name)
         return _observed_conv(module, self._conv_widths)
 
     def _observed_path(self) -> str:
@@ -593,7 +593,7 @@ class FlaTarget:
         except InvalidArgument as exc:
             return str(exc)
         try:
-            _fla_class("gated_deltanet")
+            fla_class_of("gated_deltanet")
         except Exception as exc:
             return f"fla {version} is installed but its layers do not import: {type(exc).__name__}: {exc}"
         return None

@@ -20,7 +20,7 @@ from gdn_equiv.errors import InvalidArgument
 
 DEFAULT_FAMILY = "gated_deltanet"
 
-_BUILTIN = {
+BUILTIN_FAMILIES = {
     "gated_deltanet": "gdn_equiv.model.families.gated_deltanet:FAMILY",
     "kda": "gdn_equiv.model.families.kda:FAMILY",
     "gla": "gdn_equiv.model.families.gla:FAMILY",
@@ -44,7 +44,7 @@ def _entry_point_specs() -> dict[str, str]:
 
 def known_families() -> list[str]:
     """Every family name: the built-ins, then the entry points (in name order)."""
-    return [*_BUILTIN, *sorted(set(_entry_point_specs()) - set(_BUILTIN))]
+    return [*BUILTIN_FAMILIES, *sorted(set(_entry_point_specs()) - set(BUILTIN_FAMILIES))]
 
 
 def fla_only_families() -> list[str]:
@@ -70,7 +70,7 @@ def get_family(name: str) -> Any:
     known ones otherwise."""
     if name in _LOADED:
         return _LOADED[name]
-    spec = _BUILTIN.get(name) or _entry_point_specs().get(name)
+    spec = BUILTIN_FAMILIES.get(name) or _entry_point_specs().get(name)
     if spec is None:
         fla_only = _load(_FLA_ONLY)
         if name in fla_only:

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
+from gdn_equiv.model.config import GATE_ACTIVATIONS, LayerConfig, check_positive_finite, check_positive_int
 from gdn_equiv.model.core import gated_delta_rule, l2norm
 from gdn_equiv.model.families.base import DELTA_RULES, Family, fla_mode
 from gdn_equiv.model.fla_versions import GDN_METHOD, QKV_HELPER, FlaRule
 from gdn_equiv.model.fused import fused_variant
-from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
 from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
@@ -92,8 +92,8 @@ def validate_value_heads(c: Any) -> None:
     wrong-sized ``nn.Linear``."""
     owner = type(c).__name__
     if c.num_v_heads is not None:
-        _check_positive_int(owner, "num_v_heads", c.num_v_heads)
-    _check_positive_finite(owner, "expand_v", c.expand_v)
+        check_positive_int(owner, "num_v_heads", c.num_v_heads)
+    check_positive_finite(owner, "expand_v", c.expand_v)
     exact_value_dim = c.n_v_heads * c.head_dim * c.expand_v
     if not math.isclose(exact_value_dim, c.value_dim, rel_tol=1e-5) or c.value_dim < 1:
         raise InvalidArgument(
@@ -135,7 +135,9 @@ def compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def delta_rule(layer: Any, q: Tensor, k: Tensor, v: Tensor, g: Tensor, b: Tensor, call: _Call) -> tuple[Tensor, dict]:
+def delta_rule(
+    layer: Any, q: Tensor, k: Tensor, v: Tensor, g: Tensor, b: Tensor, call: LayerCall
+) -> tuple[Tensor, dict]:
     """The delta-rule families' core call (GDN, KDA): ``beta = sigmoid(b)`` (x2 with negative
     eigenvalues), q/k L2-normalised in the compute dtype, the cached recurrent state continued."""
     cdt = compute_dtype(q)
@@ -211,14 +213,14 @@ class GatedDeltaNet(ShortConvLayer):
     def recurrent_state_shape(self, num_seqs: int) -> tuple[int, ...]:
         return (num_seqs, self.num_v_heads, self.head_v_dim, self.head_k_dim)
 
-    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
+    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: LayerCall) -> tuple[Tensor, dict[str, Any]]:
         """Heads, gates and the gated delta rule; returns ``o [B, T, Hv, Dv]`` in the input dtype."""
         q, k, v = heads(self, *xs)
         cdt = compute_dtype(q)
         g = -torch.exp(self.A_log.to(cdt)) * F.softplus(proj["a"].to(cdt) + self.dt_bias.to(cdt))
         return delta_rule(self, q, k, v, g, proj["b"], call)
 
-    def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
+    def _epilogue(self, o: Tensor, proj: Projections, call: LayerCall) -> Tensor:
         """Gated RMSNorm, output projection, re-pad to ``[B, T, H]``."""
         if self.use_gate:
             o = self.o_norm(o, proj["g"].unflatten(-1, (self.num_v_heads, self.head_v_dim)))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.config import GATE_ACTIVATIONS, LayerConfig, _check_positive_finite, _check_positive_int
+from gdn_equiv.model.config import GATE_ACTIVATIONS, LayerConfig, check_positive_finite, check_positive_int
 from gdn_equiv.model.core import gated_delta_rule
 from gdn_equiv.model.families.base import (
     KEY_DIM_INTEGRAL,
@@ -34,7 +34,7 @@ from gdn_equiv.model.families.base import (
 )
 from gdn_equiv.model.families.gated_deltanet import compute_dtype
 from gdn_equiv.model.fla_versions import QKV_HELPER
-from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
 from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
@@ -95,14 +95,14 @@ class GLAConfig(LayerConfig):
         super().validate()
         owner = type(self).__name__
         for name in ("expand_k", "expand_v"):
-            _check_positive_finite(owner, name, getattr(self, name))
+            check_positive_finite(owner, name, getattr(self, name))
             exact = self.hidden_size * getattr(self, name)
             if not math.isclose(exact, int(exact), rel_tol=1e-9) or int(exact) < 1:
                 raise InvalidArgument(
                     f"hidden_size*{name} = {exact} must be a positive integer ({name}={getattr(self, name)})"
                 )
         if self.num_kv_heads is not None:
-            _check_positive_int(owner, "num_kv_heads", self.num_kv_heads)
+            check_positive_int(owner, "num_kv_heads", self.num_kv_heads)
         if self.num_heads % self.n_kv_heads:
             raise InvalidArgument(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.n_kv_heads}")
         for name, dim in (("key_dim", self.key_dim), ("value_dim", self.value_dim)):
@@ -151,7 +151,7 @@ class GatedLinearAttention(ShortConvLayer):
     def _grouped(self, t: Tensor, d: int) -> Tensor:
         return grouped(t, d, self.groups)
 
-    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
+    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: LayerCall) -> tuple[Tensor, dict[str, Any]]:
         q, k, v = xs
         q = q.unflatten(-1, (self.num_heads, self.head_k_dim))
         k, v = self._grouped(k, self.head_k_dim), self._grouped(v, self.head_v_dim)
@@ -172,7 +172,7 @@ class GatedLinearAttention(ShortConvLayer):
         )
         return o.to(q.dtype), {"recurrent_state": state}
 
-    def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
+    def _epilogue(self, o: Tensor, proj: Projections, call: LayerCall) -> Tensor:
         o = gated_norm(self, o, proj["g"] if self.use_output_gate else None)
         return repad(self.o_proj(o.flatten(-2)), call)
 

@@ -26,7 +26,7 @@ from gdn_equiv.model.families.gated_deltanet import (
     value_head_dims,
 )
 from gdn_equiv.model.fla_versions import QKV_HELPER
-from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
 
 Tensor = torch.Tensor
 
@@ -85,7 +85,7 @@ class KimiDeltaAttention(ShortConvLayer):
     def recurrent_state_shape(self, num_seqs: int) -> tuple[int, ...]:
         return (num_seqs, self.num_v_heads, self.head_v_dim, self.head_k_dim)
 
-    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
+    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: LayerCall) -> tuple[Tensor, dict[str, Any]]:
         q, k, v = heads(self, *xs)
         cdt = compute_dtype(q)
         f = self.f_proj[1](proj["f"]).unflatten(-1, (self.num_v_heads, self.head_k_dim))  # [B, T, Hv, Dk]
@@ -93,7 +93,7 @@ class KimiDeltaAttention(ShortConvLayer):
         g = -A * F.softplus(f.to(cdt) + self.dt_bias.to(cdt).view(self.num_v_heads, self.head_k_dim))
         return delta_rule(self, q, k, v, g, proj["b"], call)
 
-    def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
+    def _epilogue(self, o: Tensor, proj: Projections, call: LayerCall) -> Tensor:
         gate = self.g_proj[1](proj["g"]).unflatten(-1, (self.num_v_heads, self.head_v_dim))
         return repad(self.o_proj(self.o_norm(o, gate).flatten(-2)), call)
 

@@ -26,7 +26,7 @@ from gdn_equiv.model.core import gated_delta_rule
 from gdn_equiv.model.families.base import Family, modes
 from gdn_equiv.model.families.gated_deltanet import compute_dtype
 from gdn_equiv.model.fla_versions import QKV_HELPER, FlaRule
-from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
 from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
@@ -125,7 +125,7 @@ class LightNetAttention(ShortConvLayer):
         k_new = torch.nan_to_num(torch.exp(k - z), nan=0.0, posinf=0.0)
         return k_new, torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0), z[:, -1:]
 
-    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
+    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: LayerCall) -> tuple[Tensor, dict[str, Any]]:
         q, k, v = xs
         if call.conv_mask is not None:
             v = v * call.conv_mask[..., None]
@@ -164,7 +164,7 @@ class LightNetAttention(ShortConvLayer):
         )
         return o.to(q.dtype), {"recurrent_state": state, "ffn_state": z_end}
 
-    def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
+    def _epilogue(self, o: Tensor, proj: Projections, call: LayerCall) -> Tensor:
         o = self.g_norm(o.flatten(-2), self.g_proj[1](proj["g"]))  # [B, T, H, Di] -> [B, T, hidden]
         return repad(self.o_proj(o), call)
 

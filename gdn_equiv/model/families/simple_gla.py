@@ -33,7 +33,7 @@ from gdn_equiv.model.families.base import (
 from gdn_equiv.model.families.gated_deltanet import compute_dtype
 from gdn_equiv.model.families.gla import GLAConfig, gated_norm, gla_dims, grouped
 from gdn_equiv.model.fla_versions import QKV_HELPER
-from gdn_equiv.model.reference import Projections, RMSNorm, ShortConvLayer, _Call, repad
+from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
 from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
@@ -78,7 +78,7 @@ class SimpleGatedLinearAttention(ShortConvLayer):
     def recurrent_state_shape(self, num_seqs: int) -> tuple[int, ...]:
         return (num_seqs, self.num_heads, self.head_v_dim, self.head_k_dim)
 
-    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: _Call) -> tuple[Tensor, dict[str, Any]]:
+    def _recurrence(self, xs: tuple[Tensor, ...], proj: Projections, call: LayerCall) -> tuple[Tensor, dict[str, Any]]:
         q, k, v = xs
         if call.conv_mask is not None:
             v = v * call.conv_mask[..., None]
@@ -100,7 +100,7 @@ class SimpleGatedLinearAttention(ShortConvLayer):
         )
         return o.to(q.dtype), {"recurrent_state": state}
 
-    def _epilogue(self, o: Tensor, proj: Projections, call: _Call) -> Tensor:
+    def _epilogue(self, o: Tensor, proj: Projections, call: LayerCall) -> Tensor:
         return repad(self.o_proj(gated_norm(self, o, proj["g"]).flatten(-2)), call)
 
 

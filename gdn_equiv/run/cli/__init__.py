@@ -41,7 +41,7 @@ from gdn_equiv.run.cli.common import (
     EXIT_USAGE,
     EnvironmentProblem,
     UsageError,
-    _one_line,
+    one_line,
 )
 from gdn_equiv.run.report import (
     INTERNAL_ERROR_FILE,
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INTERRUPTED
         saved = _save_traceback(report)
         where = f"; traceback saved to {saved}" if saved else ""
-        print(f"{prog}: internal error: {type(exc).__name__}: {_one_line(str(exc))}{where}", file=sys.stderr)
+        print(f"{prog}: internal error: {type(exc).__name__}: {one_line(str(exc))}{where}", file=sys.stderr)
         return EXIT_INTERNAL
 
 

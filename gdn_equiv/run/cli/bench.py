@@ -16,7 +16,7 @@ from gdn_equiv.model.backends import available_backends
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import bench, verdict
 from gdn_equiv.run import plant as planting
-from gdn_equiv.run.cli.check import _target_problem
+from gdn_equiv.run.cli.check import target_problem
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     DTYPES,
@@ -25,11 +25,11 @@ from gdn_equiv.run.cli.common import (
     EXIT_OK,
     EnvironmentProblem,
     UsageError,
-    _at_least,
-    _backends,
-    _device,
-    _families,
-    _one_line,
+    at_least,
+    backends_option,
+    device_option,
+    families_option,
+    one_line,
     subcommand,
 )
 
@@ -74,10 +74,10 @@ def _bench_fla_problem(what: str, device: str, families: list[str]) -> str | Non
         return "fla's Triton kernels autotune, which needs a CUDA device (Triton's interpreter has no benchmarker)"
     if what != "layer":
         return None
-    reason = _target_problem("fla")
+    reason = target_problem("fla")
     if reason is not None:
         return (
-            f"{_one_line(reason)}; without the adapter fla's path could be forced only by patching fla, so this "
+            f"{one_line(reason)}; without the adapter fla's path could be forced only by patching fla, so this "
             "fla is timed by 'bench prologue' only"
         )
 
@@ -100,15 +100,15 @@ def plan_bench(args: argparse.Namespace) -> Any:
         raise UsageError(f"{', '.join(given)}: options of bench verdict, not of bench {what}")
     if args.from_report is not None:
         return _bench_replay(args)
-    _at_least("--iters", args.iters, 1)
-    _at_least("--warmup", args.warmup, 0)
-    device = _device(args.device)
+    at_least("--iters", args.iters, 1)
+    at_least("--warmup", args.warmup, 0)
+    device = device_option(args.device)
     if what == "prologue":
-        families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        families = families_option(args.family if args.family is not None else DEFAULT_FAMILY)
         if families != [DEFAULT_FAMILY]:
             raise UsageError(f"--family {args.family!r}: bench prologue has shapes for {DEFAULT_FAMILY} only")
     else:
-        families = _families(args.family if args.family is not None else "all")
+        families = families_option(args.family if args.family is not None else "all")
     shapes = _bench_shapes(args.shape)
     json_path = _bench_output("--json", args.json, Path(DEFAULT_REPORT) / f"bench-{what}.json", ".json")
     plot_path: Path | None = _bench_output("--plot", args.plot, Path(DEFAULT_REPORT) / f"bench-{what}.png", ".png")
@@ -127,7 +127,7 @@ def plan_bench(args: argparse.Namespace) -> Any:
     if timing == "graph" and torch.device(device).type != "cuda":
         raise EnvironmentProblem(f"--timing graph needs a CUDA device (CUDA graphs), got --device {device}")
     if args.backend is not None:
-        names = _backends(args.backend, baselines=("fla",))
+        names = backends_option(args.backend, baselines=("fla",))
     elif args.quick and torch.device(device).type == "cpu":
         # a smoke test under a minute: fla's Triton conv in the interpreter takes most of a minute alone
         names = [n for n in available_backends() if not n.startswith("fla")]
@@ -221,9 +221,9 @@ def plan_verdict(args: argparse.Namespace) -> verdict.VerdictPlan:
     )
     drivers = _names("--driver", "all" if args.driver is None else args.driver, list(verdict.DRIVERS))
     runs = 3 if args.runs is None else args.runs
-    _at_least("--runs", runs, 1)
+    at_least("--runs", runs, 1)
     jobs = 2 if args.jobs is None else args.jobs
-    _at_least("--jobs", jobs, 1)
+    at_least("--jobs", jobs, 1)
     profile = "ci" if args.profile is None else args.profile
     if profile not in PROFILES or profile == "fuzz":
         known = ", ".join(p for p in PROFILES if p != "fuzz")
@@ -238,14 +238,14 @@ def plan_verdict(args: argparse.Namespace) -> verdict.VerdictPlan:
         raise UsageError(f"--max-seconds {args.max_seconds!r} must be > 0")
     family = None
     if args.family is not None:
-        family = ",".join(_families(args.family))
+        family = ",".join(families_option(args.family))
     properties = None
     if args.property is not None:
         gates = [d for d in drivers if d.startswith("pytest")]
         if gates:
             raise UsageError(f"--property: the gate ({', '.join(gates)}) runs every property; it picks check/fuzz rows")
         properties = ",".join(_names("--property", args.property, [*registry.records(), registry.NECESSITY]))
-    device = _device(args.device if args.device is not None else "cpu")
+    device = device_option(args.device if args.device is not None else "cpu")
     json_path = _bench_output("--json", args.json, Path(DEFAULT_REPORT) / "bench-verdict.json", ".json")
     return verdict.VerdictPlan(
         defects=defects,

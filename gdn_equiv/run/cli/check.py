@@ -12,29 +12,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness import isolation, registry
+from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness.interpreter import describe
+from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import fuzz_engines, html_report, runner
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     DTYPES,
-    EXIT_FAILED,
-    EXIT_OK,
     NECESSITY,
     EnvironmentProblem,
     UsageError,
-    _at_least,
-    _backends,
-    _device,
-    _explicit,
-    _families,
-    _make_dirs,
-    _not_a_directory,
-    _one_line,
-    _output_file,
-    _profile,
+    at_least,
+    backends_option,
+    device_option,
+    explicit_options,
+    families_option,
+    make_dirs,
+    not_a_directory,
+    one_line,
+    output_file,
+    profile_option,
     subcommand,
 )
 from gdn_equiv.run.report import (
@@ -137,7 +136,7 @@ def _serving_engines(option: str | None) -> list[str]:
         reasons = {p: engine_not_applicable(p) for p in mine}
         if all(reasons.values()):
             why = "; ".join(f"{p}: {r}" for p, r in reasons.items()) if len(mine) > 1 else reasons[mine[0]]
-            raise EnvironmentProblem(f"--serving-engine {name!r} cannot run here: {_one_line(str(why))}")
+            raise EnvironmentProblem(f"--serving-engine {name!r} cannot run here: {one_line(str(why))}")
         paths += [p for p in mine if p not in paths]
     return paths
 
@@ -146,11 +145,11 @@ def _fuzz_engine(args: argparse.Namespace) -> str:
     """``fuzz --engine`` (default ours), with ``--workers`` / ``--dashboard-port`` for HypoFuzz only; HypoFuzz
     asked for but not installed is the environment's problem (exit 3), naming the extra."""
     engine = args.engine or "ours"
-    _at_least("--workers", args.workers, 1)
+    at_least("--workers", args.workers, 1)
     if args.dashboard_port is not None and not 0 < args.dashboard_port < 65536:
         raise UsageError(f"--dashboard-port must be a port number 1-65535, got {args.dashboard_port}")
     if engine == "ours":
-        given = _explicit(args, "workers", "dashboard_port")
+        given = explicit_options(args, "workers", "dashboard_port")
         if given:
             raise UsageError(f"{', '.join(given)} apply to --engine hypofuzz only (our loop runs in one process)")
         return engine
@@ -163,23 +162,28 @@ def _fuzz_engine(args: argparse.Namespace) -> str:
 
 
 def _hypofuzz_properties(
-    args: argparse.Namespace, properties: list[str], conditions: list[Condition]
+    args: argparse.Namespace, properties: list[str], conditions: list[Condition], backends: list[str]
 ) -> tuple[list[str], list[Condition]]:
     """HypoFuzz runs the gate's property tests: those of ``--property`` (another is refused, naming the
-    ones it runs), or all of them."""
+    ones it runs), or all of them that can be asked of one of the ``backends`` (a P7 comparison with torch is
+    n/a on torch: not asked by default)."""
     if not args.property:
-        gate = [r.name for r in registry.property_records() if r.gate_test and r.gate_module == "test_properties"]
+        gate = [
+            r.name
+            for r in registry.property_records()
+            if r.gate_test and r.gate_module == "test_properties" and any(r.not_applicable(b) is None for b in backends)
+        ]
         return gate, []
     if conditions:
         raise UsageError("--engine hypofuzz runs the gate's property tests; the P6 searches run under --engine ours")
     try:
         fuzz_engines.gate_tests(properties)
     except InvalidArgument as exc:
-        raise UsageError(_one_line(str(exc))) from None
+        raise UsageError(one_line(str(exc))) from None
     return properties, []
 
 
-def _target_problem(target: str) -> str | None:
+def target_problem(target: str) -> str | None:
     """Why ``target`` cannot be run here, or ``None`` (for fla: not installed, or a version its
     adapter's table does not know, named with the known ones)."""
     return get_target(target).unavailable()
@@ -190,32 +194,32 @@ def plan_run(args: argparse.Namespace) -> Plan:
     fuzz = args.command == "fuzz"
     if fuzz and not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UsageError(f"--seconds must be a finite number > 0, got {args.seconds}")
-    _at_least("--examples", args.examples, 1)
-    _at_least("--necessity-examples", args.necessity_examples, 1)
-    _at_least("--max-seq-len", args.max_seq_len, 1)
-    profile = _profile(args, "fuzz" if fuzz else "ci")
+    at_least("--examples", args.examples, 1)
+    at_least("--necessity-examples", args.necessity_examples, 1)
+    at_least("--max-seq-len", args.max_seq_len, 1)
+    profile = profile_option(args, "fuzz" if fuzz else "ci")
     engine = _fuzz_engine(args) if fuzz else "ours"
-    device = _device(args.device)
-    report = _not_a_directory("--report", args.report)
+    device = device_option(args.device)
+    report = not_a_directory("--report", args.report)
     database = _database_option(args.database)
-    if args.target == "gdn_equiv":
+    if registry.gap_search(args.target) is None:  # ours: its property records are asked
         if args.fla_core is not None:
             raise UsageError(f"--fla-core {args.fla_core!r} applies to --target fla only")
         target_options: dict[str, Any] = {}
-        backends = _backends(args.backend if args.backend is not None else "torch")
-        families = _families(args.family if args.family is not None else DEFAULT_FAMILY)
+        backends = backends_option(args.backend if args.backend is not None else "torch")
+        families = families_option(args.family if args.family is not None else DEFAULT_FAMILY)
         properties, conditions = _properties(args)
         serving_engines = _serving_engines(args.serving_engine)
         isolate, example_timeout = _isolation(args, backends)
         if engine == "hypofuzz":  # the gate's examples run in HypoFuzz's workers, not ours
-            properties, conditions = _hypofuzz_properties(args, properties, conditions)
+            properties, conditions = _hypofuzz_properties(args, properties, conditions, backends)
             isolate, example_timeout = False, None
     else:
         if engine == "hypofuzz":
             raise UsageError(f"--engine hypofuzz runs the gdn_equiv target's gate tests, not --target {args.target}")
         # an upstream layer: its guard against the spec, one gap kind at a time (P1); the in-house
         # properties' options do not apply and are refused rather than ignored
-        unused = _explicit(
+        unused = explicit_options(
             args,
             "backend",
             "property",
@@ -230,7 +234,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
         if unused:
             raise UsageError(f"--target {args.target} searches its guard's gaps; {', '.join(unused)} do not apply")
         target_options = {"core": args.fla_core or "fla"} if args.target == "fla" else {}
-        families = _families(args.family if args.family is not None else DEFAULT_FAMILY, fla_only=args.target == "fla")
+        families = families_option(
+            args.family if args.family is not None else DEFAULT_FAMILY, fla_only=args.target == "fla"
+        )
         if args.fla_core == "reference":
             other = [f for f in families if f not in REFERENCE_CORE_FAMILIES]
             if other:  # refused here, not at the first gap found (H200, 2026-12-04: every non-GDN demo failed)
@@ -241,13 +247,13 @@ def plan_run(args: argparse.Namespace) -> Plan:
         backends, properties, conditions, serving_engines = ["-"], [], [], []
         isolate, example_timeout = False, None
     # the properties' own argument checks need the device settled (triton's interpreter on CPU)
-    reason = _target_problem(args.target)
+    reason = target_problem(args.target)
     if reason is not None:
-        raise EnvironmentProblem(f"--target {args.target}: {_one_line(reason)}")
+        raise EnvironmentProblem(f"--target {args.target}: {one_line(reason)}")
     # the one profile table; a fuzz row runs until its share of the budget is spent
     examples = args.examples if args.examples is not None else registry.examples_per_row(profile)
-    junit_xml, json_copy = _output_file("--junit-xml", args.junit_xml), _output_file("--json", args.json)
-    html = _output_file("--html", args.html)
+    junit_xml, json_copy = output_file("--junit-xml", args.junit_xml), output_file("--json", args.json)
+    html = output_file("--html", args.html)
     if html is not None and html_report.missing() is not None:
         raise EnvironmentProblem(str(html_report.missing()))
     plan = Plan(
@@ -278,14 +284,14 @@ def plan_run(args: argparse.Namespace) -> Plan:
         html=html,
     )
     if plan.seconds is not None:
-        runnable = sum(1 for row in ledger_rows(plan) if row.result != "n/a")
+        runnable = sum(1 for row in ledger_rows(plan) if row.result != Outcome.NOT_APPLICABLE)
         if plan.seconds < runnable * MIN_SECONDS_PER_ROW:
             raise UsageError(
                 f"--seconds {args.seconds:g} is too short for this plan: {runnable} rows need at least "
                 f"{runnable * MIN_SECONDS_PER_ROW:g} s ({MIN_SECONDS_PER_ROW:g} s a row); give more seconds or ask "
                 "for fewer rows (--property, --dtype, --family, --skip-necessity)"
             )
-    _make_dirs({
+    make_dirs({
         "--report": report,
         "--database": database if isinstance(database, Path) else None,
         "--junit-xml": junit_xml and junit_xml.parent,
@@ -296,15 +302,17 @@ def plan_run(args: argparse.Namespace) -> Plan:
 
 
 def ledger_rows(plan: Plan) -> list[Check]:
-    """The ledger: every row the plan asks for, in run order; a row that cannot run here carries its
-    ``n/a`` result and reason (SPEC §10)."""
-    if plan.target != "gdn_equiv":
-        name = f"P1-{plan.target}-guard-vs-spec"
+    """The ledger: every row the plan's records ask for, in run order; a row that cannot run here carries its
+    ``n/a`` result and reason (SPEC §10). An upstream target is asked its gap search (P1, one row per family);
+    ours, the property records and P6 searches of the plan."""
+    search = registry.gap_search(plan.target)
+    if search is not None:
         options = {k: str(v) for k, v in plan.target_options.items()}
         return [
-            Check(name, "-", family=f, target=plan.target, target_options=options, function="check_target_guard")
-            for f in plan.families
-        ]
+            Check(row.name, row.backend, family=row.family, target=row.target, target_options=options,
+                  function=search.function)
+            for row in search.rows(plan.target, plan.families)
+        ]  # fmt: skip
     records = [registry.get_record(n) for n in plan.properties]
     records += [registry.get_record(registry.necessity_name(c)) for c in plan.conditions]
     rows = []
@@ -312,10 +320,19 @@ def ledger_rows(plan: Plan) -> list[Check]:
         records, families=plan.families, backends=plan.backends, dtypes=plan.dtypes, engines=plan.serving_engines
     ):
         check = Check(row.name, row.backend, row.dtype, family=row.family, function=record.function)
-        if reason is not None:
-            check.result, check.failure = "n/a", reason
+        outcome = ledger.asked(reason)
+        if outcome is not None:
+            check.result, check.failure = outcome, str(reason)
         rows.append(check)
     return rows
+
+
+def record_of(row: Check) -> registry.PropertyRecord | registry.GapSearchRecord | None:
+    """The record a row is of (a gap search's rows are named for their target; its gap rows have none)."""
+    search = registry.gap_search(row.target)
+    if search is not None and row.name == search.name(row.target):
+        return search
+    return registry.records().get(row.name.partition("#")[0])
 
 
 def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, float | None]:
@@ -334,7 +351,7 @@ def _database_option(value: str) -> Path | str:
     if not value.startswith(("redis://", "rediss://", "unix://")):
         if "://" in value:
             raise UsageError(f"--database {value!r}: a directory, or redis://HOST:PORT/DB (rediss://, unix:// too)")
-        return _not_a_directory("--database", value)
+        return not_a_directory("--database", value)
     try:
         import redis
     except ImportError:
@@ -342,9 +359,9 @@ def _database_option(value: str) -> Path | str:
     try:
         redis.Redis.from_url(value, socket_connect_timeout=5).ping()
     except ValueError as exc:
-        raise UsageError(f"--database {value!r}: {_one_line(str(exc))}") from None
+        raise UsageError(f"--database {value!r}: {one_line(str(exc))}") from None
     except redis.RedisError as exc:
-        raise EnvironmentProblem(f"--database {value!r}: cannot reach the server: {_one_line(str(exc))}") from None
+        raise EnvironmentProblem(f"--database {value!r}: cannot reach the server: {one_line(str(exc))}") from None
     return value
 
 
@@ -352,29 +369,27 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
     """Each asked row's result as it finishes (with each further kind of failure as a row of its own).
     With a ``deadline`` (fuzz) every row gets a share: row i may run until ``start + (i + 1) x budget /
     rows``, so time a quick row leaves passes to the next, and no row is left without one."""
-    if plan.target != "gdn_equiv":
-        # one gap search per family; a time budget is shared out evenly over the families left
-        for i, family in enumerate(plan.families):
-            seconds = None
-            if deadline is not None:
-                seconds = max(0.0, deadline - time.perf_counter()) / (len(plan.families) - i)
+    runnable = [row for row in rows if row.result != Outcome.NOT_APPLICABLE]
+    start = time.perf_counter()
+    for i, row in enumerate(runnable):
+        share = None if deadline is None else start + (i + 1) * (deadline - start) / len(runnable)
+        if share is not None and time.perf_counter() >= deadline:  # type: ignore[operator]
+            return  # the rest stay "not reached"
+        record = record_of(row)
+        assert record is not None, f"an asked row has a record: {row.row_id}"
+        if isinstance(record, registry.GapSearchRecord):
+            # its gap rows as they are found, then the search's own row; the share as seconds from now
+            seconds = None if share is None else max(0.0, share - time.perf_counter())
             yield from runner.search_gaps(
                 plan.target,
                 max_examples=plan.examples,
                 device=plan.device,
                 seconds=seconds,
                 database=database,
-                family=family,
+                family=row.family,
                 **plan.target_options,
             )
-        return
-    runnable = [row for row in rows if row.result != "n/a"]
-    start = time.perf_counter()
-    for i, row in enumerate(runnable):
-        share = None if deadline is None else start + (i + 1) * (deadline - start) / len(runnable)
-        if share is not None and time.perf_counter() >= deadline:  # type: ignore[operator]
-            return  # the rest stay "not reached"
-        record = registry.get_record(row.name)
+            continue
         if record.condition is not None:
             check = runner.find_counterexample(
                 record.condition,
@@ -401,6 +416,11 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
         yield from check.also  # each further kind of failure, a row of its own
 
 
+def _repeatable(record: registry.PropertyRecord | registry.GapSearchRecord | None) -> bool:
+    """Whether another round of a row of ``record`` can find more: an example property's (not a search's)."""
+    return isinstance(record, registry.PropertyRecord) and record.condition is None
+
+
 def _progress(check: Check) -> None:
     print(
         f"  {check.name:<24} {check.family:<15} {check.backend:<8} {check.dtype:<8} {check.result:<15} "
@@ -409,7 +429,7 @@ def _progress(check: Check) -> None:
     )
 
 
-def _writer(plan: Plan) -> ReportWriter:
+def plan_writer(plan: Plan) -> ReportWriter:
     plan.meta = {
         "mode": plan.command,
         **({"engine": plan.engine} if plan.command == "fuzz" else {}),
@@ -438,7 +458,7 @@ def _database(plan: Plan) -> object:
     return DirectoryBasedExampleDatabase(str(plan.database))
 
 
-def _run(plan: Plan, header: str, deadline: float | None = None) -> int:
+def run_plan(plan: Plan, header: str, deadline: float | None = None) -> int:
     """Run the plan's rows and compute the exit status from the ledger: 0 only when every asked row
     ran at least one applicable example (or cannot be asked here, with the reason) and none failed."""
     with without_seed_hints():
@@ -452,26 +472,26 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
     environment = describe()
     database = _database(plan)
     rows = ledger_rows(plan)
-    with _writer(plan) as writer:
+    with plan_writer(plan) as writer:
         if environment is not None:  # what this machine changes about the kernels' arithmetic, said up front
             writer.meta["environment"] = environment
             print(environment, flush=True)
         writer.ask(rows)
-        na = [r for r in rows if r.result == "n/a"]
+        na = [r for r in rows if r.result == Outcome.NOT_APPLICABLE]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
         isolation.configure(plan.example_timeout if plan.isolate else None)
         try:
             budget = None if deadline is None else started + deadline
-            todo = [r for r in rows if r.result != "n/a"]
+            todo = [r for r in rows if r.result != Outcome.NOT_APPLICABLE]
             while todo:
                 for check in _checks(plan, todo, database=database, deadline=budget):
                     writer.add(check)
                     _progress(check)
-                if budget is None or time.perf_counter() >= budget or plan.target != "gdn_equiv":
+                if budget is None or time.perf_counter() >= budget:
                     break
                 # fuzz: time left after every row had its share goes to another round of the example rows
-                # still green (a search needs one run; a failed row has its finding)
-                todo = [r for r in writer.rows if r.result == "pass" and registry.get_record(r.name).condition is None]
+                # still green (a search needs one run, a gap search spent its share; a failed row has its finding)
+                todo = [r for r in writer.rows if r.result == Outcome.PASSED and _repeatable(record_of(r))]
                 writer.meta["rounds"] = writer.meta.get("rounds", 1) + 1
         finally:
             isolation.configure(None)
@@ -494,28 +514,29 @@ def print_findings(writer: ReportWriter) -> int:
     """The lines after the table (one format whichever fuzz engine ran); the exit status, from the ledger."""
     rows, failed = writer.rows, writer.failed
     for c in rows:
-        if c.result in ("none found", "n/a"):
+        if Outcome(c.result) in (Outcome.NONE_FOUND, Outcome.NOT_APPLICABLE):
             print(f"{c.result}: {c.row_id}: {c.failure}")
     for c in failed:
-        if c.result != "FAIL":
+        if c.result != Outcome.FAILED:
             print(f"\n{c.result.upper()} {c.row_id}: {c.failure}")
             continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
         print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
-        record = registry.records().get(c.name.partition("#")[0])  # None: an upstream target's gap row
+        record = registry.records().get(c.name.partition("#")[0])  # None: a gap search's row
         if c.repro and record is not None and record.serving:
             print(f"reproducer: python {c.repro}")  # its script is the replay: `repro` reads layer examples
         elif c.repro:
             print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
-    unchecked = [c for c in failed if c.result != "FAIL"]
+    unchecked = [c for c in failed if c.result != Outcome.FAILED]
     if unchecked:
         print(
-            f"\nnot green: {len(unchecked)} of {len(rows)} asked rows were not checked (not reached or not exercised)"
+            f"\nnot green: {len(unchecked)} of {len(rows)} asked rows were not checked "
+            f"({', '.join(sorted({str(c.result) for c in unchecked}))})"
         )
-    return EXIT_FAILED if failed else EXIT_OK
+    return ledger.exit_status(c.result for c in rows)
 
 
-def _what(plan: Plan) -> str:
+def describe_plan(plan: Plan) -> str:
     core = f" (fla core: {plan.target_options['core']})" if "core" in plan.target_options else ""
     return (
         f"target={plan.target}{core} family={','.join(plan.families)} backend={','.join(plan.backends)} "
@@ -526,7 +547,7 @@ def _what(plan: Plan) -> str:
 
 
 def cmd_check(plan: Plan) -> int:
-    return _run(plan, f"gdn-equiv check: {_what(plan)} ({plan.examples} examples per property row)")
+    return run_plan(plan, f"gdn-equiv check: {describe_plan(plan)} ({plan.examples} examples per property row)")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:

@@ -11,16 +11,14 @@ from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import registry
+from gdn_equiv.harness.ledger import EXIT_FAILED as EXIT_FAILED  # the ledger's, for the subcommands
+from gdn_equiv.harness.ledger import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from gdn_equiv.harness.ledger import EXIT_OK as EXIT_OK
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import get_backend, known_backends
 from gdn_equiv.model.families import parse_families
 
-EXIT_OK = 0
-
-
-EXIT_FAILED = 1
-
-
+# 0, 1 and 130 are the ledger's (gdn_equiv.harness.ledger.exit_status computes them from the rows)
 EXIT_USAGE = 2
 
 
@@ -28,9 +26,6 @@ EXIT_ENVIRONMENT = 3
 
 
 EXIT_INTERNAL = 4
-
-
-EXIT_INTERRUPTED = 130
 
 
 EXIT_STATUS = """\
@@ -69,28 +64,28 @@ class EnvironmentProblem(Exception):
     """What was asked cannot run on this machine (exit status 3)."""
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _at_least(flag: str, value: int | None, low: int) -> None:
+def at_least(flag: str, value: int | None, low: int) -> None:
     if value is not None and value < low:
         raise UsageError(f"{flag} must be >= {low}, got {value}")
 
 
-def _explicit(args: argparse.Namespace, *names: str) -> list[str]:
+def explicit_options(args: argparse.Namespace, *names: str) -> list[str]:
     """The options among ``names`` that were given (their defaults are ``None`` / ``False``)."""
     return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) not in (None, False)]
 
 
-def _profile(args: argparse.Namespace, default: str) -> str:
+def profile_option(args: argparse.Namespace, default: str) -> str:
     env = os.environ.get("HYPOTHESIS_PROFILE")
     if env is not None and env != "" and env not in PROFILES:
         raise UsageError(f"HYPOTHESIS_PROFILE={env!r} is not a profile; known profiles: {', '.join(sorted(PROFILES))}")
     return args.profile or env or default
 
 
-def _device(name: str, flag: str = "--device") -> str:
+def device_option(name: str, flag: str = "--device") -> str:
     import torch
 
     try:
@@ -108,7 +103,7 @@ def _device(name: str, flag: str = "--device") -> str:
     return name
 
 
-def _backends(option: str, *, flag: str = "--backend", baselines: tuple[str, ...] = ()) -> list[str]:
+def backends_option(option: str, *, flag: str = "--backend", baselines: tuple[str, ...] = ()) -> list[str]:
     """Each comma-separated name (or ``module:attr`` spec) loaded and asked whether it can run here,
     so that a typo costs a second, not a run of failing rows."""
     names = [n.strip() for n in option.split(",")]
@@ -123,41 +118,41 @@ def _backends(option: str, *, flag: str = "--backend", baselines: tuple[str, ...
         try:
             backend = get_backend(name)
         except Exception as exc:  # unknown name, or a plug-in whose import or protocol check failed
-            raise UsageError(f"{flag} {name!r}: {_one_line(str(exc)) or type(exc).__name__}") from None
+            raise UsageError(f"{flag} {name!r}: {one_line(str(exc)) or type(exc).__name__}") from None
         reason = backend.unavailable()
         if reason is not None:
-            raise EnvironmentProblem(f"{flag} {name!r} cannot run here: {_one_line(reason)}")
+            raise EnvironmentProblem(f"{flag} {name!r} cannot run here: {one_line(reason)}")
     return list(dict.fromkeys(names))
 
 
-def _families(option: str, *, fla_only: bool = False) -> list[str]:
+def families_option(option: str, *, fla_only: bool = False) -> list[str]:
     """``--family``: in-house families; with ``fla_only`` (``--target fla``) the fla-only ones too."""
 
     try:
         return parse_families(option, fla_only=fla_only)
     except InvalidArgument as exc:
-        raise UsageError(f"--family {option!r}: {_one_line(str(exc))}") from None
+        raise UsageError(f"--family {option!r}: {one_line(str(exc))}") from None
 
 
-def _not_a_directory(flag: str, value: str) -> Path:
+def not_a_directory(flag: str, value: str) -> Path:
     path = Path(value)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {value!r} is a file; it must be a directory")
     return path
 
 
-def _output_file(flag: str, value: str | None) -> Path | None:
-    """A file the run writes at its end: not a directory (its directory is made by :func:`_make_dirs`)."""
+def output_file(flag: str, value: str | None) -> Path | None:
+    """A file the run writes at its end: not a directory (its directory is made by :func:`make_dirs`)."""
     if not value:
         return None
     path = Path(value)
     if path.is_dir():
         raise UsageError(f"{flag} {value!r} is a directory; it must be a file")
-    _not_a_directory(flag, str(path.parent))
+    not_a_directory(flag, str(path.parent))
     return path
 
 
-def _make_dirs(outputs: dict[str, Path | None]) -> None:
+def make_dirs(outputs: dict[str, Path | None]) -> None:
     """Create the directories the run will write into, once every other argument was accepted: a path
     it cannot write is refused before the first example, not found at the end with findings unsaved
     (``os.access`` cannot tell: root passes it for ``/proc``). A refusal leaves nothing behind."""

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.harness import coverage
-from gdn_equiv.run.cli.common import EXIT_FAILED, EXIT_OK, UsageError, _make_dirs, _one_line, _output_file, subcommand
+from gdn_equiv.harness import coverage, ledger
+from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.run.cli.common import UsageError, make_dirs, one_line, output_file, subcommand
 
 COVERAGE_EXIT_STATUS = """\
 exit status:
@@ -42,15 +43,15 @@ def plan_coverage(args: argparse.Namespace) -> CoveragePlan:
     observed = args.observed
     if observed is None:  # where Hypothesis writes: its storage directory, .hypothesis unless set
         observed = str(Path(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or ".hypothesis") / "observed")
-    json_path = _output_file("--json", args.json)
+    json_path = output_file("--json", args.json)
     try:
         observations = coverage.read_observed(Path(observed))
     except InvalidArgument as exc:
-        raise UsageError(f"--observed: {_one_line(str(exc))}") from None
+        raise UsageError(f"--observed: {one_line(str(exc))}") from None
     known = coverage.runs(observations)
     if args.run_id is not None and args.run_id not in known:
         raise UsageError(f"--run {args.run_id!r} is not in {observed}: its runs are {', '.join(known) or 'none'}")
-    _make_dirs({"--json": json_path and json_path.parent})
+    make_dirs({"--json": json_path and json_path.parent})
     return CoveragePlan(observations=observations, json=json_path, require_all=args.require_all, run=args.run_id)
 
 
@@ -66,8 +67,9 @@ def cmd_coverage(plan: CoveragePlan) -> int:
     if plan.json is not None:
         plan.json.write_text(json.dumps(coverage.report_json(tally), indent=2) + "\n")
         print(f"json: {plan.json}")
-    missing = coverage.not_reached(tally) or coverage.unreached_promised(tally)
-    return EXIT_FAILED if plan.require_all and missing else EXIT_OK
+    missing = [*coverage.not_reached(tally), *coverage.unreached_promised(tally)]
+    # each expected region or promised combination is an asked row under --require-all; one unreached fails
+    return ledger.exit_status(Outcome.NOT_REACHED for _ in (missing if plan.require_all else ()))
 
 
 def add_parser(sub: Any) -> None:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from gdn_equiv.model import families as registry  # registry.get_family read per call (a test plants a failing one)
-from gdn_equiv.run.cli.common import EXIT_OK, _one_line, subcommand
+from gdn_equiv.run.cli.common import EXIT_OK, one_line, subcommand
 
 
 def cmd_families(args: argparse.Namespace) -> int:
@@ -18,7 +18,7 @@ def cmd_families(args: argparse.Namespace) -> int:
         try:
             family: Any = registry.get_family(name)
         except ImportError as exc:  # a family whose module (or its extra) is not installed
-            rows.append([name, "-", "-", "-", "-", "-", f"cannot be loaded here: {_one_line(str(exc))}"])
+            rows.append([name, "-", "-", "-", "-", "-", f"cannot be loaded here: {one_line(str(exc))}"])
             continue
         c = family.config_cls()
         if name in fla_only:  # fla's class with another family's examples (its channels are fla's)

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from gdn_equiv.run import fuzz_engines
-from gdn_equiv.run.cli.check import Plan, _run, _what, _writer, add_run_options, ledger_rows, plan_run, print_findings
+from gdn_equiv.run.cli.check import (
+    Plan,
+    add_run_options,
+    describe_plan,
+    ledger_rows,
+    plan_run,
+    plan_writer,
+    print_findings,
+    run_plan,
+)
 from gdn_equiv.run.cli.common import subcommand
 
 
@@ -15,14 +24,14 @@ def cmd_fuzz(plan: Plan) -> int:
         return fuzz_engines.run_hypofuzz(
             plan,
             rows=ledger_rows(plan),
-            header=f"{_what(plan)} for {plan.seconds:g}s",
-            writer=_writer(plan),
+            header=f"{describe_plan(plan)} for {plan.seconds:g}s",
+            writer=plan_writer(plan),
             findings=print_findings,
             workers=plan.workers,
             dashboard_port=plan.dashboard_port,
         )
-    header = f"gdn-equiv fuzz (engine: ours): {_what(plan)} for {plan.seconds:g}s, shared over the rows"
-    return _run(plan, header, deadline=plan.seconds)
+    header = f"gdn-equiv fuzz (engine: ours): {describe_plan(plan)} for {plan.seconds:g}s, shared over the rows"
+    return run_plan(plan, header, deadline=plan.seconds)
 
 
 def add_parser(sub: Any) -> None:

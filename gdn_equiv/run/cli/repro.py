@@ -8,8 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from gdn_equiv.run import runner
-from gdn_equiv.run.cli.check import _target_problem
-from gdn_equiv.run.cli.common import EnvironmentProblem, UsageError, _backends, _device, _one_line, subcommand
+from gdn_equiv.run.cli.check import target_problem
+from gdn_equiv.run.cli.common import (
+    EnvironmentProblem,
+    UsageError,
+    backends_option,
+    device_option,
+    one_line,
+    subcommand,
+)
 from gdn_equiv.run.report import (
     InvalidFailureFile,
     read_failure,
@@ -37,19 +44,19 @@ def plan_repro(args: argparse.Namespace) -> ReproPlan:
     try:
         failure = read_failure(Path(args.file), functions=runner.replayable_functions())
     except InvalidFailureFile as exc:
-        raise UsageError(_one_line(str(exc))) from None
+        raise UsageError(one_line(str(exc))) from None
     where = f"{args.file}:"
-    _device(failure.device, f"{where} device")
+    device_option(failure.device, f"{where} device")
     config = failure.example.config
     backends = {failure.backend, config.conv_backend}
     for slot in getattr(config, "SLOTS", ("q", "k", "v")):
         backends.add(str(getattr(getattr(config, f"{slot}_conv", None), "backend", None) or ""))
     for name in sorted(b for b in backends if b and b != "-"):
-        _backends(name, flag=f"{where} backend")
+        backends_option(name, flag=f"{where} backend")
     if failure.target != "gdn_equiv":
-        reason = _target_problem(failure.target)
+        reason = target_problem(failure.target)
         if reason is not None:
-            raise EnvironmentProblem(f"target {failure.target}: {_one_line(reason)}")
+            raise EnvironmentProblem(f"target {failure.target}: {one_line(reason)}")
     return ReproPlan(failure)
 
 
