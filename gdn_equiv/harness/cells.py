@@ -5,7 +5,7 @@ state, so a kernel whose code path without it is wrong passes them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -134,6 +134,7 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
     got = _run(call, backend, device, final=cell.final_state, grad=cell.grad, unused=unused)
     context = f"{call}, {cell}"
     close = close_to_torch
+    ref: dict[str, Any]
     if backend == "torch":
         truth = _truth(call, device, final=cell.final_state, grad=cell.grad, unused=unused)
         ref = {k: None if v is None or got[k] is None else v.detach().to(got[k].dtype) for k, v in truth.items()}

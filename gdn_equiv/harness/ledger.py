@@ -256,7 +256,7 @@ def judge(
             tally.last = str(exc)
         if on_missed is not None:
             on_missed(str(exc))
-        return MISSED  # type: ignore[no-any-return]
+        return MISSED
     except BaseException:
         if count:
             _compared(example)  # a failing example compared something

@@ -368,23 +368,24 @@ def necessity_name(condition: Condition) -> str:
 
 def property_records() -> list[PropertyRecord]:
     """The example properties of layers (P2-P5, P7), in the order the drivers run them."""
-    return [r for r in records().values() if r.condition is None and not r.serving]
+    return [r for r in records().values() if isinstance(r, PropertyRecord) and r.condition is None]
 
 
 def serving_records() -> list[ServingRecord]:
     """S1-S7 (SPEC §11), asked per serving engine path; the drivers run them after the layer properties."""
-    return [r for r in records().values() if r.serving]
+    return [r for r in records().values() if isinstance(r, ServingRecord)]
 
 
 def necessity_records() -> list[PropertyRecord]:
     """One P6 search per guard condition, registered facts' conditions (G10) included."""
-    return [r for r in records().values() if r.condition is not None]
+    return [r for r in records().values() if isinstance(r, PropertyRecord) and r.condition is not None]
 
 
 @functools.cache
 def records() -> dict[str, PropertyRecord | ServingRecord]:
     """Every record by name, in run order: the live table (a test may put a record of its own in it)."""
-    return {r.name: r for r in (*_example_records(), *_serving_records(), *_necessity_records())}
+    every: list[PropertyRecord | ServingRecord] = [*_example_records(), *_serving_records(), *_necessity_records()]
+    return {r.name: r for r in every}
 
 
 def get_record(name: str) -> Any:  # a PropertyRecord, or a ServingRecord for S0-S7

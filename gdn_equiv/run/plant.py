@@ -43,7 +43,8 @@ _BACKEND_PREFIX = "backend:"
 
 def teeth() -> list[str]:
     """Every tooth the registry's records name, in record order, each once (backends as ``backend:NAME``)."""
-    names = [t for r in (*registry.property_records(), *registry.serving_records()) for t in r.teeth]
+    names = [t for r in registry.property_records() for t in r.teeth]
+    names += [t for r in registry.serving_records() for t in r.teeth]
     return list(dict.fromkeys(names))
 
 

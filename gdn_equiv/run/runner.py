@@ -191,7 +191,7 @@ def run_property(
         # a key per row, and per set of known kinds: a round that treats a kind as known would otherwise
         # replay the saved example of the round that found it, see it pass and delete it
         round_key = check.database_key + ("|known=" + ",".join(sorted(known))).encode() * bool(known)
-        prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key  # type: ignore[attr-defined]
+        prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key
         try:
             prop()
         except _BudgetSpent:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import event, given, note, settings
@@ -131,7 +132,9 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
     assert record.gate_test is not None
     test.__name__ = test.__qualname__ = record.gate_test
     test.__doc__ = f"{record.name}: {record.summary}."
-    budget = {} if record.gate_cost == 1 else {"max_examples": max(2, settings().max_examples // record.gate_cost)}
+    budget: dict[str, Any] = {}
+    if record.gate_cost != 1:
+        budget["max_examples"] = max(2, settings().max_examples // record.gate_cost)
     wrapped = given(data=st.data())(settings(deadline=None, **budget)(test))
     wrapped.hypothesis.inner_test._hypothesis_internal_add_digest = record.name.encode()  # type: ignore[attr-defined]
     return exercised(wrapped)

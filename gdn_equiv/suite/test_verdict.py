@@ -35,7 +35,7 @@ GREEN = ("pass", "counterexample", "n/a", "none found")
 
 def _row(result: str = "pass", **fields: object) -> Check:
     check = Check("P3-forward-exact", "torch", "float32")
-    check.result = result
+    check.result = Outcome(result)
     for key, value in fields.items():
         setattr(check, key, value)
     return check
@@ -157,7 +157,7 @@ def test_an_upstream_gap_reproducer_names_its_target(tmp_path: Path) -> None:
     example = find(strategies.examples(dtypes=("float32",), max_seq_len=2), lambda e: True)
     writer = ReportWriter(tmp_path, device="cpu", meta={})
     gap = Check("P1-fla-gap-BiasDropped", "-", target="fla", target_options={"core": "reference"})
-    gap.result, gap.failure, gap.example, gap.function = "FAIL", "BiasDropped", example, "check_target_guard"
+    gap.result, gap.failure, gap.example, gap.function = Outcome.FAILED, "BiasDropped", example, "check_target_guard"
     writer.add(gap)
     script = Path(gap.repro).read_text()
     assert "check_target_guard(EXAMPLE, device='cpu', target='fla', core='reference')" in script
@@ -449,7 +449,7 @@ def test_the_exit_status_is_the_ledgers(outcomes: list, interrupted: bool, statu
 
 
 def test_folding_rounds_keeps_a_final_outcome_and_takes_a_decisive_one() -> None:
-    counts = dict(examples=4, not_applicable=1, budget_spent=False)
+    counts: dict[str, Any] = dict(examples=4, not_applicable=1, budget_spent=False)
     for final in (Outcome.FAILED, Outcome.COUNTEREXAMPLE, Outcome.NOT_APPLICABLE, Outcome.CRASHED):
         for new in Outcome:
             assert ledger.fold(final, new, **counts) is final
@@ -487,7 +487,8 @@ def _example() -> Any:
 
 
 def test_judge_counts_what_met_the_premise_and_fails_what_was_built_to() -> None:
-    example, tally, missed = _example(), ledger.Tally(), []
+    example, tally = _example(), ledger.Tally()
+    missed: list[str] = []
 
     def not_applicable() -> None:
         raise P.NotApplicable("guard does not fuse")
@@ -531,8 +532,12 @@ def test_a_gate_test_none_of_whose_examples_met_the_premise_fails_not_exercised(
 
     def body(applies: list[bool]) -> None:
         for a in applies:
-            ledger.judge(lambda a=a: None if a else (_ for _ in ()).throw(P.NotApplicable("G3")), example,
-                         must_apply=False)  # fmt: skip
+
+            def run(a: bool = a) -> None:
+                if not a:
+                    raise P.NotApplicable("G3")
+
+            ledger.judge(run, example, must_apply=False)
 
     with pytest.raises(AssertionError, match=r"^not exercised: none of the 2 examples met the premise; .*: G3$"):
         ledger.exercised(body)([False, False])
@@ -559,7 +564,8 @@ def test_an_example_counts_for_the_innermost_running_gate_test() -> None:
 def test_only_an_example_that_compared_something_is_labelled_for_coverage(monkeypatch) -> None:
     """Regions are labelled for examples that compared something, failing ones included; a premise miss, or a
     serving case (no layer regions), reaches none."""
-    example, labelled = _example(), []
+    example = _example()
+    labelled: list[Any] = []
     monkeypatch.setattr(ledger, "label_example", labelled.append)
 
     def not_applicable() -> None:

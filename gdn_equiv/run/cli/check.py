@@ -92,7 +92,7 @@ class Plan:
 def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
     """``--property`` names: the example properties of the registry (:mod:`gdn_equiv.harness.registry`), S1-S7,
     ``P6-necessity`` (every condition's search) or ``P6-necessity-G<n>`` (one); all when none is given."""
-    names = [r.name for r in (*registry.property_records(), *registry.serving_records())]
+    names = [r.name for r in registry.property_records()] + [r.name for r in registry.serving_records()]
     searches = {r.name: r.condition for r in registry.necessity_records() if r.condition is not None}
     if not args.property:
         return names, [] if args.skip_necessity else list(searches.values())
@@ -327,7 +327,7 @@ def ledger_rows(plan: Plan) -> list[Check]:
     return rows
 
 
-def record_of(row: Check) -> registry.PropertyRecord | registry.GapSearchRecord | None:
+def record_of(row: Check) -> registry.PropertyRecord | registry.ServingRecord | registry.GapSearchRecord | None:
     """The record a row is of (a gap search's rows are named for their target; its gap rows have none)."""
     search = registry.gap_search(row.target)
     if search is not None and row.name == search.name(row.target):
@@ -416,7 +416,7 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
         yield from check.also  # each further kind of failure, a row of its own
 
 
-def _repeatable(record: registry.PropertyRecord | registry.GapSearchRecord | None) -> bool:
+def _repeatable(record: object) -> bool:
     """Whether another round of a row of ``record`` can find more: an example property's (not a search's)."""
     return isinstance(record, registry.PropertyRecord) and record.condition is None
 
