@@ -1,0 +1,69 @@
+"""scripts/gpu_lane.py reads its own timing file right: what a run over several backends says per backend,
+per test file and about a run cut short is what its tests reported, nothing else (the lane's figures go
+into docs and notes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_lane.py"
+
+
+@pytest.fixture(scope="module")
+def lane():
+    spec = importlib.util.spec_from_file_location("gpu_lane", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_lane"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ROWS = [
+    ("test_conformance.py::test_backend_forward_matches_torch[triton]", "passed", "2.00"),
+    ("test_conformance.py::test_backend_forward_matches_torch[fla-triton]", "failed", "3.00"),
+    ("test_combinations.py::test_backend_matches_torch_in_every_combination[fla-triton-2]", "passed", "5.00"),
+    ("test_combinations.py::test_backend_matches_torch_in_every_combination[triton-0]", "passed", "7.00"),
+    ("test_necessity.py::test_every_guard_condition_is_necessary[cuda-kda-G4]", "skipped", "0.50"),
+    ("test_compare.py::test_native_dtype_boundary[0.0-torch.float64]", "passed", "0.25"),
+    ("test_plugin_promises.py::test_a_users_interpreter_setting_is_kept", "passed", "10.00"),
+]
+
+
+def _timing(tmp_path: Path) -> Path:
+    path = tmp_path / "tests.tsv"
+    lines = ["#collected\t9"]
+    lines += ["\t".join([nodeid, "call", outcome, seconds, "", "gw0", "0.00"]) for nodeid, outcome, seconds in ROWS]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_each_backend_gets_its_own_rows_and_the_longest_name_wins(lane, tmp_path: Path) -> None:
+    rows = lane.per_backend(_timing(tmp_path), ["triton", "cuda", "fla-triton"])
+    assert rows["triton"] == {"passed": 2, "failed": 0, "skipped": 0, "seconds": 9.0}
+    assert rows["fla-triton"] == {"passed": 1, "failed": 1, "skipped": 0, "seconds": 8.0}
+    assert rows["cuda"] == {"passed": 0, "failed": 0, "skipped": 1, "seconds": 0.5}
+    # a parameter id that only contains a backend's name inside another word is not that backend's row
+    assert rows["(shared)"] == {"passed": 2, "failed": 0, "skipped": 0, "seconds": 10.2}
+
+
+def test_per_file_counts_and_the_collected_count_are_the_reported_ones(lane, tmp_path: Path) -> None:
+    path = _timing(tmp_path)
+    files = lane.summarise_timing(path)
+    assert files["test_conformance.py"]["passed"] == 1 and files["test_conformance.py"]["failed"] == 1
+    assert files["test_necessity.py"]["skipped"] == 1
+    assert sum(f["passed"] + f["failed"] + f["skipped"] for f in files.values()) == len(ROWS)
+    assert lane._collected_count(path) == 9  # 7 reported of 9 collected: a cut run says how far it got
+    assert lane.slowest(path, 1) == [("test_plugin_promises.py::test_a_users_interpreter_setting_is_kept", 10.0)]
+
+
+def test_specialisations_are_counted_per_kernel_name(lane, tmp_path: Path) -> None:
+    for folder, name in (("a", "_fwd_kernel"), ("b", "_fwd_kernel"), ("c", "_bwd_kernel")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{name}.cubin").write_bytes(b"")
+    assert lane._kernels_by_name(tmp_path) == {"_fwd_kernel": 2, "_bwd_kernel": 1}
+    assert lane._kernel_count(tmp_path) == 3
