@@ -208,6 +208,29 @@ def _kernels_by_name(cache: Path) -> dict[str, int]:
     return dict(sorted(names.items(), key=lambda kv: -kv[1]))
 
 
+#: the gate's time targets on one GPU: one backend cold and warm, every backend in one session
+TARGETS = {"cold": 120.0, "warm": 30.0, "all five": 600.0}
+ALL_FIVE = {"triton", "cuda", "fla-triton", "fla-cuda", "fla-gluon"}
+
+
+def targets(runs: list[dict]) -> list[str]:
+    """Each run against its target: one backend's cold <= 120 s and warm <= 30 s; a run over all five
+    backends (``+``-joined) <= 600 s. Only a finished green run can meet one; a cut run is "not measured"."""
+    out = []
+    for r in runs:
+        names = set(r["backend"].split("+"))
+        limit = TARGETS["all five"] if names == ALL_FIVE else TARGETS[r["phase"]] if len(names) == 1 else None
+        if limit is None:
+            out.append(f"{r['backend']} {r['phase']}: no target for this set of backends ({r['seconds']} s)")
+        elif isinstance(r["status"], str):
+            out.append(f"{r['backend']} {r['phase']}: not measured ({r['status']}; target {limit:.0f} s)")
+        else:
+            met = r["green"] and r["seconds"] <= limit
+            verdict = "met" if met else "NOT met" + ("" if r["green"] else " (red)")
+            out.append(f"{r['backend']} {r['phase']}: {r['seconds']} s against {limit:.0f} s: {verdict}")
+    return out
+
+
 def write_markdown(report: dict, path: Path) -> None:
     lines = [
         "# The installed gate on the GPU",
@@ -226,6 +249,8 @@ def write_markdown(report: dict, path: Path) -> None:
             f"| {r['backend']} | {r['phase']} | {verdict} | {t['passed']} | {t['failed']} | {t['skipped']} | "
             f"{t.get('collected') or '?'} | {r['seconds']} | {r['kernels']} |"
         )
+    lines += ["", "Time targets (a cut run or a red one meets none):", ""]
+    lines += [f"- {line}" for line in targets(report["runs"])]
     for r in report["runs"]:
         lines += ["", f"## {r['backend']}, {r['phase']}", "", "| test file | passed | failed | n/a | seconds (sum) |"]
         lines.append("| --- | --- | --- | --- | --- |")

@@ -67,3 +67,28 @@ def test_specialisations_are_counted_per_kernel_name(lane, tmp_path: Path) -> No
         (tmp_path / folder / f"{name}.cubin").write_bytes(b"")
     assert lane._kernels_by_name(tmp_path) == {"_fwd_kernel": 2, "_bwd_kernel": 1}
     assert lane._kernel_count(tmp_path) == 3
+
+
+def test_time_targets_are_met_only_by_finished_green_runs(lane) -> None:
+    def run(backend, phase, seconds, status=0, green=True):
+        return {"backend": backend, "phase": phase, "seconds": seconds, "status": status, "green": green}
+
+    five = "triton+cuda+fla-triton+fla-cuda+fla-gluon"
+    lines = lane.targets(
+        [
+            run("triton", "cold", 110.0),
+            run("triton", "warm", 31.0),
+            run("cuda", "cold", 90.0, status=1, green=False),
+            run(five, "cold", 470.1, status="cut at 470.0 s", green=False),
+            run(five, "warm", 500.0),
+            run("triton+cuda", "cold", 200.0),
+        ]
+    )
+    assert lines == [
+        "triton cold: 110.0 s against 120 s: met",
+        "triton warm: 31.0 s against 30 s: NOT met",
+        "cuda cold: 90.0 s against 120 s: NOT met (red)",
+        f"{five} cold: not measured (cut at 470.0 s; target 600 s)",
+        f"{five} warm: 500.0 s against 600 s: met",
+        "triton+cuda cold: no target for this set of backends (200.0 s)",
+    ]
