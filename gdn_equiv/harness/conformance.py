@@ -51,7 +51,7 @@ def close_to_torch(
     against a tolerance guessed for it; a defect further from the truth than torch is still caught."""
     paths = (backend, "torch")
     rtol, atol = tolerance(expected.dtype) if expected is not None else (0.0, 0.0)
-    if truth is None or expected is None or compare(actual, expected, rtol=rtol, atol=atol).ok:
+    if truth is None or actual is None or expected is None or compare(actual, expected, rtol=rtol, atol=atol).ok:
         assert_equivalent(actual, expected, name=name, paths=paths, exact=False, context=call)
     else:
         assert_as_accurate(actual, expected, truth(), name=name, paths=paths, context=call)
