@@ -177,10 +177,11 @@ def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, ou
     totals["collected"] = _collected_count(timing)
     green = status == 0 and totals["passed"] > 0
     tail = log.read_text(errors="replace").splitlines()[-3:]
+    by_name = _kernels_by_name(cache)  # one walk of the cache: the total is their sum
     print(f"[lane] {stem}: {'green' if green else 'RED'} status={status} {totals} in {seconds} s", flush=True)
     return {"backend": backend, "phase": phase, "status": status, "green": green, "seconds": seconds,
-            "totals": totals, "files": files, "tail": tail, "kernels": _kernel_count(cache),
-            "kernels_by_name": _kernels_by_name(cache), "per_backend": per_backend(timing, asked.split(",")),
+            "totals": totals, "files": files, "tail": tail, "kernels": sum(by_name.values()),
+            "kernels_by_name": by_name, "per_backend": per_backend(timing, asked.split(",")),
             "slowest": slowest(timing)}  # fmt: skip
 
 
@@ -192,14 +193,10 @@ def _collected_count(path: Path) -> int | None:
     return counts[0] if counts else None
 
 
-def _kernel_count(cache: Path) -> int:
-    """Compiled kernels in the Triton cache (one folder per specialisation that holds a cubin)."""
-    return sum(1 for _ in cache.rglob("*.cubin")) if cache.exists() else 0
-
-
 def _kernels_by_name(cache: Path) -> dict[str, int]:
-    """Specialisations compiled per kernel name (a name with many is a kernel whose constexprs and argument
-    specialisations the drawn calls spread out: where a cold run's compile time goes)."""
+    """Specialisations compiled per kernel name, one cache folder each that holds a cubin (a name with many
+    is a kernel whose constexprs and argument specialisations the drawn calls spread out: where a cold run's
+    compile time goes)."""
     if not cache.exists():
         return {}
     names: dict[str, int] = defaultdict(int)
