@@ -9,6 +9,7 @@ and requires a catch; ``tests/test_teeth.py`` holds the family-specific ones.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -120,9 +121,10 @@ def _scaled(
 def _wide_rounding(
     x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
 ) -> Any:
-    """Channel-count-dependent arithmetic: calls wider than 16 channels (the fused one) scale by 1 + 2^-20."""
+    """Channel-count-dependent rounding: calls wider than 16 channels (the fused one) round every output one unit
+    in the last place up, in the output's own dtype (a scale such as 1 + 2^-20 would vanish in fp16 and bf16)."""
     y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
-    return (y * (1 + 2**-20) if x.shape[-1] > 16 else y), final
+    return (torch.nextafter(y, torch.full_like(y, math.inf)) if x.shape[-1] > 16 else y), final
 
 
 #: name -> a defective conv backend (register it with :func:`gdn_equiv.model.backends.registered`)
