@@ -11,16 +11,20 @@ versions, per run and per test file: passed, failed, skipped with reasons, secon
 same as tables). Every failure's report goes to ``<backend>-<cold|warm>-failures.txt`` as it happens.
 
 The lane's verdict is the runs': a run that failed, errored, collected nothing or was cut by its time
-limit is red (exit 1), and the table says which; 0 only when every asked run passed.
+limit is red (exit 1), and the table says which; 0 only when every asked run passed. A cut run names the
+tests it left unfinished, each with its worker, how long it had run and where that worker was (every process
+of the run writes its stacks before it is killed, ``<backend>-<phase>-stacks/``), and leaves no worker behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +32,7 @@ import time
 from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 
 def _versions() -> dict[str, str | None]:
@@ -49,11 +54,36 @@ def _device() -> str:
 
 
 #: a plugin the lane's pytest loads (``-p lane_timing``): each finished test's outcome and seconds, written by
-#: the controller as it arrives, so a run cut by its time limit still says what ran and how long it took
+#: the controller as it arrives, and each test's start, written by the process that runs it, so a run cut by
+#: its time limit still says what ran, how long it took and which tests it left unfinished (with their stacks)
 TIMING_PLUGIN = r"""
+import faulthandler
 import os
+import signal
+import time
 
 import pytest
+
+_STACKS = []  # the open file each process' SIGUSR1 dumps its threads' stacks into (kept open for the handler)
+_CONFIG = []
+
+
+def pytest_configure(config):
+    _CONFIG.append(config)
+    # a run cut by its time limit gets SIGUSR1 first: every process of the run writes where each thread is
+    # (compiling, shrinking, waiting on the device...) before it is killed
+    folder = os.environ.get("LANE_STACKS")
+    if folder:
+        name = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        _STACKS.append(open(os.path.join(folder, f"{name}.txt"), "w"))
+        faulthandler.register(signal.SIGUSR1, file=_STACKS[-1], all_threads=True)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker or not _CONFIG[0].pluginmanager.hasplugin("dsession"):  # the process that runs it, as it starts
+        with open(os.environ["LANE_TIMING"], "a") as out:
+            out.write(f"#start\t{nodeid}\t{worker or 'main'}\t{time.time():.2f}\n")
 
 
 def _collected(n):
@@ -154,35 +184,90 @@ def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, ou
     for stale in (junit, failures, timing):
         stale.unlink(missing_ok=True)
     argv = [
-        sys.executable, "-m", "pytest", "-p", "lane_timing", "--pyargs", "gdn_equiv.suite", "--gdn-backend", asked,
+        sys.executable, "-m", "pytest", "-p", "lane_timing", "--pyargs", args.suite, "--gdn-backend", asked,
         "-n", str(args.workers), "-p", "no:cacheprovider", "-q", "-rfE", f"--junitxml={junit}",
         f"--gdn-failure-log={failures}", "--durations=25", *args.pytest_args,
     ]  # fmt: skip
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "HYPOTHESIS_PROFILE": args.profile, "PYTHONUNBUFFERED": "1"}
     env["LANE_TIMING"] = str(timing.resolve())
-    started = time.perf_counter()
+    stacks = out / f"{stem}-stacks"
+    shutil.rmtree(stacks, ignore_errors=True)
+    stacks.mkdir()
+    env["LANE_STACKS"] = str(stacks.resolve())
+    started, epoch = time.perf_counter(), time.time()
     with tempfile.TemporaryDirectory() as elsewhere, log.open("w") as sink:  # outside any checkout
         Path(elsewhere, "lane_timing.py").write_text(TIMING_PLUGIN)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (elsewhere, os.environ.get("PYTHONPATH", "")) if p)
-        try:
-            proc = subprocess.run(
-                argv, cwd=elsewhere, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=args.limit
-            )
-            status: int | str = proc.returncode
-        except subprocess.TimeoutExpired:
-            status = f"cut at {args.limit} s"
+        status = _run_cut_at(argv, elsewhere, env, sink, args.limit)
     seconds = round(time.perf_counter() - started, 1)
     files = summarise_timing(timing)
     totals = {k: sum(f[k] for f in files.values()) for k in ("passed", "failed", "skipped")}
     totals["collected"] = _collected_count(timing)
     green = status == 0 and totals["passed"] > 0
     tail = log.read_text(errors="replace").splitlines()[-3:]
+    left = unfinished(timing, stacks, epoch, epoch + args.limit) if isinstance(status, str) else []
     by_name = _kernels_by_name(cache)  # one walk of the cache: the total is their sum
     print(f"[lane] {stem}: {'green' if green else 'RED'} status={status} {totals} in {seconds} s", flush=True)
     return {"backend": backend, "phase": phase, "status": status, "green": green, "seconds": seconds,
             "totals": totals, "files": files, "tail": tail, "kernels": sum(by_name.values()),
             "kernels_by_name": by_name, "per_backend": per_backend(timing, asked.split(",")),
-            "slowest": slowest(timing)}  # fmt: skip
+            "slowest": slowest(timing), "unfinished": left}  # fmt: skip
+
+
+#: seconds the processes of a cut run get to write their stacks between SIGUSR1 and SIGKILL
+DUMP_SECONDS = 3.0
+
+
+def _run_cut_at(argv: list[str], cwd: str, env: dict[str, str], sink: Any, limit: float) -> int | str:
+    """Run pytest in a session of its own; past ``limit`` seconds, every process of it (the controller, its
+    xdist workers, what they started) writes its threads' stacks (SIGUSR1, the timing plugin's handler) and
+    is then killed. Killing the controller alone would leave its workers running into the next run (a busy
+    worker reads no "shutdown" from the controller), sharing the device with it."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        return proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        for sig, pause in ((signal.SIGUSR1, DUMP_SECONDS), (signal.SIGKILL, 0.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            time.sleep(pause)
+        proc.wait()
+        return f"cut at {limit} s"
+
+
+def unfinished(timing: Path, stacks: Path, epoch: float, cut: float, frames: int = 12) -> list[dict]:
+    """The tests a cut run started and never reported: each with its worker, how long it had run when the run
+    was cut (``epoch``: the run's start, ``cut``: its end, both epoch seconds), and where that worker's main
+    thread was then (its innermost ``frames`` frames, from the dump the cut asked for; ``None`` where the
+    process wrote none, e.g. it was stuck outside Python's reach)."""
+    if not timing.exists():
+        return []
+    started: dict[str, tuple[str, float]] = {}
+    finished: set[str] = set()
+    for line in timing.read_text().splitlines():
+        parts = line.split("\t")
+        if parts[0] == "#start" and len(parts) >= 4:
+            started[parts[1]] = (parts[2], float(parts[3]))
+        elif not line.startswith("#"):
+            finished.add(parts[0])
+    left = []
+    for nodeid, (worker, at) in sorted(started.items(), key=lambda kv: kv[1][1]):
+        if nodeid not in finished:
+            stack = _main_thread(stacks / f"{worker}.txt", frames)
+            left.append({"test": nodeid, "worker": worker, "started_s": round(at - epoch, 1),
+                         "ran_s": round(cut - at, 1), "stack": stack})  # fmt: skip
+    return left
+
+
+def _main_thread(dump: Path, frames: int) -> list[str] | None:
+    """The innermost ``frames`` lines of the thread that received the signal (faulthandler names it "Current
+    thread"; Python runs signal handlers in the main thread, where pytest runs the test)."""
+    if not dump.exists() or not dump.read_text(errors="replace").strip():
+        return None
+    text = dump.read_text(errors="replace")
+    blocks = text.split("\n\n")
+    current = next((b for b in blocks if b.lstrip().startswith("Current thread")), blocks[0])
+    return [line.strip() for line in current.splitlines()[1 : frames + 1]]
 
 
 def _collected_count(path: Path) -> int | None:
@@ -263,6 +348,12 @@ def write_markdown(report: dict, path: Path) -> None:
             lines += ["", "specialisations compiled, by kernel: " + "; ".join(f"{n} {c}" for n, c in top)]
         if r["slowest"]:
             lines += ["", "slowest tests: " + "; ".join(f"{n.split('::')[-1]} {t:.1f} s" for n, t in r["slowest"][:8])]
+        if r.get("unfinished"):
+            lines += ["", "Unfinished when the run was cut (where each worker was, innermost frame first):", ""]
+            for u in r["unfinished"]:
+                where = " <- ".join((u["stack"] or ["no stack written"])[:6])
+                when = f"started at {u['started_s']} s, ran {u['ran_s']} s"
+                lines.append(f"- `{u['test']}` ({u['worker']}, {when}): {where}")
         reasons = {why: n for f in r["files"].values() for why, n in f["n/a"].items()}
         if reasons:
             lines += ["", "n/a, with the reasons the tests gave:", ""]
@@ -279,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         "those backends together (each backend's rows once, the backend-independent tests once)",
     )
     parser.add_argument("--out", type=Path, default=Path("docs/gpu"))
+    parser.add_argument("--suite", default="gdn_equiv.suite", help="the installed package of tests to run")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     parser.add_argument("--profile", default="gpu")
     parser.add_argument("--phases", default="cold,warm", help="cold (an empty kernel cache), warm, or both")

@@ -5,7 +5,10 @@ into docs and notes)."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,62 @@ def test_time_targets_are_met_only_by_finished_green_runs(lane) -> None:
         f"{five} warm: 500.0 s against 600 s: met",
         "triton+cuda cold: no target for this set of backends (200.0 s)",
     ]
+
+
+HANGING_SUITE = """
+import os
+import time
+
+
+def test_quick():
+    pass
+
+
+def wait_for_the_device():
+    with open(os.environ["LANE_TEST_PID"], "w") as out:
+        out.write(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
+
+
+def test_hang():
+    wait_for_the_device()
+"""
+
+
+@pytest.mark.slow
+def test_a_cut_run_names_its_unfinished_tests_with_their_stacks_and_leaves_no_worker_running(
+    lane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run cut by its limit: the test it left unfinished, its worker and where that worker was (the stack
+    it wrote on the way out), and no process of the run left behind to share the device with the next run."""
+    (tmp_path / "lanehang").mkdir()
+    (tmp_path / "lanehang" / "__init__.py").write_text("")
+    (tmp_path / "lanehang" / "test_hang.py").write_text(HANGING_SUITE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("LANE_TEST_PID", str(tmp_path / "pid"))
+    out = tmp_path / "out"
+    argv = ["--suite", "lanehang", "--backends", "torch", "--phases", "cold", "--limit", "45", "--workers", "2"]
+    assert lane.main([*argv, "--out", str(out), "--cache", str(tmp_path / "cache")]) == 1  # cut: red
+    (run,) = json.loads((out / "lane.json").read_text())["runs"]
+    assert run["status"] == "cut at 45.0 s" and run["totals"]["passed"] == 1
+    (left,) = run["unfinished"]
+    assert left["test"].endswith("test_hang.py::test_hang") and left["worker"].startswith("gw")
+    assert "in wait_for_the_device" in left["stack"][0]  # innermost frame first
+    assert "test_hang.py::test_hang" in (out / "lane.md").read_text()
+    assert not _running(int((tmp_path / "pid").read_text()))  # the worker that ran it is gone
+
+
+def _running(pid: int, wait: float = 5.0) -> bool:
+    """Whether ``pid`` still runs ``wait`` seconds from now (a SIGKILL takes effect asynchronously): a process
+    gone, or a zombie (killed, not yet reaped by its new parent, which here may be an init that reaps late), is not."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.1)
+    return True
