@@ -18,9 +18,11 @@ A plugin mutant that weakens any of these fails one of the tests below (``script
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -172,9 +174,10 @@ class Runs:
                 command, cwd = [*base, str(other)], other
             else:
                 command, cwd = [*base, "--pyargs", *argv], self.work
-            self.procs[name] = subprocess.Popen(
-                command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
+            self.procs[name] = subprocess.Popen(  # a session of its own: a kill reaches its xdist workers too
+                command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True,
+            )  # fmt: skip
         return self
 
     def __getitem__(self, name: str) -> subprocess.CompletedProcess[str]:
@@ -183,7 +186,8 @@ class Runs:
             try:
                 out, err = proc.communicate(timeout=300)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 out, err = proc.communicate()
             self.done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         return self.done[name]
