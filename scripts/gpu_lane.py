@@ -188,7 +188,10 @@ def run_gate(backend: str, phase: str, args: argparse.Namespace, cache: Path, ou
         "-n", str(args.workers), "-p", "no:cacheprovider", "-q", "-rfE", f"--junitxml={junit}",
         f"--gdn-failure-log={failures}", "--durations=25", *args.pytest_args,
     ]  # fmt: skip
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "HYPOTHESIS_PROFILE": args.profile, "PYTHONUNBUFFERED": "1"}
+    # a pytest process' own markers are not inherited: started from inside an xdist worker, the run's controller
+    # would take itself for a worker (PYTEST_XDIST_WORKER) and its timing plugin would record no finished test
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    env |= {"TRITON_CACHE_DIR": str(cache), "HYPOTHESIS_PROFILE": args.profile, "PYTHONUNBUFFERED": "1"}
     env["LANE_TIMING"] = str(timing.resolve())
     stacks = out / f"{stem}-stacks"
     shutil.rmtree(stacks, ignore_errors=True)
