@@ -69,6 +69,9 @@ MARKERS = {
     "teeth": "runs a property against a planted defect and expects it to fail",
 }
 
+#: what xdist tells a worker through its environment; in a process that is no worker, left by a parent that was
+XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
 _ACTIVE = False
 _FAILURE_LOG: Path | None = None
 _CONFIG: pytest.Config | None = None
@@ -192,9 +195,15 @@ def wanted(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     global _ACTIVE, _START, _FAILURE_LOG, _CONFIG
     log = config.getoption("gdn_failure_log")
-    _FAILURE_LOG = None if log is None or os.environ.get("PYTEST_XDIST_WORKER") else Path(log)
+    worker = hasattr(config, "workerinput")  # xdist's own word: the environment may be a parent process'
+    _FAILURE_LOG = None if log is None or worker else Path(log)
     if not wanted(config):
         return
+    if not worker:
+        # started from inside an xdist worker (a test that runs the gate as a subprocess), this process inherited
+        # that worker's number and count: it would pin itself to the parent's GPU and size its threads by them
+        for name in XDIST_ENV:
+            os.environ.pop(name, None)
     _ACTIVE, _CONFIG = True, config
     _START = time.perf_counter()
     # one id for the run, its xdist workers included (they inherit the controller's environment): the coverage

@@ -56,11 +56,14 @@ PROJECT = textwrap.dedent(
 )
 
 
-def _gate(tmp_path: Path, *args: str, examples: int = 100_000) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
+def _gate(
+    tmp_path: Path, *args: str, examples: int = 100_000, inherited: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
     (tmp_path / "pytest.ini").write_text("[pytest]\ngdn_equiv_suite = true\n")
     (tmp_path / "test_stop.py").write_text(PROJECT)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
     env.update(GDN_STOP_TEST_DIR=str(tmp_path), GDN_STOP_TEST_EXAMPLES=str(examples), HYPOTHESIS_PROFILE="dev")
+    env.update(inherited or {})
     junit = tmp_path / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--junit-xml", str(junit), *args]
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -102,6 +105,21 @@ def test_a_run_stopped_by_x_stops_every_worker_and_leaves_its_report_complete(tm
         assert outcome.startswith("skipped: not reached: never started"), (name, outcome)
     assert "gdn-equiv: stopped: the run stopped at its first failure (-x)" in out
     assert "1 test(s) stopped mid-run, 12 never started" in out
+
+
+def test_a_gate_started_from_inside_an_xdist_worker_is_a_run_of_its_own(tmp_path: Path) -> None:
+    """A gate started as a subprocess of a test under ``pytest -n`` (a kernel repository's own test of its
+    kernel, ``bench verdict`` in a CI job) inherits ``PYTEST_XDIST_WORKER``: it is still its run's one
+    process, not a worker of the parent's, so it writes its failure log as the failure happens (and pins no
+    GPU, sizes no thread pool, by the parent's worker number)."""
+    (tmp_path / "search-started").touch()  # the planted failure fails at once
+    log = tmp_path / "failures.txt"
+    inherited = {"PYTEST_XDIST_WORKER": "gw3", "PYTEST_XDIST_WORKER_COUNT": "4", "PYTEST_XDIST_TESTRUNUID": "x"}
+    args = ("-p", "no:xdist", "-k", "failure_while", "--gdn-failure-log", str(log))
+    result, root = _gate(tmp_path, *args, inherited=inherited)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _cases(root) == {"test_a_failure_while_the_search_runs": "failed"}
+    assert log.exists() and "the planted failure" in log.read_text(), result.stdout
 
 
 def test_without_x_or_maxfail_there_is_no_stop_flag() -> None:
