@@ -265,9 +265,9 @@ def unfinished(timing: Path, stacks: Path, epoch: float, cut: float, frames: int
 def _main_thread(dump: Path, frames: int) -> list[str] | None:
     """The innermost ``frames`` lines of the thread that received the signal (faulthandler names it "Current
     thread"; Python runs signal handlers in the main thread, where pytest runs the test)."""
-    if not dump.exists() or not dump.read_text(errors="replace").strip():
+    text = dump.read_text(errors="replace") if dump.exists() else ""
+    if not text.strip():
         return None
-    text = dump.read_text(errors="replace")
     blocks = text.split("\n\n")
     current = next((b for b in blocks if b.lstrip().startswith("Current thread")), blocks[0])
     return [line.strip() for line in current.splitlines()[1 : frames + 1]]
