@@ -118,15 +118,30 @@ def pytest_runtest_logreport(report):
 """
 
 
+#: the fields of a finished test's line in the timing file: node id, phase, outcome, seconds, skip reason,
+#: worker, start (the timing plugin's ``pytest_runtest_logreport``)
+FIELDS = 7
+
+
+def _lines(path: Path, mark: str | None = None) -> list[list[str]]:
+    """The timing file's lines split into fields: each finished test's (``mark`` None, padded to
+    :data:`FIELDS`), or those the plugin wrote under ``#<mark>`` (``start``, ``collected``), without the mark."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split("\t")
+        if mark is None and not line.startswith("#"):
+            out.append((parts + [""] * FIELDS)[:FIELDS])
+        elif mark is not None and parts[0] == f"#{mark}":
+            out.append(parts[1:])
+    return out
+
+
 def summarise_timing(path: Path) -> dict[str, dict]:
     """Per test file: passed, failed (failures and errors), skipped, seconds, and the skip reasons (n/a)."""
     files: dict[str, dict] = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0, "n/a": {}})
-    if not path.exists():
-        return {}
-    for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            continue
-        nodeid, _when, outcome, seconds, reason = (line.split("\t") + [""] * 5)[:5]
+    for nodeid, _when, outcome, seconds, reason, *_ in _lines(path):
         row = files[nodeid.split("::")[0].rsplit("/", 1)[-1]]
         row["seconds"] += float(seconds or 0)
         if outcome == "failed":
@@ -149,13 +164,8 @@ def per_backend(path: Path, backends: list[str]) -> dict[str, dict]:
     name wins, so ``fla-triton`` is not ``triton``), passed / failed / skipped and worker-seconds; the rest
     (backend-independent tests, run once) under ``(shared)``."""
     rows: dict[str, dict] = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0, "seconds": 0.0})
-    if not path.exists():
-        return {}
     names = sorted(backends, key=len, reverse=True)
-    for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            continue
-        nodeid, _when, outcome, seconds = (line.split("\t") + [""] * 4)[:4]
+    for nodeid, _when, outcome, seconds, *_ in _lines(path):
         param = nodeid.rsplit("[", 1)[1].rstrip("]") if nodeid.endswith("]") else ""
         owner = "(shared)"
         for name in names:
@@ -169,10 +179,7 @@ def per_backend(path: Path, backends: list[str]) -> dict[str, dict]:
 
 
 def slowest(path: Path, n: int = 15) -> list[tuple[str, float]]:
-    if not path.exists():
-        return []
-    lines = [line.split("\t") for line in path.read_text().splitlines() if not line.startswith("#")]
-    rows = [(parts[0], float(parts[3])) for parts in lines]
+    rows = [(parts[0], float(parts[3] or 0)) for parts in _lines(path)]
     return sorted(rows, key=lambda r: -r[1])[:n]
 
 
@@ -243,16 +250,8 @@ def unfinished(timing: Path, stacks: Path, epoch: float, cut: float, frames: int
     was cut (``epoch``: the run's start, ``cut``: its end, both epoch seconds), and where that worker's main
     thread was then (its innermost ``frames`` frames, from the dump the cut asked for; ``None`` where the
     process wrote none, e.g. it was stuck outside Python's reach)."""
-    if not timing.exists():
-        return []
-    started: dict[str, tuple[str, float]] = {}
-    finished: set[str] = set()
-    for line in timing.read_text().splitlines():
-        parts = line.split("\t")
-        if parts[0] == "#start" and len(parts) >= 4:
-            started[parts[1]] = (parts[2], float(parts[3]))
-        elif not line.startswith("#"):
-            finished.add(parts[0])
+    started = {p[0]: (p[1], float(p[2])) for p in _lines(timing, "start") if len(p) >= 3}
+    finished = {p[0] for p in _lines(timing)}
     left = []
     for nodeid, (worker, at) in sorted(started.items(), key=lambda kv: kv[1][1]):
         if nodeid not in finished:
@@ -275,9 +274,7 @@ def _main_thread(dump: Path, frames: int) -> list[str] | None:
 
 def _collected_count(path: Path) -> int | None:
     """How many tests the run collected (None where it never got that far)."""
-    if not path.exists():
-        return None
-    counts = [int(line.split("\t")[1]) for line in path.read_text().splitlines() if line.startswith("#collected")]
+    counts = [int(parts[0]) for parts in _lines(path, "collected")]
     return counts[0] if counts else None
 
 
