@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,9 @@ def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_p
     assert first.returncode == cli_common.EXIT_FAILED, out
     assert f"FAIL {ROW}" in first.stdout
     summary_a = json.loads((tmp_path / "host-a" / "gdn-equiv-report" / "summary.json").read_text())
-    assert list(summary_a["meta"]["failures_in_database"].values()) == [1]  # saved shrunk, in redis
+    # saved shrunk, in redis: one or more distinct failures (how many is the random run's), under one key
+    (saved,) = summary_a["meta"]["failures_in_database"].values()
+    assert saved >= 1
 
     second = _host(tmp_path / "host-b", *fuzz, "--seconds", "30")
     out = second.stdout + second.stderr
@@ -76,13 +79,14 @@ def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_p
     assert second.returncode == cli_common.EXIT_FAILED, out
     assert first.stdout.count(f"FAIL {ROW}") == second.stdout.count(f"FAIL {ROW}") == 1
     report_b = tmp_path / "host-b" / "gdn-equiv-report"
-    assert len(list(report_b.glob("failure-*.json"))) == 1
+    assert len(list(report_b.glob("failure-*.json"))) >= 1
     # replayed first: host B's first example of the test is host A's failure, read from the database
     cases = _p3_cases(report_b)
     print(f"host B: first example of {TEST}: {cases[0]['status']}, {cases[0]['how_generated']}")
     assert cases[0]["status"] == "failed"
     summary_b = json.loads((report_b / "summary.json").read_text())
-    assert list(summary_b["meta"]["failures_in_database"].values()) == [1]  # one entry, not one per host
+    # the same entries, not a copy per host
+    assert list(summary_b["meta"]["failures_in_database"].values()) == [saved]
     (row_a,), (row_b,) = summary_a["checks"], summary_b["checks"]
     assert row_a["example"] == row_b["example"]  # the same shrunk example
 
@@ -95,4 +99,6 @@ def test_two_hosts_share_one_redis_corpus_and_the_finding_is_reported_once(tmp_p
     assert replay.returncode == 1, out
     assert "during reuse phase" in out, out
     reuse = out.split("during reuse phase", 1)[1].split("\n\n", 1)[0]
-    assert "1 failing" in reuse, reuse
+    counts = re.search(r"(\d+) passing, (\d+) failing", reuse)
+    assert counts is not None, reuse
+    assert int(counts[1]) == 0 and int(counts[2]) >= 1, reuse
