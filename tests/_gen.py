@@ -85,9 +85,9 @@ spec_layer = gated_deltanet_truth
 
 
 def load_script(name: str) -> ModuleType:
-    """``scripts/<name>.py`` imported as a module (the scripts are not a package), registered under
+    """``tools/<name>.py`` imported as a module (the tools are not a package), registered under
     ``gdn_script_<name>`` in ``sys.modules`` (dataclasses look their module up while a class is made)."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"gdn_script_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -22,7 +22,6 @@ from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model import reference
 from gdn_equiv.model.families import known_families
 from gdn_equiv.strategies import bad_calls
-from gdn_equiv.suite.test_bad_input import *  # noqa: F403  (the gate's P8 property, run here too)
 
 FAMILIES = tuple(known_families())
 # the first hit is enough (no shrinking): each search stops there

@@ -160,7 +160,7 @@ USAGE_ERRORS = {
     "skip-necessity-vs-P6": (["check", *TINY, "--property", "P6-necessity"], "--skip-necessity contradicts"),
     "device-unknown": (["check", *TINY, "--device", "tpu"], "--device 'tpu'"),
     "database-unknown-scheme": (["check", *TINY, "--database", "nosuch://x"], "--database 'nosuch://x': a directory"),
-    # scripts/probe_bad_input.py: these ran every example and then ended in an internal error (exit 4)
+    # tools/probe_bad_input.py: these ran every example and then ended in an internal error (exit 4)
     "report-unwritable": (["check", *TINY, "--report", "/proc/gdn-x"], "--report '/proc/gdn-x': cannot write there"),
     "json-unwritable": (["check", *TINY, "--json", "/proc/gdn-x/s.json"], "--json '/proc/gdn-x': cannot write there"),
     "junit-a-directory": (["check", *TINY, "--junit-xml", "."], "--junit-xml '.' is a directory; it must be a file"),

@@ -142,7 +142,3 @@ def test_a_layer_examples_conv_call_in_every_cell_catches_the_no_final_kernel() 
                     check_example_in_every_cell(example)
             else:
                 check_example_in_every_cell(example)
-
-
-# the gate module runs here too (the README test command collects tests/ only)
-from gdn_equiv.suite.test_combinations import *  # noqa: E402, F403

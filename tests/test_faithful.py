@@ -37,7 +37,3 @@ def test_planted_reference_edit_is_caught_by_the_gates_strategy(defect: str) -> 
         return False
 
     find(st.tuples(faithful_examples(defect_family(layer_cls)), st.booleans()), caught, settings=first_hit())
-
-
-# the gate module runs here too (the README test command collects tests/ only)
-from gdn_equiv.suite.test_faithful import *  # noqa: E402, F403

@@ -2,7 +2,7 @@
 
 - ``--gdn-target fla`` really runs the layer properties on fla's layers. (The configure-time promises,
   names checked and status 3 for what cannot run here, are the gate's own tests:
-  :mod:`gdn_equiv.suite.test_plugin_promises`.)
+  ``tests/test_plugin_promises.py``.)
 - A property test none of whose examples met its premise fails "not exercised".
 - P5: only the same ``InvalidArgument`` on both paths is agreement; a crash on both is a finding.
 """

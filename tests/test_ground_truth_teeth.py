@@ -21,7 +21,6 @@ from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import conv_calls
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
-from gdn_equiv.suite.test_ground_truth import *  # noqa: F403
 
 SEARCH = first_hit()
 

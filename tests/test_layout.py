@@ -1,6 +1,6 @@
 """The layout shows the architecture: the README's map is the tree, and the imports keep the rooms' order.
 
-The import rules are scripts/import_picture.py's (read from the source, nothing imported): no circles,
+The import rules are tools/import_picture.py's (read from the source, nothing imported): no circles,
 no upward arrows between rooms, the project's own imports at the top of each file. Each rule is shown
 to fail on a copy of the package with one violation planted.
 """
@@ -75,9 +75,9 @@ def tree(tmp_path: Path) -> Path:
     for name in ("gdn_equiv", "strategies"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    for folder in ("tests", "scripts", "examples"):  # named by the map; only the scripts' names are read
+    for folder in ("tests", "scripts", "tools", "examples", "docs", "repro"):  # named by the map (folders only)
         (tmp_path / folder).mkdir()
-    shutil.copy(ROOT / "scripts" / "import_picture.py", tmp_path / "scripts")
+    shutil.copy(ROOT / "tools" / "import_picture.py", tmp_path / "tools")
     return tmp_path
 
 

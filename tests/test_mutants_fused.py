@@ -1,4 +1,4 @@
-"""Gaps in the fused prologue's tests that mutation testing found (docs/mutation.md, scripts/mutate.py fused)."""
+"""Gaps in the fused prologue's tests that mutation testing found (docs/mutation.md, tools/mutate.py fused)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gaps in the guard's tests that mutation testing found (docs/mutation.md, scripts/mutate.py guard)."""
+"""Gaps in the guard's tests that mutation testing found (docs/mutation.md, tools/mutate.py guard)."""
 
 from __future__ import annotations
 

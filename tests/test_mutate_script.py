@@ -1,4 +1,4 @@
-"""``scripts/mutate.py``'s equivalence list: mutants argued equivalent are named by what they change, not
+"""``tools/mutate.py``'s equivalence list: mutants argued equivalent are named by what they change, not
 by id, so the list survives edits elsewhere in the file; every committed entry names a mutant the
 current source still has, and says why."""
 

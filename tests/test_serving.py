@@ -23,7 +23,6 @@ from gdn_equiv.serving.engines import EngineOps, engine_adapters
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.serving.records import SERVING
 from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
-from gdn_equiv.suite.test_serving import *  # noqa: F403
 
 #: the case strategy each property's teeth search draws from (the gate's own)
 CASES: dict[str, Any] = {

@@ -201,7 +201,7 @@ def gate_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.
     work = tmp_path_factory.mktemp("gate")
     fake = _fake_dist(work / "fake", "vllm", "9.9.9")
     suite = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--pyargs"]
-    # (names checked and an engine that cannot run here: the gate's own gdn_equiv.suite.test_plugin_promises)
+    # (names checked and an engine that cannot run here: tests/test_plugin_promises.py)
     runs = {"reference": [*suite, "gdn_equiv.suite.test_serving", "--gdn-serving-engine", "reference"]}
     for cls in GATE_PLANTED:  # planted engines only S0 catches, through the plug-in door
         spec = f"gdn_equiv.serving.planted:{cls}"

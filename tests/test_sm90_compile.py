@@ -2,7 +2,7 @@
 
 CI runs the kernels in Triton's interpreter, which never compiles them: a construct only the compiler
 rejects (a tuple holding a dtype, a tensor shape it cannot lay out) would pass every CPU test and fail
-on the first GPU call. ``scripts/sm90_compile.py`` runs Triton's whole pipeline for sm_90 (no GPU or
+on the first GPU call. ``tools/sm90_compile.py`` runs Triton's whole pipeline for sm_90 (no GPU or
 driver needed) in a subprocess without ``TRITON_INTERPRET``, at the bench's specialisation and with
 every option on, for the tiles the backend launches on a GPU: every kernel of the backend.
 """

@@ -92,18 +92,23 @@ def test_triton_kernels_are_kept_under_the_project_on_a_gpu_unless_the_caller_ch
     assert testing.project_triton_cache("/repo", {}, gpu=False) is None
 
 
-def test_every_gate_module_also_runs_in_the_repositorys_tests(request: pytest.FixtureRequest):
-    """The README's test command collects ``tests/`` only: each ``gdn_equiv/suite`` module's tests reach
-    it by a star import there (a new gate module without one would pass CI untested)."""
+def test_the_test_command_collects_the_gate_where_it_lives(request: pytest.FixtureRequest):
+    """The README's test command collects ``tests/`` and the installed gate, ``gdn_equiv/suite``, from where each
+    lives (pyproject's ``testpaths``): no gate module reaches ``tests/`` by a star import (it would run twice),
+    and no module of the repository's own tests sits in the gate (the gate holds only the gate)."""
+    import re
     from pathlib import Path
 
     import gdn_equiv.suite
 
+    root = Path(request.config.rootpath)
     suite = Path(gdn_equiv.suite.__file__).parent
-    tests = Path(request.config.rootpath, "tests")
-    imported = "\n".join(p.read_text() for p in tests.glob("test_*.py"))
-    for module in sorted(suite.glob("test_*.py")):
-        assert f"from gdn_equiv.suite.{module.stem} import *" in imported, module.name
+    assert {"tests", "gdn_equiv/suite"} <= set(request.config.getini("testpaths"))
+    assert suite.resolve() == (root / "gdn_equiv" / "suite").resolve()
+    star = re.compile(r"^from gdn_equiv\.suite\S* import \*", re.M)
+    assert [p.name for p in (root / "tests").glob("*.py") if star.search(p.read_text())] == []
+    # the harness's own tests (the comparison, the ledger, the plugin) live in tests/
+    assert not {"test_compare.py", "test_verdict.py", "test_plugin_promises.py"} & {p.name for p in suite.iterdir()}
 
 
 def test_fuzzing_holds_under_the_fuzz_profile_with_a_shared_database() -> None:

@@ -45,7 +45,7 @@ EXACT = (0.0, 0.0)
 #: Why an ensemble: one reference run is a single draw of rounding noise, and the layer amplifies ulp
 #: differences (the delta rule, the output RMS norm), so two correct implementations' greatest errors
 #: differ by large factors, most on small tensors (``A_log``/``dt_bias`` have one element per head).
-#: Measured on CPU with ``scripts/accuracy_spread.py`` (a correct stand-in: our layer with its convs on
+#: Measured on CPU with ``tools/accuracy_spread.py`` (a correct stand-in: our layer with its convs on
 #: ``F.conv1d``, which sums in another order; 40 generated examples each, worst ratio over output, dx and
 #: every gradient): fp32 against the plain reference alone, 16 of 40 examples over 2 (worst 14.3); against
 #: the least accurate of plain + 3 jittered runs, 1 of 40 (2.30); of plain + 8, none of 40 but 1 and 3 of

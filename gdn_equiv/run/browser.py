@@ -2,7 +2,7 @@
 
 Playwright drives a Chromium installed by the system (Debian: ``apt-get install chromium``) through
 ``executable_path``, so nothing is downloaded. :func:`missing` says why no picture can be taken here; the
-callers (the HypoFuzz dashboard's snapshot, ``scripts/page_screenshot.py``, the report page's browser tests)
+callers (the HypoFuzz dashboard's snapshot, ``tools/page_screenshot.py``, the report page's browser tests)
 say so rather than fail.
 """
 

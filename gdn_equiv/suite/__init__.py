@@ -6,12 +6,11 @@
   update, varlen, final state within the §6 table; fused channel slices bitwise)
 - ``test_ground_truth``: every backend, torch included, against an independently written fp64
   ``F.conv1d`` conv (:mod:`gdn_equiv.harness.ground_truth`): a defect shared with the torch backend shows here
-- ``test_compare``: the comparison and its tolerance table themselves (NaN/Inf placement, each dtype's
-  boundary, dtype/shape/device mismatches, nested trees, report text): every verdict above rests on it
 - ``test_callers``: the reference layers' cache bookkeeping measured from the inputs alone, and inputs
   shaped like real callers' (masks longer than the call, generation loops, fla's own ``Cache`` object as
   a caller hands it over); torch backend, fp64
 
 The options, fixtures and Hypothesis profiles come from the installed pytest plugin
-(:mod:`gdn_equiv.pytest_plugin`). In this repository ``tests/`` runs the same modules by import.
+(:mod:`gdn_equiv.pytest_plugin`). This package holds only the gate: the harness's own tests (the comparison,
+the ledger, the plugin) are the repository's ``tests/``; the repository's test command collects both.
 """

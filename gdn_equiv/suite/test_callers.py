@@ -792,7 +792,7 @@ def test_a_cache_naming_unset_state_kinds_decodes_as_ours_and_a_misplacing_one_i
         _layer(family, later, 0)(prompt, past_key_values=_ListCache(legacy=True), use_cache=True)
 
 
-# ---- killed mutants (scripts/mutate.py, docs/mutation.md) ----------------------------------------------
+# ---- killed mutants (tools/mutate.py, docs/mutation.md) ----------------------------------------------
 
 
 def _cache() -> Cache:

@@ -361,7 +361,7 @@ def _fwd_rows_kernel(
     Without packed sequences that is the chunk's first row only, read before the loop, so the loop body
     is loads, the sum, the activation and stores: sm_90 SASS at 64x512x4x4, bf16, silu, bias, 26.4
     instructions per output element, from 35.7 with per-row sequence checks and ``tl.exp`` (the tiles
-    forward: 35.8; ``scripts/sm90_compile.py --sass``)."""
+    forward: 35.8; ``tools/sm90_compile.py --sass``)."""
     pid_t = tl.program_id(0)
     pid_d = tl.program_id(1)
     pid_b = tl.program_id(2)

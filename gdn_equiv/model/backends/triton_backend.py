@@ -55,7 +55,7 @@ Tensor = torch.Tensor
 # 0.078). The backward runs in two passes: pass 1 (_GPU_GRAD, only with an activation) writes
 # g = dy * silu'(a) per token, elementwise like the forward; pass 2 (_GPU_BWD) reads g for dx and sums
 # dweight/dbias over its tile (so a new pass-2 shape may change those sums' bits, never dx's).
-# scripts/bwd_tiles.py, backward kernels alone in a CUDA graph (2026-12-02): pass-1 tiles 0.323-0.336 ms
+# tools/bwd_tiles.py, backward kernels alone in a CUDA graph (2026-12-02): pass-1 tiles 0.323-0.336 ms
 # with pass 2 at 32x128x4, i.e. pass 1 barely matters; pass 2 16x256x4 0.479, 32x128x4 0.323,
 # 32x256x8 0.476, 64x128x4 0.236, 8x512x4 0.437 ms. Nsight Compute on 64x128x4 (2026-12-03): pass 2
 # 147 us of 271 us forward+backward, 255 registers/thread, 614k local-memory spill requests, 12.5%
@@ -75,7 +75,7 @@ _GPU_BWD = (128, 64, 4)
 _GPU_ONEPASS = (64, 64, 4)
 # The serial backward (the default for W <= 4; wider kernels run the two passes): each program walks a
 # chunk of CT rows backwards, carrying the later rows' g in registers. (CT, BD, warps, pipeline stages of
-# its row loop). H200, B2 T2048 D6144 W4 bf16 (scripts/bwd_tiles.py, CUDA graph, 2026-12-04): 64x256x4x1
+# its row loop). H200, B2 T2048 D6144 W4 bf16 (tools/bwd_tiles.py, CUDA graph, 2026-12-04): 64x256x4x1
 # 0.1644 ms, 128x256x4x1 0.1608, 32x256x4x1 0.1700, 64x256x8x1 0.1966, 256x256x4x1 0.2413, 3 stages
 # 0.1641, against the two passes' 0.2167 in the same run (1.32x); ncu of an earlier tile: 123
 # registers, 25% occupancy, latency-bound (a serial loop), 17% of DRAM bandwidth.
@@ -108,7 +108,7 @@ BACKWARDS = ("two-pass", "one-pass", "serial")
 # (the W-1 extra from L1/L2). (CT, BD, warps, ROWS), CT a multiple of ROWS. H100 (2026-12-05):
 # 64x512x4x4 0.0523 ms vs the tiles' 0.0529, a tie. Its loop then trimmed (no per-row sequence checks
 # without packed sequences; exp2): sm_90 64x512x4x4 48 registers and 26.4 SASS/element (from 78 and
-# 35.7), 64x1024x4x4 96 and 24.1, 64x512x4x8 70 and 24.5 (scripts/sm90_compile.py --sass). H100 after
+# 35.7), 64x1024x4x4 96 and 24.1, 64x512x4x8 70 and 24.5 (tools/sm90_compile.py --sass). H100 after
 # the trim (2026-12-05, one run, CUDA graph): tiles 0.0516-0.0531 ms, rows 64x512x4x4 0.0488,
 # 64x1024x4x4 0.0529, 64x512x4x8 0.0448 (2.25 TB/s; torch's copy_ of the same bytes 0.0407-0.0416);
 # ncu of 64x512x4x8: 36.7 us, DRAM 68.5%, SM 52.1%, 70 registers. The GPU's default forward since

@@ -7,7 +7,7 @@ one forward+backward::
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \\
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \\
-        python3 scripts/ncu_prologue.py
+        python3 tools/ncu_prologue.py
 """
 
 from __future__ import annotations

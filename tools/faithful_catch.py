@@ -1,7 +1,7 @@
 """One gate run of the faithfulness property against a planted reference edit (gdn_equiv.harness.planted.
-reference_defects), for scripts/catch_rate.py: exit 1 when the edit is caught, 0 when it is not.
+reference_defects), for tools/catch_rate.py: exit 1 when the edit is caught, 0 when it is not.
 
-    python scripts/catch_rate.py --runs 20 -- python scripts/faithful_catch.py reference-gate-before-norm
+    python tools/catch_rate.py --runs 20 -- python tools/faithful_catch.py reference-gate-before-norm
 
 The examples are the gate's (gdn_equiv.suite.test_faithful's strategy and budget in the profile of
 HYPOTHESIS_PROFILE, ci by default), the database the one catch_rate.py gives each run (empty).

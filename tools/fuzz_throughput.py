@@ -11,7 +11,7 @@ example; ours with ``HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY`` set, HypoFuzz's by 
 the valid lines, time to find is the wall time from the command's start to its first failing line
 (imports and collection included, which is most of what HypoFuzz costs on a short run).
 
-    python scripts/fuzz_throughput.py --seconds 40 --runs 3 --json fuzz-throughput.json
+    python tools/fuzz_throughput.py --seconds 40 --runs 3 --json fuzz-throughput.json
 
 Prints two tables and the exact commands it ran; exit 0 (3 when HypoFuzz is not installed).
 """

@@ -7,9 +7,9 @@ build into its own site directory (``pip install --no-deps --target``), runs the
 (``pytest --pyargs gdn_equiv.suite --gdn-backend fla-triton -k conformance``) against that build's conv
 under a time budget, and prints the replay table as markdown.
 
-    python scripts/replay_upstream.py --mirror /work/.mirror/fla-org+flash-linear-attention/repo
-    python scripts/replay_upstream.py --mirror DIR --only 1141,1139 --budget 600 --json replay.json
-    python scripts/replay_upstream.py --list                 # the rows, nothing built or run
+    python tools/replay_upstream.py --mirror /work/.mirror/fla-org+flash-linear-attention/repo
+    python tools/replay_upstream.py --mirror DIR --only 1141,1139 --budget 600 --json replay.json
+    python tools/replay_upstream.py --list                 # the rows, nothing built or run
 
 Each run starts from an empty Hypothesis database in its own working directory and a fixed
 ``--hypothesis-seed``, so "seconds to first failure" is the suite unaided (no replayed example) and
@@ -174,7 +174,7 @@ def install(python: str, wheels: list[Path], site: Path) -> None:
 # row's module paths (the backend's code is not touched). A build that lacks one is not run, and the
 # table says which modules are missing.
 
-_PLUGIN = """# written by scripts/replay_upstream.py (see its comments): run fla {version} under row {row!r}
+_PLUGIN = """# written by tools/replay_upstream.py (see its comments): run fla {version} under row {row!r}
 import dataclasses
 
 from gdn_equiv.model import fla_versions

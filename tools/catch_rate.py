@@ -1,7 +1,7 @@
 """How often a command catches a planted defect in fresh runs: run it N times, each with an empty
 Hypothesis example database (so no run replays another's failure), and count exit status 1.
 
-    python scripts/catch_rate.py --runs 100 -- pytest -q -p no:cacheprovider --pyargs gdn_equiv.suite \\
+    python tools/catch_rate.py --runs 100 -- pytest -q -p no:cacheprovider --pyargs gdn_equiv.suite \\
         --gdn-backend example-wide-rounding -k fused_forward
 
 Prints ``caught k of N`` and the seconds per run; exit 0. A status other than 0/1 (collection error,

@@ -1,7 +1,7 @@
 """A page's picture in the system's Chromium, driven by Playwright (``pip install gdn-equiv[browser]``).
 
-    python scripts/page_screenshot.py gdn-equiv-report/run.html docs/report-page.png
-    python scripts/page_screenshot.py http://127.0.0.1:9999/ docs/fuzz-dashboard/dashboard.png --settle 4
+    python tools/page_screenshot.py gdn-equiv-report/run.html docs/results/report-page.png
+    python tools/page_screenshot.py http://127.0.0.1:9999/ docs/results/fuzz-dashboard/dashboard.png --settle 4
 
 The README's pictures of the report page and of the HypoFuzz dashboard are taken this way
 (:func:`gdn_equiv.run.browser.screenshot`); exit 3 with the reason where no browser is installed.

@@ -5,7 +5,7 @@ The case the gate shrank on the H200 (B1 T3 D1 W3 fp32 silu, no bias) and two la
 two-pass dx, for each pipeline depth of the loop and each row group (``_GPU_SERIAL``'s last two
 entries)::
 
-    PYTHONPATH=$PWD python3 scripts/serial_stages_probe.py
+    PYTHONPATH=$PWD python3 tools/serial_stages_probe.py
 """
 
 from __future__ import annotations

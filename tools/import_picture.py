@@ -1,8 +1,8 @@
 """The import picture of gdn_equiv, read from the source (no module is imported): rooms, circles, arrows.
 
-    python scripts/import_picture.py            # the picture of this checkout
-    python scripts/import_picture.py --json     # the same figures as JSON
-    python scripts/import_picture.py --check    # exit 1 when a layout rule is broken (tests/test_layout.py's rules)
+    python tools/import_picture.py            # the picture of this checkout
+    python tools/import_picture.py --json     # the same figures as JSON
+    python tools/import_picture.py --check    # exit 1 when a layout rule is broken (tests/test_layout.py's rules)
 
 An edge is one of the project's own imports, resolved to the module it loads: ``from gdn_equiv.model import
 guard`` is an edge to ``gdn_equiv.model.guard``, ``from gdn_equiv.model.guard import decide`` one to

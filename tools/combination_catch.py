@@ -1,7 +1,7 @@
 """One gate run of the combination test against a planted combination kernel (gdn_equiv.harness.planted.
-COMBINATION_BACKENDS), for scripts/catch_rate.py: exit 1 when the kernel is caught, 0 when it is not.
+COMBINATION_BACKENDS), for tools/catch_rate.py: exit 1 when the kernel is caught, 0 when it is not.
 
-    python scripts/catch_rate.py --runs 20 -- python scripts/combination_catch.py planted-short-state-grad
+    python tools/catch_rate.py --runs 20 -- python tools/combination_catch.py planted-short-state-grad
 
 The examples are the gate's (gdn_equiv.suite.test_combinations.test_backend_matches_torch_in_every_combination:
 its strategy, its share of the profile's examples, HYPOTHESIS_PROFILE, ci by default), the database the

@@ -6,7 +6,7 @@ jittered runs; per generated example this prints nothing, and at the end, per K,
 ``|stand-in - fp64| / (bar + eps * max|fp64|)`` over output, dx and every parameter gradient. A ratio above
 ``ACCURACY_FACTOR`` (2) on a correct stand-in would be a false alarm. CPU, about a minute per dtype::
 
-    python scripts/accuracy_spread.py float32 [EXAMPLES]
+    python tools/accuracy_spread.py float32 [EXAMPLES]
 """
 
 from __future__ import annotations

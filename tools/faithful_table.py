@@ -2,7 +2,7 @@
 per-conv facts, or fla's own defaults), forward (output) and backward (dx, every parameter gradient),
 the largest distance of fla's run from our fp64 truth against the bar (gdn_equiv.harness.faithful).
 
-    python scripts/faithful_table.py --examples 4
+    python tools/faithful_table.py --examples 4
 
 Every drawn example (gradients on) is judged; a failing one is printed and its cell reads FAIL with the
 failing tensor's distance and bar (the worst failing one), a passing cell the worst ratio of distance to

@@ -9,7 +9,7 @@ Two views of the same question, each a small sweep, printed as tables:
    a contiguous buffer (the fused path's one call after ``torch.cat``) and over 32 of them as a channel
    slice (how each separate conv gets its input), so the disagreement can be pinned on one path.
 
-    PYTHONPATH=$PWD python3 scripts/fla_grad_probe.py      # on a GPU with fla installed
+    PYTHONPATH=$PWD python3 tools/fla_grad_probe.py      # on a GPU with fla installed
 """
 
 from __future__ import annotations

@@ -6,23 +6,23 @@
 # Run from the repo root after DEVICE.md's pip line (PYTHONPATH=/tmp/site:$PWD).
 #   1 bench      gdn-equiv bench prologue (triton, cuda, fla), eager timings (host work included)
 #   bench-graph  the same with --timing graph (CUDA graphs: the kernels' device time, host work left out)
-#   2 tiles      backward tile candidates of the triton backend (scripts/bwd_tiles.py)
+#   2 tiles      backward tile candidates of the triton backend (tools/bwd_tiles.py)
 #   3 fla-fuzz   gdn-equiv fuzz --target fla: fla's guard gaps found and shown on the GPU
 #   4 suites     conformance + fused-vs-separate properties under the triton and cuda backends
 #   5 fla-tests  fla's differential properties (reference core)
-#   6 ncu        Nsight Compute on one fused forward+backward of the triton backend (scripts/ncu_prologue.py)
+#   6 ncu        Nsight Compute on one fused forward+backward of the triton backend (tools/ncu_prologue.py)
 #   fla-suite    the installed gating suite over fla's own conv kernels (FLA_BACKENDS, default all three; FLA_SUITE_ARGS)
 #   layout-hunt  the conformance gradients against causal-conv1d with the layout guard off (fuzz profile):
 #                the strategies must find repro/causal_conv1d_dfinal_states.py by themselves
 #   fla-fuzz-own fuzz --target fla with fla's own cores (FUZZ_FAMILIES, FUZZ_SECONDS; fla pinned: FLA_AUTOTUNE=first)
 #   bench-layer  gdn-equiv bench layer (BENCH_BACKENDS, BENCH_ARGS; FLA_AUTOTUNE=full unless set)
-#   fla-grad-probe  scripts/fla_grad_probe.py (PR #977's fused-vs-separate grad.x on the layer and the conv)
+#   fla-grad-probe  tools/fla_grad_probe.py (PR #977's fused-vs-separate grad.x on the layer and the conv)
 #   onepass-suite  the triton backend's tests, conformance and fused-vs-separate with GDN_EQUIV_TRITON_BACKWARD=one-pass
 #   ncu-onepass  the ncu stage with the one-pass backward
 #   serial-suite, ncu-serial  the same two for GDN_EQUIV_TRITON_BACKWARD=serial (W <= 4)
-#   rows-tiles   the rows forward's and the serial backward's row-group candidates timed (scripts/bwd_tiles.py,
+#   rows-tiles   the rows forward's and the serial backward's row-group candidates timed (tools/bwd_tiles.py,
 #                FWD_ROWS_TILES, SERIAL_TILES; after torch's copy and silu over the same tensor, the bandwidth
-#                ceiling, and the tiles forward), then scripts/serial_stages_probe.py (exact dx per group)
+#                ceiling, and the tiles forward), then tools/serial_stages_probe.py (exact dx per group)
 #   rows-suite, ncu-rows  the triton tests and ncu with GDN_EQUIV_TRITON_FORWARD=rows
 #   cold-suite, warm-suite  the layer properties under the triton backend, first run then again (gpu profile;
 #                one test per family: SUITE_SPLIT="" runs them across families)
@@ -55,7 +55,7 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         --iters 30 --warmup 5 --json "$OUT/bench-prologue.json" ;;
     bench-graph) stage bench-graph "${!var:-180}" python3 -m gdn_equiv bench prologue --backend triton,cuda,fla \
         --timing graph --iters 30 --warmup 5 --json "$OUT/bench-prologue-graph.json" --plot "$OUT/bench-prologue-graph.png" ;;
-    tiles) stage tiles "${!var:-60}" python3 scripts/bwd_tiles.py ${TILES_ARGS:-} ;;
+    tiles) stage tiles "${!var:-60}" python3 tools/bwd_tiles.py ${TILES_ARGS:-} ;;
     fla-fuzz) stage fla-fuzz "${!var:-90}" python3 -m gdn_equiv fuzz --target fla --fla-core reference \
         --device cuda --seconds 60 --report "$OUT/fla-fuzz-report" ;;
     suites) stage suites "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
@@ -75,7 +75,7 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         python3 -m gdn_equiv fuzz --target fla \
         --family "${FUZZ_FAMILIES:-all}" --device cuda --seconds "${FUZZ_SECONDS:-240}" \
         --report "$OUT/fla-fuzz-own-report" ;;
-    fla-grad-probe) stage fla-grad-probe "${!var:-200}" python3 scripts/fla_grad_probe.py ;;
+    fla-grad-probe) stage fla-grad-probe "${!var:-200}" python3 tools/fla_grad_probe.py ;;
     cold-suite) stage cold-suite "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider --durations=15 \
         --pyargs gdn_equiv.suite.test_properties --gdn-backend triton ${SUITE_SPLIT---gdn-split-families} ;;
     warm-suite) stage warm-suite "${!var:-120}" python3 -m pytest -n "$W" -q -p no:cacheprovider --durations=15 \
@@ -93,24 +93,24 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
     serial-suite) stage serial-suite "${!var:-200}" env GDN_EQUIV_TRITON_BACKWARD=serial python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/serial-suite-failures.txt" --gdn-backend triton \
         tests/test_backends_triton.py tests/test_fused_equivalence.py ;;
-    rows-tiles) stage rows-tiles "${!var:-240}" sh -c "python3 scripts/bwd_tiles.py --forward-rows \
+    rows-tiles) stage rows-tiles "${!var:-240}" sh -c "python3 tools/bwd_tiles.py --forward-rows \
         ${FWD_ROWS_TILES:-64x512x4x4 64x1024x4x4 32x512x4x8 128x512x4x8} && \
-        python3 scripts/bwd_tiles.py --serial ${SERIAL_TILES:-128x512x4x1x8 64x512x4x1x8 128x256x4x1x8 256x512x4x1x8 128x512x8x1x8} && \
-        python3 scripts/serial_stages_probe.py" ;;
+        python3 tools/bwd_tiles.py --serial ${SERIAL_TILES:-128x512x4x1x8 64x512x4x1x8 128x256x4x1x8 256x512x4x1x8 128x512x8x1x8} && \
+        python3 tools/serial_stages_probe.py" ;;
     rows-suite) stage rows-suite "${!var:-200}" env GDN_EQUIV_TRITON_FORWARD=rows python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/rows-suite-failures.txt" --gdn-backend triton \
         tests/test_backends_triton.py tests/test_conformance.py tests/test_fused_equivalence.py ;;
     ncu-rows) stage ncu-rows "${!var:-120}" env GDN_EQUIV_TRITON_FORWARD=rows ncu --clock-control none \
         --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-        --section LaunchStats python3 scripts/ncu_prologue.py ;;
+        --section LaunchStats python3 tools/ncu_prologue.py ;;
     ncu-serial) stage ncu-serial "${!var:-120}" env GDN_EQUIV_TRITON_BACKWARD=serial ncu --clock-control none \
         --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-        --section LaunchStats python3 scripts/ncu_prologue.py ;;
+        --section LaunchStats python3 tools/ncu_prologue.py ;;
     ncu-onepass) stage ncu-onepass "${!var:-120}" env GDN_EQUIV_TRITON_BACKWARD=one-pass ncu --clock-control none \
         --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-        --section LaunchStats python3 scripts/ncu_prologue.py ;;
+        --section LaunchStats python3 tools/ncu_prologue.py ;;
     ncu) stage ncu "${!var:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
-        --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 scripts/ncu_prologue.py ;;
+        --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats python3 tools/ncu_prologue.py ;;
     *) echo "unknown stage $1" >&2; status=1 ;;
     esac
 }

@@ -3,7 +3,7 @@
 Builds nothing: give it the ``site`` dir a wheel was installed into (``pip install --no-deps --target``)::
 
     PYTHONPATH=/tmp/fla-builds/conv-relu/site:/work/main TRITON_INTERPRET=1 \\
-        /tmp/venv977/bin/python scripts/gate_branch.py /tmp/fla-builds/conv-relu/site
+        /tmp/venv977/bin/python tools/gate_branch.py /tmp/fla-builds/conv-relu/site
 
 It asks the branch's ``ShortConvolution`` (Triton kernels under the interpreter, autotuning pinned to one
 config) for each registered activation it accepts and for the L2-norm conv (``norm='l2'``, ``head_dim``,

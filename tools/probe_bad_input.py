@@ -12,8 +12,8 @@ measures that checkout). An outcome is one of:
 - ``wrong status``: a command refused with a status other than 2/3 (e.g. 1, "properties failed").
 - ``hang``: still running after the probe's time limit.
 
-    python scripts/probe_bad_input.py                 # this checkout
-    python scripts/probe_bad_input.py --cwd OLD_TREE  # another checkout (git worktree add OLD_TREE REV)
+    python tools/probe_bad_input.py                 # this checkout
+    python tools/probe_bad_input.py --cwd OLD_TREE  # another checkout (git worktree add OLD_TREE REV)
 
 Prints one line per probe and the counts; ``--json FILE`` keeps them.
 """

@@ -7,12 +7,12 @@ pass 2 at its default tile and the other way round. The last line is forward+bac
 ``triton_backend.forward`` + ``torch.autograd.grad`` with the default tiles, eager (host work included),
 per call over 20 back-to-back calls, median of 50. Under a minute on an H200, compilation included::
 
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py                      # both passes, CANDIDATES
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --onepass 64x64x4 32x128x4  # the one-pass backward
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --serial 64x256x4x1x4 64x256x4x1x8  # CT x BD x warps x stages x rows
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --forward 16x256x4 32x512x8  # the forward kernel's tile
-    PYTHONPATH=$PWD python3 scripts/bwd_tiles.py --forward-rows 64x512x4x4 32x512x4x8  # CT x BD x warps x rows
+    PYTHONPATH=$PWD python3 tools/bwd_tiles.py                      # both passes, CANDIDATES
+    PYTHONPATH=$PWD python3 tools/bwd_tiles.py --pass2 64x128x8 128x64x4  # pass 2 only, these tiles
+    PYTHONPATH=$PWD python3 tools/bwd_tiles.py --onepass 64x64x4 32x128x4  # the one-pass backward
+    PYTHONPATH=$PWD python3 tools/bwd_tiles.py --serial 64x256x4x1x4 64x256x4x1x8  # CT x BD x warps x stages x rows
+    PYTHONPATH=$PWD python3 tools/bwd_tiles.py --forward 16x256x4 32x512x8  # the forward kernel's tile
+    PYTHONPATH=$PWD python3 tools/bwd_tiles.py --forward-rows 64x512x4x4 32x512x4x8  # CT x BD x warps x rows
 
 A tile ``BTxBDxW`` is (tokens, channels, num_warps) per program.
 """

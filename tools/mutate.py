@@ -8,9 +8,9 @@ passing one lets it survive, a run past the timeout is a ``timeout``. Hypothesis
 (``--hypothesis-seed``) with a fresh example database per mutant, so a result does not depend on
 which mutants ran before it.
 
-    python scripts/mutate.py guard fused --against tree,suite --jobs 2 --json mutation.json
-    python scripts/mutate.py guard --against tree --only 3,17        # re-run two mutants
-    python scripts/mutate.py guard --list                            # show the mutants, run nothing
+    python tools/mutate.py guard fused --against tree,suite --jobs 2 --json mutation.json
+    python tools/mutate.py guard --against tree --only 3,17        # re-run two mutants
+    python tools/mutate.py guard --list                            # show the mutants, run nothing
 
 Targets are the presets below (a name or the module path); ``--tests`` replaces the "tree"
 selection. ``--max-mutants N`` keeps N mutants spread evenly over the file (deterministic).
@@ -55,7 +55,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         "gdn_equiv/model/fused.py",
         ["tests/test_fused_equivalence.py", "tests/test_teeth.py", "tests/test_families.py"],
     ),
-    "compare": ("gdn_equiv/harness/compare.py", ["gdn_equiv/suite/test_compare.py"]),
+    "compare": ("gdn_equiv/harness/compare.py", ["tests/test_compare.py"]),
     "cache": (
         "gdn_equiv/model/cache.py",
         [
@@ -75,14 +75,14 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     # the verdict: the property records every driver reads, and the ledger that turns rows into a status
-    "registry": ("gdn_equiv/harness/registry.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_registry.py"]),
-    "ledger": ("gdn_equiv/run/report.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
+    "registry": ("gdn_equiv/harness/registry.py", ["tests/test_verdict.py", "tests/test_registry.py"]),
+    "ledger": ("gdn_equiv/run/report.py", ["tests/test_verdict.py", "tests/test_cli.py"]),
     # the ledger's row and its merge rule, and the JUnit writer (split out of report.py)
-    "rows": ("gdn_equiv/run/rows.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
-    "junit": ("gdn_equiv/run/junit.py", ["gdn_equiv/suite/test_verdict.py", "tests/test_cli.py"]),
-    "plugin": ("gdn_equiv/pytest_plugin.py", ["gdn_equiv/suite/test_plugin_promises.py"]),
+    "rows": ("gdn_equiv/run/rows.py", ["tests/test_verdict.py", "tests/test_cli.py"]),
+    "junit": ("gdn_equiv/run/junit.py", ["tests/test_verdict.py", "tests/test_cli.py"]),
+    "plugin": ("gdn_equiv/pytest_plugin.py", ["tests/test_plugin_promises.py"]),
     # the verdict engine every driver feeds (outcomes, premise, exit status), against the gate's own verdict tests
-    "verdict": ("gdn_equiv/harness/ledger.py", ["gdn_equiv/suite/test_verdict.py"]),
+    "verdict": ("gdn_equiv/harness/ledger.py", ["tests/test_verdict.py"]),
     # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
     "dispatch": (
         "gdn_equiv/model/backends/__init__.py",

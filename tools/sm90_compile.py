@@ -7,11 +7,11 @@ It needs only ``triton`` (no torch, no CUDA driver): the kernels' module is load
 Run it under the Triton the GPU machine has (3.6 there, 2026-12)::
 
     python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0
-    /tmp/t36/bin/python scripts/sm90_compile.py                 # the GPU tiles (_GPU_* in triton_backend.py)
-    /tmp/t36/bin/python scripts/sm90_compile.py --serial 64x256x4x1x4 --fwd-rows 64x1024x4x4
-    python3 scripts/sm90_compile.py --everything   # every option's branch (tests/test_sm90_compile.py)
-    /tmp/t36/bin/python scripts/sm90_compile.py --sass  # and SASS instructions per output element
-    python3 scripts/sm90_compile.py --others 16x256x4 128x64x4 64x64x4  # and every other kernel
+    /tmp/t36/bin/python tools/sm90_compile.py                 # the GPU tiles (_GPU_* in triton_backend.py)
+    /tmp/t36/bin/python tools/sm90_compile.py --serial 64x256x4x1x4 --fwd-rows 64x1024x4x4
+    python3 tools/sm90_compile.py --everything   # every option's branch (tests/test_sm90_compile.py)
+    /tmp/t36/bin/python tools/sm90_compile.py --sass  # and SASS instructions per output element
+    python3 tools/sm90_compile.py --others 16x256x4 128x64x4 64x64x4  # and every other kernel
 
 The specialisation is the bench's fused prologue: B2 T2048 D6144 W4 bf16, bias, silu, no state, not
 varlen, contiguous (unit strides and multiples of 16 hinted as Triton's launcher would); with

@@ -7,7 +7,7 @@ compiles one binary per: the kernel, its constexpr values and launch options, ea
 they are and with the integer arguments unspecialised (what ``do_not_specialize`` on all of them would
 give), per kernel::
 
-    TRITON_INTERPRET=1 PYTHONPATH=$PWD python3 scripts/spec_keys.py 200
+    TRITON_INTERPRET=1 PYTHONPATH=$PWD python3 tools/spec_keys.py 200
 
 A GPU compiles each key once per process that lacks it in the on-disk cache: the count bounds the
 cold start's compilations.
