@@ -60,7 +60,7 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         --device cuda --seconds 60 --report "$OUT/fla-fuzz-report" ;;
     suites) stage suites "${!var:-150}" python3 -m pytest -n "$W" -q -p no:cacheprovider -rfE \
         --gdn-failure-log "$OUT/suites-failures.txt" \
-        --gdn-backend "${SUITE_BACKENDS:-triton,cuda}" tests/test_conformance.py tests/test_fused_equivalence.py \
+        --gdn-backend "${SUITE_BACKENDS:-triton,cuda}" gdn_equiv/suite/test_conformance.py gdn_equiv/suite/test_properties.py \
         tests/test_backends_cuda.py tests/test_backends_triton.py ;;
     fla-tests) stage fla-tests "${!var:-300}" python3 -m pytest -n "$W" -v -p no:cacheprovider -rfE \
         --gdn-failure-log "$OUT/fla-tests-failures.txt" \
@@ -89,17 +89,17 @@ run_stage() {  # run_stage NAME: the stage's limit is $LIMIT_<NAME> seconds (das
         --json "$OUT/bench-layer.json" --plot "$OUT/bench-layer.png" ;;
     onepass-suite) stage onepass-suite "${!var:-200}" env GDN_EQUIV_TRITON_BACKWARD=one-pass python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/onepass-suite-failures.txt" --gdn-backend triton \
-        tests/test_backends_triton.py tests/test_conformance.py tests/test_fused_equivalence.py ;;
+        tests/test_backends_triton.py gdn_equiv/suite/test_conformance.py gdn_equiv/suite/test_properties.py ;;
     serial-suite) stage serial-suite "${!var:-200}" env GDN_EQUIV_TRITON_BACKWARD=serial python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/serial-suite-failures.txt" --gdn-backend triton \
-        tests/test_backends_triton.py tests/test_fused_equivalence.py ;;
+        tests/test_backends_triton.py gdn_equiv/suite/test_properties.py ;;
     rows-tiles) stage rows-tiles "${!var:-240}" sh -c "python3 tools/bwd_tiles.py --forward-rows \
         ${FWD_ROWS_TILES:-64x512x4x4 64x1024x4x4 32x512x4x8 128x512x4x8} && \
         python3 tools/bwd_tiles.py --serial ${SERIAL_TILES:-128x512x4x1x8 64x512x4x1x8 128x256x4x1x8 256x512x4x1x8 128x512x8x1x8} && \
         python3 tools/serial_stages_probe.py" ;;
     rows-suite) stage rows-suite "${!var:-200}" env GDN_EQUIV_TRITON_FORWARD=rows python3 -m pytest -n "$W" -q \
         -p no:cacheprovider -rfE --gdn-failure-log "$OUT/rows-suite-failures.txt" --gdn-backend triton \
-        tests/test_backends_triton.py tests/test_conformance.py tests/test_fused_equivalence.py ;;
+        tests/test_backends_triton.py gdn_equiv/suite/test_conformance.py gdn_equiv/suite/test_properties.py ;;
     ncu-rows) stage ncu-rows "${!var:-120}" env GDN_EQUIV_TRITON_FORWARD=rows ncu --clock-control none \
         --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats python3 tools/ncu_prologue.py ;;

@@ -49,11 +49,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS: dict[str, tuple[str, list[str]]] = {
     "guard": (
         "gdn_equiv/model/guard.py",
-        ["tests/test_guard.py", "tests/test_teeth.py", "tests/test_fused_equivalence.py"],
+        ["tests/test_guard.py", "tests/test_teeth.py", "gdn_equiv/suite/test_properties.py"],
     ),
     "fused": (
         "gdn_equiv/model/fused.py",
-        ["tests/test_fused_equivalence.py", "tests/test_teeth.py", "tests/test_families.py"],
+        ["gdn_equiv/suite/test_properties.py", "tests/test_teeth.py", "tests/test_families.py"],
     ),
     "compare": ("gdn_equiv/harness/compare.py", ["tests/test_compare.py"]),
     "cache": (
@@ -88,7 +88,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
         "gdn_equiv/model/backends/__init__.py",
         [
             "tests/test_backends_torch.py",
-            "tests/test_conformance.py",
+            "gdn_equiv/suite/test_conformance.py",
             "tests/test_bad_input.py",
             "tests/test_teeth.py",
             "tests/test_dispatch.py",
@@ -96,7 +96,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
     ),
     "torch_backend": (
         "gdn_equiv/model/backends/torch_backend.py",
-        ["tests/test_backends_torch.py", "tests/test_conformance.py"],
+        ["tests/test_backends_torch.py", "gdn_equiv/suite/test_conformance.py"],
     ),
 }
 SUITE = ["gdn_equiv/suite"]
