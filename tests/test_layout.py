@@ -1,21 +1,40 @@
 """The layout shows the architecture: the README's map is the tree, and the imports keep the rooms' order.
 
-The import rules are tools/import_picture.py's (read from the source, nothing imported): no circles,
+The import rules are tools/import_picture.py's (read from the source, nothing imported), run as a command
+(a test runs the tool, never imports it): no circles,
 no upward arrows between rooms, the project's own imports at the top of each file. Each rule is shown
 to fail on a copy of the package with one violation planted.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _gen import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-picture = load_script("import_picture")
+TOOL = Path("tools") / "import_picture.py"
+
+
+def figures(root: Path) -> dict[str, Any]:
+    """``tools/import_picture.py --json`` on a checkout (the copy of the tool inside it): its figures."""
+    run = subprocess.run(
+        [sys.executable, str(root / TOOL), "--json", "--root", str(root)], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def violations(root: Path) -> list[str]:
+    """The layout rules a checkout breaks, one line each (the tool's ``--check`` lines)."""
+    return figures(root)["violations"]
+
 
 #: a room's line in the map: its folder (two spaces of indent per level), then what it holds
 ROOM = re.compile(r"^( *)([A-Za-z_][\w-]*)/\s")
@@ -59,14 +78,14 @@ def test_the_readme_map_is_the_tree() -> None:
 
 
 def test_the_imports_keep_the_rooms_order() -> None:
-    pic = picture.picture(ROOT)
-    assert picture.violations(pic) == []
+    pic = figures(ROOT)
+    assert pic["violations"] == []
     # the rooms exist and hold what the layout says (a picture of an empty or mis-rooted tree passes vacuously)
-    rooms = pic.rooms()
+    rooms = pic["rooms"]
     assert {"gdn_equiv.model", "gdn_equiv.harness", "gdn_equiv.run", "gdn_equiv.run.cli", "gdn_equiv.targets"} <= set(
         rooms
     ), rooms
-    assert all(picture.room_of(m) for m in pic.modules), [m for m in pic.modules if not picture.room_of(m)]
+    assert pic["modules"] > 0 and pic["roomless_modules"] == []
 
 
 @pytest.fixture
@@ -100,7 +119,7 @@ PLANTED = {
 def test_a_planted_violation_is_named(tree: Path, kind: str) -> None:
     for rel, text in PLANTED[kind].items():
         (tree / rel).write_text(text or "")
-    found = picture.violations(picture.picture(tree))
+    found = violations(tree)
     assert found, f"a planted {kind} passed the rules"
     assert all(line.startswith(kind) for line in found), found
     assert all("planted" in line for line in found), found
@@ -109,7 +128,7 @@ def test_a_planted_violation_is_named(tree: Path, kind: str) -> None:
 def test_the_old_conv_ops_backends_circle_is_caught(tree: Path) -> None:
     conv_ops = tree / "gdn_equiv/model/conv_ops.py"
     conv_ops.write_text(conv_ops.read_text() + "\nfrom gdn_equiv.model.backends import get_backend  # noqa\n")
-    found = picture.violations(picture.picture(tree))
+    found = violations(tree)
     assert any(
         line.startswith("import circle") and "gdn_equiv.model.conv_ops" in line and "gdn_equiv.model.backends" in line
         for line in found
@@ -121,10 +140,10 @@ def test_a_lazy_import_of_an_optional_extra_needs_its_comment(tree: Path) -> Non
     (tree / "gdn_equiv/model/planted_kernels.py").write_text("import triton\n")
     late = "def f():\n    {comment}from gdn_equiv.model import planted_kernels\n\n    return planted_kernels\n"
     (tree / "gdn_equiv/model/planted_user.py").write_text(late.format(comment=""))
-    found = picture.violations(picture.picture(tree))
+    found = violations(tree)
     assert found == ["function-local import: gdn_equiv.model.planted_user:2 imports gdn_equiv.model.planted_kernels"]
     (tree / "gdn_equiv/model/planted_user.py").write_text(late.format(comment="# lazily: triton is optional\n    "))
-    assert picture.violations(picture.picture(tree)) == []
+    assert violations(tree) == []
 
 
 def test_a_type_checking_import_is_no_edge(tree: Path) -> None:
@@ -132,7 +151,7 @@ def test_a_type_checking_import_is_no_edge(tree: Path) -> None:
     (tree / "gdn_equiv/model/planted_hint.py").write_text(
         "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from gdn_equiv.run import report\n"
     )
-    assert picture.violations(picture.picture(tree)) == []
+    assert violations(tree) == []
 
 
 def test_the_map_check_names_a_missing_package_and_a_missing_module(tree: Path) -> None:
@@ -152,7 +171,7 @@ def test_a_hidden_import_module_is_an_edge_and_named(tree: Path) -> None:
         'import importlib\n\nREPORT = "gdn_equiv.run.report"\n\n\n'
         "def f():\n    return importlib.import_module(REPORT)\n"
     )
-    found = picture.violations(picture.picture(tree))
+    found = violations(tree)
     assert found == [
         "upward arrow: gdn_equiv.model.planted_hidden:7 imports gdn_equiv.run.report "
         "(gdn_equiv.model is below gdn_equiv.run)",
@@ -164,10 +183,10 @@ def test_a_private_name_imported_from_another_module_is_named(tree: Path) -> Non
     (tree / "gdn_equiv/harness/planted_private.py").write_text(
         "from gdn_equiv.harness.conformance import close_to_torch\n"
     )
-    assert picture.violations(picture.picture(tree)) == []
+    assert violations(tree) == []
     (tree / "gdn_equiv/harness/planted_private.py").write_text("from gdn_equiv.model.guard import _planted\n")
     (tree / "gdn_equiv/model/guard.py").write_text((tree / "gdn_equiv/model/guard.py").read_text() + "\n_planted = 1\n")
-    assert picture.violations(picture.picture(tree)) == [
+    assert violations(tree) == [
         "private name: gdn_equiv.harness.planted_private:1 imports _planted from gdn_equiv.model.guard"
     ]
 
@@ -175,7 +194,7 @@ def test_a_private_name_imported_from_another_module_is_named(tree: Path) -> Non
 def test_the_plugin_imports_no_driver() -> None:
     """The gate's plugin sits on top, but it drives nothing: it reads the records, the ledger and the page
     writer, never ``check``'s runner, the fuzz engines or the command line (which run the gate themselves)."""
-    pic = picture.picture(ROOT)
+    pic = figures(ROOT)
     drivers = ("gdn_equiv.run.runner", "gdn_equiv.run.fuzz_engines", "gdn_equiv.run.cli", "gdn_equiv.run.bench")
-    imported = {e.target for e in pic.edges if e.importer == "gdn_equiv.pytest_plugin"}
+    imported = {target for importer, target in pic["edges"] if importer == "gdn_equiv.pytest_plugin"}
     assert not {m for m in imported if m.startswith(drivers)}, imported

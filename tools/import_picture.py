@@ -368,6 +368,11 @@ def summary(pic: Picture) -> dict[str, object]:
         "private_import_statements": len({(i, ln) for i, ln, _, _ in pic.private}),
         "lazy_extra_imports": [f"{e.importer}:{e.line} -> {e.target}" for e in pic.lazy_extras],
         "in_function_by_module": dict(sorted(_count(e.importer for e in pic.in_function).items())),
+        # what tests/test_layout.py reads from a run of this tool: the broken rules, the modules no room holds,
+        # and every arrow (importer, imported)
+        "violations": violations(pic),
+        "roomless_modules": [m for m in pic.modules if not room_of(m)],
+        "edges": sorted({(e.importer, e.target) for e in pic.edges}),
     }
 
 
