@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from _gen import load_script
 
 from gdn_equiv.model.backends import triton_backend as tb
 
@@ -25,17 +24,22 @@ pytestmark = [
     pytest.mark.triton,
     pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
 ]
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sm90_compile.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "sm90_compile.py"
 
 
 def _tile(t: tuple[int, ...]) -> str:
     return "x".join(str(v) for v in t)
 
 
+def _run(*options: str) -> subprocess.CompletedProcess[str]:
+    """The script run as a command (tests run it, never import it), Triton's interpreter off."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, str(SCRIPT), *options], capture_output=True, text=True, env=env, timeout=300)
+
+
 def _compile(*options: str) -> list[str]:
     """The script at its default tiles: the backend's GPU ones (see the defaults test below)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(SCRIPT), *options], capture_output=True, text=True, env=env, timeout=300)
+    done = _run(*options)
     if done.returncode and "ptxas" in done.stderr and "No such file" in done.stderr:
         pytest.skip(f"this triton has no ptxas to assemble with: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -104,18 +108,24 @@ LISTING = """
     ],
     ids=["two-loops", "one-loop", "no-loop"],
 )
-def test_sass_per_element_counts_the_longest_loop_body(listing: str, expected: str) -> None:
-    """The count behind ``--sass`` (no GPU, no ptxas): the longest backward branch's body, the whole
-    kernel where there is none; a forward branch and the end's self-branch are not loops."""
-    assert load_script("sm90_compile").sass_per_element(listing, 2) == expected
+def test_sass_per_element_counts_the_longest_loop_body(listing: str, expected: str, tmp_path: Path) -> None:
+    """The count behind ``--sass`` (no GPU, no ptxas; ``--count-sass`` on a saved listing): the longest
+    backward branch's body, the whole kernel where there is none; a forward branch and the end's
+    self-branch are not loops."""
+    (tmp_path / "listing.sass").write_text(listing)
+    done = _run("--count-sass", str(tmp_path / "listing.sass"), "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == expected
 
 
 @pytest.mark.parametrize("varlen", [False, True])
 def test_the_script_defaults_to_the_tiles_the_backend_launches(varlen: bool) -> None:
     """Without tile options the script compiles the backend's GPU tiles (read from its source, as the
-    script runs without torch), the serial one as a launch with packed sequences has it under
-    ``--everything``: a tile moved in the backend moves the default report with it."""
-    tiles = load_script("sm90_compile").backend_tiles(varlen=varlen)
+    script runs without torch; ``--tiles`` prints them), the serial one as a launch with packed sequences
+    has it under ``--everything``: a tile moved in the backend moves the default report with it."""
+    done = _run("--tiles", *(["--everything"] if varlen else []))
+    assert done.returncode == 0, done.stderr[-3000:]
+    tiles = dict(line.split("=", 1) for line in done.stdout.split())
     launched = {
         name: getattr(tb, name) for name in ("_GPU_FWD", "_GPU_FWD_ROWS", "_GPU_GRAD", "_GPU_BWD", "_GPU_ONEPASS")
     }

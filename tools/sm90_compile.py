@@ -12,6 +12,8 @@ Run it under the Triton the GPU machine has (3.6 there, 2026-12)::
     python3 tools/sm90_compile.py --everything   # every option's branch (tests/test_sm90_compile.py)
     /tmp/t36/bin/python tools/sm90_compile.py --sass  # and SASS instructions per output element
     python3 tools/sm90_compile.py --others 16x256x4 128x64x4 64x64x4  # and every other kernel
+    python3 tools/sm90_compile.py --tiles [--everything]      # the tiles it would compile, nothing compiled
+    python3 tools/sm90_compile.py --count-sass LISTING.sass 2 # --sass's count for a saved listing
 
 The specialisation is the bench's fused prologue: B2 T2048 D6144 W4 bf16, bias, silu, no state, not
 varlen, contiguous (unit strides and multiples of 16 hinted as Triton's launcher would); with
@@ -187,8 +189,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sass", action="store_true", help="also SASS instructions per output element (nvdisasm's count)"
     )
+    parser.add_argument(
+        "--tiles", action="store_true", help="print the default tiles (NAME=AxBx..., one a line) and compile nothing"
+    )
+    parser.add_argument(
+        "--count-sass",
+        nargs=2,
+        metavar=("LISTING", "ELEMENTS"),
+        help="print --sass's count for a saved nvdisasm listing and output elements per thread; compile nothing",
+    )
     args = parser.parse_args(argv)
     tiles = backend_tiles(varlen=args.everything)
+    if args.tiles:
+        print("\n".join(f"{name}={tile}" for name, tile in tiles.items()))
+        return 0
+    if args.count_sass:
+        print(sass_per_element(Path(args.count_sass[0]).read_text(), int(args.count_sass[1])))
+        return 0
     for option, name in (("serial", "_GPU_SERIAL"), ("fwd", "_GPU_FWD"), ("fwd_rows", "_GPU_FWD_ROWS")):
         if getattr(args, option) is None:
             setattr(args, option, [tiles[name]])
