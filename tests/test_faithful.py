@@ -11,7 +11,7 @@ from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.faithful import check_faithful, unfaithful_reason
 from gdn_equiv.harness.planted import defect_family, reference_defects
 from gdn_equiv.harness.testing import first_hit
-from gdn_equiv.suite.test_faithful import faithful_examples
+from gdn_equiv.strategies.faithful import faithful_examples
 
 _REASON = unfaithful_reason("gated_deltanet")
 pytestmark = [

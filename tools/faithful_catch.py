@@ -3,7 +3,7 @@ reference_defects), for tools/catch_rate.py: exit 1 when the edit is caught, 0 w
 
     python tools/catch_rate.py --runs 20 -- python tools/faithful_catch.py reference-gate-before-norm
 
-The examples are the gate's (gdn_equiv.suite.test_faithful's strategy and budget in the profile of
+The examples are the gate's (gdn_equiv.strategies.faithful's strategy and budget in the profile of
 HYPOTHESIS_PROFILE, ci by default), the database the one catch_rate.py gives each run (empty).
 """
 
@@ -26,7 +26,7 @@ def main() -> int:
     from gdn_equiv.harness.compare import Mismatch
     from gdn_equiv.harness.faithful import check_faithful
     from gdn_equiv.harness.planted import defect_family, reference_defects
-    from gdn_equiv.suite.test_faithful import MAX_EXAMPLES, faithful_examples
+    from gdn_equiv.strategies.faithful import faithful_budget, faithful_examples
 
     layer_cls = reference_defects()[sys.argv[1]]
     family = defect_family(layer_cls)
@@ -38,7 +38,7 @@ def main() -> int:
         # no shrink phase: a run catches when its first failing example is drawn (shrinking it only costs)
         @settings(
             deadline=None,
-            max_examples=MAX_EXAMPLES,
+            max_examples=faithful_budget(),
             phases=[p for p in Phase if p is not Phase.shrink],
             suppress_health_check=list(HealthCheck),
         )
