@@ -256,7 +256,7 @@ def test_internal_error_saves_its_traceback_in_the_report(gdn, tmp_path, monkeyp
 # ---- --help documents the statuses; families ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [[], ["check"], ["fuzz"], ["repro"], ["bench"], ["families"]])
+@pytest.mark.parametrize("argv", [[], ["check"], ["fuzz"], ["repro"], ["bench"], ["families"], ["faithful"]])
 def test_help_documents_the_exit_statuses(argv, capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main([*argv, "--help"])
