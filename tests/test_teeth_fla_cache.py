@@ -9,9 +9,10 @@ import pytest
 from hypothesis import find
 from hypothesis import strategies as st
 
+from gdn_equiv.harness.callers import check_fla_cache_loop, check_round_trip
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model.cache import Cache, FlaCacheView, layer_cache
-from gdn_equiv.suite.test_callers import check_fla_cache_loop, check_round_trip, stacks
+from gdn_equiv.strategies.callers import stacks
 
 pytestmark = [pytest.mark.teeth, pytest.mark.fla]
 
