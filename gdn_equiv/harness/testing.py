@@ -183,13 +183,16 @@ MISS_BOUND = 5_000
 def first_hit(max_examples: int = MISS_BOUND) -> Any:
     """Hypothesis settings for a search that stops at its first hit (``hypothesis.find`` of a planted
     defect or a region a strategy must reach): no database, deadline or health checks, and no shrink
-    phase, since any hit will do; ``max_examples`` (default :data:`MISS_BOUND`) only bounds a miss."""
+    phase, since any hit will do; ``max_examples`` (default :data:`MISS_BOUND`) only bounds a miss.
+    Derandomized: the search draws the same examples every run, so whether it hits is a fact of the code
+    (a test that must hit fails every run or none), never of what a random run happened to draw."""
     from hypothesis import HealthCheck, Phase, settings
 
     return settings(
         max_examples=max_examples,
         deadline=None,
         database=None,
+        derandomize=True,
         suppress_health_check=list(HealthCheck),
         phases=[Phase.explicit, Phase.generate],
     )
