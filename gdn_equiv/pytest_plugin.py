@@ -548,10 +548,13 @@ class _GatePage:
             int(v.get("hypothesis", 0)) for k, v in report.user_properties if k == _COUNTS_KEY and isinstance(v, dict)
         )
         longrepr = report.longreprtext
+        outcome: str = report.outcome
         if report.skipped and isinstance(report.longrepr, tuple):
             longrepr = str(report.longrepr[2])
+            if longrepr.removeprefix("Skipped: ").startswith(NOT_REACHED_SKIP):
+                outcome = html_report.NOT_REACHED  # the stop's skip (-x/--maxfail): the test never ran whole
         self.ledger.reported(
-            report.nodeid, when=report.when, outcome=report.outcome, longrepr=longrepr, duration=report.duration,
+            report.nodeid, when=report.when, outcome=outcome, longrepr=longrepr, duration=report.duration,
             examples=examples, xfail=hasattr(report, "wasxfail"),
         )  # fmt: skip
 
@@ -561,7 +564,13 @@ class _GatePage:
 
         profile = settings.get_current_profile_name()
         seed = self.config.getoption("hypothesis_seed", None)
+        # the process' exit status is the session's as the last hook left it (this plugin's own sessionfinish
+        # turns xdist's "interrupted" of a -x stop into "tests failed"), not the status this hook was called with
+        exitstatus = session.exitstatus
         status = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "complete"
+        if _STOP.first_failure is not None and _STOP.reason() is not None:
+            maxfail = self.config.getoption("maxfail")
+            status = "stopped at its first failure (-x)" if maxfail == 1 else f"stopped at --maxfail {maxfail}"
         args = " ".join(str(a) for a in self.config.invocation_params.args)
         meta = {"mode": "pytest gate", "arguments": args, "profile": profile}
         html = html_report.render(
@@ -678,6 +687,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ---- stopping at the first failure under xdist -------------------------------------------------
 
 
+#: how the skip of a test that the stop kept from running (or from finishing) begins
+NOT_REACHED_SKIP = "not reached: "
+
+
 class _StopFlag:
     """``-x`` / ``--maxfail`` that stops every xdist worker at once, and a report that says what did not run.
 
@@ -738,7 +751,7 @@ class _StopFlag:
         if mid_run:
             item.user_properties.append(("gdn_equiv_stopped_mid_run", True))
         where = "stopped mid-run" if mid_run else "not started"
-        pytest.skip(f"not reached: {where}, {why}")
+        pytest.skip(f"{NOT_REACHED_SKIP}{where}, {why}")
 
     def skip_if_stopped_mid_run(self, item: pytest.Item, exc: BaseException) -> None:
         """The stop raised between two examples of a Hypothesis test comes out of Hypothesis as the cause of
@@ -754,7 +767,7 @@ class _StopFlag:
             if e is None or id(e) in seen:
                 continue
             seen.add(id(e))
-            if isinstance(e, pytest.skip.Exception) and str(e.msg).startswith("not reached: stopped mid-run"):
+            if isinstance(e, pytest.skip.Exception) and str(e.msg).startswith(f"{NOT_REACHED_SKIP}stopped mid-run"):
                 raise pytest.skip.Exception(e.msg) from None
             todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
 
@@ -806,20 +819,29 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _STOP.raise_if_stopped(item, mid_run=False)
 
 
-def _check_stop_between_examples(item: pytest.Item) -> None:
-    """A Hypothesis test asks the stop flag before each example (only where a flag exists: ``-x``/``--maxfail``)."""
+#: the test whose call runs now (pytest_runtest_call)
+_RUNNING_ITEM: list[pytest.Item] = []
+
+
+def _wrap_examples(item: pytest.Item) -> None:
+    """Every example of a Hypothesis test runs in its own count (:func:`gdn_equiv.harness.testing.example_scope`:
+    a ``count_example`` counts once the example compared something), and asks the stop flag first where one
+    exists (``-x``/``--maxfail``). Wrapped once per test function (its parametrisations share it: the stop is
+    the running item's, :data:`_RUNNING_ITEM`)."""
     handle = getattr(getattr(item, "obj", None), "hypothesis", None)
     inner = getattr(handle, "inner_test", None)
-    if _STOP.path is None or handle is None or inner is None or getattr(inner, "_gdn_equiv_stop_checked", False):
+    if handle is None or inner is None or getattr(inner, "_gdn_equiv_wrapped", False):
         return
 
     @functools.wraps(inner)  # the same source, signature and digest: the same database key
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        _STOP.raise_if_stopped(item, mid_run=True)
-        return inner(*args, **kwargs)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if _STOP.path is not None and _RUNNING_ITEM:
+            _STOP.raise_if_stopped(_RUNNING_ITEM[-1], mid_run=True)
+        with testing.example_scope():
+            return inner(*args, **kwargs)
 
-    checked._gdn_equiv_stop_checked = True  # type: ignore[attr-defined]
-    handle.inner_test = checked
+    wrapped._gdn_equiv_wrapped = True  # type: ignore[attr-defined]
+    handle.inner_test = wrapped
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -837,7 +859,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             location=(path, None, nodeid.split("::", 1)[-1]),
             keywords={},
             outcome="skipped",
-            longrepr=(path, 0, f"Skipped: not reached: never started, {reason}"),
+            longrepr=(path, 0, f"Skipped: {NOT_REACHED_SKIP}never started, {reason}"),
             when="setup",
         )
         session.config.hook.pytest_runtest_logreport(report=report)
@@ -862,7 +884,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     """
     if not _ACTIVE:
         return (yield)
-    _check_stop_between_examples(item)
+    _wrap_examples(item)
     _key_by_node_id(item)
     from hypothesis.statistics import collector as _collector
 
@@ -875,6 +897,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         if previous is not None:
             previous(stats)
 
+    _RUNNING_ITEM.append(item)
     try:
         with collector.with_value(note):
             return (yield)
@@ -882,6 +905,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         _STOP.skip_if_stopped_mid_run(item, exc)
         raise
     finally:
+        _RUNNING_ITEM.remove(item)
         after = testing.counts()
         item.user_properties.append((_COUNTS_KEY, {k: after[k] - before[k] for k in after}))
 

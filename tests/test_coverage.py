@@ -259,8 +259,13 @@ def test_expected_regions_are_what_the_strategies_and_examples_can_produce() -> 
 # ---- the command on synthetic observations ---------------------------------------------------------
 
 
-def _case(test: str, labels: list[str], status: str = "passed", pid: int = 1) -> dict:
-    """A test-case line as Hypothesis 6.170 writes it (the fields the report reads, and a few it ignores)."""
+#: the run id the gate's plugin gives the lines of these tests' made-up runs
+RUN = "20261207T000000-1"
+
+
+def _case(test: str, labels: list[str], status: str = "passed", pid: int = 1, run: str | None = RUN) -> dict:
+    """A test-case line as Hypothesis 6.170 writes it (the fields the report reads, and a few it ignores), of
+    the gate's run ``run`` (``None``: a line without a run id, as an unrelated test's)."""
     return {
         "type": "test_case",
         "property": test,
@@ -270,7 +275,12 @@ def _case(test: str, labels: list[str], status: str = "passed", pid: int = 1) ->
         "representation": "test(...)",
         "arguments": {},
         "how_generated": "during generate phase",
-        "features": {**dict.fromkeys(labels, ""), "other event": "", "target:tokens": 3.0},
+        "features": {
+            **dict.fromkeys(labels, ""),
+            "other event": "",
+            "target:tokens": 3.0,
+            **({C.RUN_EVENT: run} if run else {}),
+        },
         "coverage": None,
         "timing": {},
         "metadata": {"os.getpid()": pid, "imported_at": 0.5, "phase": "generate"},
@@ -685,7 +695,7 @@ def test_coverage_judges_one_run_and_leaves_older_and_unlabelled_lines_out(gdn, 
         [
             _in_run(_case("t::test", every[:-1] + joints), new),
             _in_run(_case("t::test", every[-1:]), old),  # the one region only an older run reached
-            _case("other::test", every[-1:]),  # and an unrelated test's line, with no run id
+            _case("other::test", every[-1:], run=None),  # and an unrelated test's line, with no run id
         ],
     )
     status, out, _ = gdn("coverage", "--observed", "obs", "--require-all")
@@ -696,6 +706,25 @@ def test_coverage_judges_one_run_and_leaves_older_and_unlabelled_lines_out(gdn, 
     assert status == cli_common.EXIT_OK and f"Run judged: {old}; 2 observation(s)" in out
     status, _, err = gdn("coverage", "--observed", "obs", "--run", "no-such-run")
     assert status == cli_common.EXIT_USAGE and f"its runs are {old}, {new}" in err
+
+
+def test_require_all_fails_a_folder_without_a_run_id(gdn, tmp_path) -> None:
+    """A folder whose only line is an unrelated test's (no run id: not a gate run's), even one labelled with every
+    region and combination, has no run to judge: every region NOT REACHED, and ``--require-all`` fails (it was
+    judged whole and passed, issue #49)."""
+    every = [f"coverage:{d.name}={r}" for d in C.dimensions() for r in d.regions]
+    from gdn_equiv.strategies.combinations import all_cells, layer_cells
+
+    joints = [C.joint_label("conv", {d: (r,) for d, r in c.regions().items()}) for c in all_cells()]
+    joints += [C.joint_label("layer", {d: (r,) for d, r in c.items()}) for c in layer_cells()]
+    _write(tmp_path / "obs", [_case("tests/test_other.py::test_unrelated", every + joints, run=None)])
+    status, out, _ = gdn("coverage", "--observed", "obs", "--require-all")
+    assert status == cli_common.EXIT_FAILED, out
+    assert "Run judged: none: no observation carries a run id" in out and "1 observation(s) left out" in out
+    assert out.rstrip().endswith(f"{len(every)} expected region(s) NOT REACHED: {', '.join(every)}")
+    # the same line in a gate run judges whole (the control)
+    _write(tmp_path / "run", [_case("tests/test_other.py::test_unrelated", every + joints)])
+    assert gdn("coverage", "--observed", "run", "--require-all")[0] == cli_common.EXIT_OK
 
 
 def test_the_gates_labels_carry_the_runs_id(monkeypatch) -> None:

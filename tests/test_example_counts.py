@@ -137,3 +137,35 @@ def test_slow_first_leaves_a_single_process_alone() -> None:
 )
 def test_each_worker_gets_its_share_of_the_cores(env, cpus, threads) -> None:
     assert testing.worker_threads(env, cpus) == threads
+
+
+# a backend that refuses every call, as a kernel built for another device or dtype would
+REFUSING = """
+from gdn_equiv.model.backends import Backend
+
+
+def _refuse(*args, **kwargs):
+    raise RuntimeError("refused: this backend takes no call")
+
+
+REFUSES_EVERYTHING = Backend("refuses-everything", forward=_refuse, update=_refuse, description="refuses every call")
+"""
+
+
+@pytest.mark.slow
+def test_counted_by_properties_counts_only_examples_that_compared_something(tmp_path: Path) -> None:
+    """A gate conformance test on a backend that refuses every call: its examples ran (and failed: a refusal
+    inside the declared capabilities is a finding), but none compared anything, so none is "counted by
+    properties" (it counted each before its comparison: 2,925 of a run on such a backend, issue #49)."""
+    (tmp_path / "refusing.py").write_text(REFUSING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "HYPOTHESIS_PROFILE": "dev"}
+    env.pop("CI", None)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--gdn-backend",
+           "refusing:REFUSES_EVERYTHING", "--pyargs", "gdn_equiv.suite.test_conformance",
+           "-k", "test_backend_forward_matches_torch or test_backend_update_matches_torch_and_keeps_state"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "refused: this backend takes no call" in out, out[-3000:]
+    match = re.search(r"gdn-equiv: (\d+) Hypothesis examples in [\d.]+ s .*; (\d+) counted by properties", out)
+    assert match is not None, out[-3000:]
+    assert int(match[1]) > 0 and int(match[2]) == 0, match[0]

@@ -33,23 +33,29 @@ RUN = [
 
 
 class _Rows(HTMLParser):
-    """The ledger rows of a page: their ``data-*`` attributes and the status badge's text."""
+    """The ledger rows of a page: their ``data-*`` attributes, the row id's text (``id``) and the status
+    badge's (``shown``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[dict[str, str]] = []
-        self._in_status = False
+        self._in_status = self._in_id = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
         if tag == "tr" and "ledger-row" in a.get("class", ""):
             self.rows.append({k[5:]: v for k, v in a.items() if k.startswith("data-")})
         self._in_status = tag == "span" and "status" in a.get("class", "").split()
+        if tag == "td":
+            self._in_id = "id" in a.get("class", "").split()
 
     def handle_data(self, data: str) -> None:
         if self._in_status and self.rows:
             self.rows[-1]["shown"] = data.strip()
             self._in_status = False
+        elif self._in_id and self.rows and data.strip():
+            self.rows[-1]["id"] = data.strip()
+            self._in_id = False
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +95,9 @@ def test_html_without_jinja2_refuses_before_any_example(tmp_path: Path, monkeypa
 
 
 GATE_TEST = """
-from hypothesis import given, strategies as st
+import time
+from hypothesis import Phase, given, settings, strategies as st
 import pytest
-
-@given(st.integers(0, 100))
-def test_small(n):
-    assert n < 10
 
 def test_fine():
     pass
@@ -102,30 +105,50 @@ def test_fine():
 @pytest.mark.skip(reason="planted skip")
 def test_skipped():
     pass
+
+@given(st.integers(0, 100))
+def test_small(n):
+    assert n < 10
+
+# runs until the stop of -x reaches it (between two examples, or before it starts)
+@settings(max_examples=20_000, database=None, deadline=None, phases=[Phase.generate])
+@given(st.integers())
+def test_stopped(n):
+    time.sleep(0.005)
+
+def test_never():
+    pass
 """
 
 
 @pytest.mark.slow
 def test_gate_page_lists_every_collected_test_with_pytests_outcome(tmp_path: Path) -> None:
-    """``--gdn-html`` in a pytest run (a subprocess: the plugin's state is per session) under xdist: every
-    collected test with its outcome, the failure with Hypothesis' falsifying example and its rerun command."""
+    """``--gdn-html`` in a pytest run (a subprocess: the plugin's state is per session) under xdist with ``-x``:
+    every collected test with its outcome, the failure with Hypothesis' falsifying example and its rerun command,
+    the tests the stop kept from running (or finishing) ``not reached``, and the process' own exit status (1:
+    the plugin turns xdist's "interrupted" 2 of a -x stop into "tests failed"; the page said 2, issue #49)."""
     pytest.importorskip("jinja2", reason="the page needs Jinja2 (pip install gdn-equiv[html])")
     (tmp_path / "test_planted.py").write_text(GATE_TEST)
     page = tmp_path / "gate.html"
-    command = [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider", "--gdn-html", str(page)]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "1", "-p", "no:cacheprovider", "--gdn-html", str(page)]
     env = {**os.environ, "HYPOTHESIS_PROFILE": "dev"}
     done = subprocess.run([*command, "test_planted.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     parser = _Rows()
     text = page.read_text()
+    assert "pytest exit status 1" in text and "pytest exit status 2" not in text
+    assert 'id="run-status">stopped at its first failure (-x)<' in text
     parser.feed(text)
-    results = {r["property"] + "::" + r["shown"] for r in parser.rows}
-    assert results == {"test_planted::FAIL", "test_planted::pass", "test_planted::skipped"}, results
+    results = {r["id"].partition("::")[2]: r["shown"] for r in parser.rows}
+    assert results == {
+        "test_fine": "pass", "test_skipped": "skipped", "test_small": "FAIL", "test_stopped": "not reached",
+        "test_never": "not reached",
+    }, results  # fmt: skip
     assert (
         "Failing test case: test_small(\nn=10,\n)" in text
         and "python -m pytest &#39;test_planted.py::test_small&#39;" in text
     )
-    assert "planted skip" in text and "pytest exit status 1" in text
+    assert "planted skip" in text
 
 
 # ---- in a real browser ------------------------------------------------------------------------------------

@@ -74,6 +74,44 @@ def test_hypothesis_statistics_are_counted_per_example() -> None:
     assert testing.counts()["hypothesis"] == before + 3
 
 
+@pytest.mark.parametrize(
+    ("ending", "counted"),
+    [
+        (None, 1),  # the comparison passed
+        (AssertionError("y differs"), 1),  # a comparison (or assert) failed: it compared something
+        (RuntimeError("refused: not on this device"), 0),  # the call under test refused: nothing compared
+        (pytest.skip.Exception("n/a"), 0),
+        ("worker died", 0),  # a crash (an AssertionError to Hypothesis, a finding) compared nothing
+        ("premise", 0),  # built to meet the premise, did not: compared nothing
+    ],
+)
+def test_an_example_counts_by_properties_once_it_compared_something(ending: object, counted: int) -> None:
+    """``count_example`` is called before the comparison; inside an example's scope (the plugin opens one per
+    Hypothesis example) it counts only once the example ends having compared something (issue #49)."""
+    from gdn_equiv.harness.compare import Report
+    from gdn_equiv.harness.isolation import WorkerDied
+    from gdn_equiv.harness.ledger import PremiseNotMet
+
+    if ending == "worker died":
+        ending = WorkerDied("the worker running the example was killed by signal SIGSEGV")
+    elif ending == "premise":
+        ending = PremiseNotMet("the example was built to meet the premise", Report("premise", ("p", "spec"), False, 0))
+    before = testing.counts()["properties"]
+    try:
+        with testing.example_scope():
+            testing.count_example()
+            if isinstance(ending, BaseException):
+                raise ending
+    except BaseException as exc:
+        assert exc is ending
+    assert testing.counts()["properties"] - before == counted
+    with testing.example_scope():  # an example that never called count_example: not a property's
+        pass
+    assert testing.counts()["properties"] - before == counted
+    testing.count_example()  # outside any example's scope: counts at once (a driver of its own)
+    assert testing.counts()["properties"] - before == counted + 1
+
+
 def test_an_unknown_hypothesis_profile_is_refused_naming_the_known_ones():
     import pytest
 

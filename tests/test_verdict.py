@@ -83,14 +83,19 @@ def test_an_unfinished_row_says_why(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("raised", "status"),
-    [(None, "complete"), (KeyboardInterrupt, "interrupted"), (RuntimeError, "internal-error")],
+    ("raised", "status", "exit_status"),
+    [(None, "complete", 1), (KeyboardInterrupt, "interrupted", 130), (RuntimeError, "internal-error", 4)],
 )
-def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseException] | None, status: str) -> None:
-    """However the run ends, the summary on disk says so and still lists every asked row."""
+def test_a_report_says_how_its_run_ended(
+    tmp_path: Path, raised: type[BaseException] | None, status: str, exit_status: int
+) -> None:
+    """However the run ends, the summary on disk says so and still lists every asked row, and the page names
+    the exit status the command ends with (an interrupted run's page said "exit status 1", issue #49)."""
+    pytest.importorskip("jinja2", reason="the page needs Jinja2 (pip install gdn-equiv[html])")
+    page = tmp_path / "page.html"
     try:
         copy, junit = tmp_path / "summary-copy.json", tmp_path / "junit.xml"  # into a directory that exists
-        with ReportWriter(tmp_path, device="cpu", meta={}, json_copy=copy, junit_xml=junit) as writer:
+        with ReportWriter(tmp_path, device="cpu", meta={}, json_copy=copy, junit_xml=junit, html=page) as writer:
             writer.ask([_row(), _row(name="P4-gradients")])
             writer.add(_row(examples=3))
             if raised is not None:
@@ -102,6 +107,9 @@ def test_a_report_says_how_its_run_ended(tmp_path: Path, raised: type[BaseExcept
     assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
     # a row no result reached: interrupted when the run was, else not reached (both fail the run)
     assert [c["result"] for c in summary["checks"]] == ["pass", "interrupted" if status == "interrupted" else UNREACHED]
+    ended = "" if status == "complete" else f"run {status}: "
+    assert f"{ended}exit status {exit_status}<" in page.read_text().replace("\n", "")
+    assert writer.exit_status() == exit_status
 
 
 def test_every_copy_of_a_report_holds_the_ledger(tmp_path: Path) -> None:
@@ -523,6 +531,8 @@ def test_judge_counts_an_example_for_the_session_only_once_it_compared_something
     ledger.judge(lambda: None, example, must_apply=False, count=True)
     with pytest.raises(AssertionError):
         ledger.judge(lambda: (_ for _ in ()).throw(AssertionError("y differs")), example, must_apply=False, count=True)
+    with pytest.raises(RuntimeError):  # the backend refused the call: nothing compared
+        ledger.judge(lambda: (_ for _ in ()).throw(RuntimeError("refused")), example, must_apply=False, count=True)
     ledger.judge(lambda: None, example, must_apply=False)  # a driver outside the gate counts nothing here
     assert counts()["properties"] == before + 2
 
@@ -562,8 +572,9 @@ def test_an_example_counts_for_the_innermost_running_gate_test() -> None:
 
 
 def test_only_an_example_that_compared_something_is_labelled_for_coverage(monkeypatch) -> None:
-    """Regions are labelled for examples that compared something, failing ones included; a premise miss, or a
-    serving case (no layer regions), reaches none."""
+    """Regions are labelled for examples that compared something, failing ones included; a premise miss, a call
+    that raised something other than a failed comparison (a backend's refusal), or a serving case (no layer
+    regions), reaches none."""
     example = _example()
     labelled: list[Any] = []
     monkeypatch.setattr(ledger, "label_example", labelled.append)
@@ -576,6 +587,8 @@ def test_only_an_example_that_compared_something_is_labelled_for_coverage(monkey
     ledger.judge(lambda: None, example, must_apply=False, count=True)
     with pytest.raises(ZeroDivisionError):
         ledger.judge(lambda: 1 / 0, example, must_apply=False, count=True)
+    with pytest.raises(AssertionError):
+        ledger.judge(lambda: (_ for _ in ()).throw(AssertionError("y differs")), example, must_apply=False, count=True)
     ledger.judge(lambda: None, "a serving case", must_apply=False, count=True)
     ledger.judge(lambda: None, example, must_apply=False)  # outside the gate: no labels
     assert labelled == [example, example]

@@ -379,7 +379,7 @@ class Tally:
     #: distinct processes (pid, import time) that wrote them: xdist workers, or several runs
     processes: set[tuple[Any, Any]] = field(default_factory=set)
     files: list[Path] = field(default_factory=list)
-    #: the run judged (its id), or None where no observation carries one (every line judged)
+    #: the run judged (its id), or None where no observation carries one (no line judged)
     run: str | None = None
     #: observations left out: another run's, or none's beside a run's
     left_out: int = 0
@@ -402,16 +402,17 @@ def runs(observations: Iterable[tuple[Path, dict[str, Any]]]) -> list[str]:
 
 def tally(observations: Iterable[tuple[Path, dict[str, Any]]], run: str | None = None) -> Tally:
     """Count examples per coverage label and per test, from :func:`read_observed`'s observations of one run:
-    ``run`` (an id :func:`runs` lists), by default the newest. A folder whose observations carry no run id
-    (written before runs had one) is judged whole. Lines of other runs, and lines without an id beside a
-    run's (an unrelated test's, a stale one), are left out and counted (``left_out``)."""
+    ``run`` (an id :func:`runs` lists), by default the newest. Lines of other runs, and lines without a run id
+    (an unrelated test's, a stale one, a run without the gate's plugin), are left out and counted
+    (``left_out``): a folder none of whose lines carries a run id has no run to judge, and every region is
+    NOT REACHED (it used to be judged whole, so an unrelated test's lines could pass ``--require-all``)."""
     observations = list(observations)
     known = runs(observations)
     if run is not None and run not in known:
         raise InvalidArgument(f"run {run!r} is not in the observations; runs there: {', '.join(known) or 'none'}")
     out = Tally(run=run or (known[-1] if known else None))
     for path, data in observations:
-        if out.run is not None and (data.get("features") or {}).get(RUN_EVENT) != out.run:
+        if out.run is None or (data.get("features") or {}).get(RUN_EVENT) != out.run:
             out.left_out += 1
             continue
         if path not in out.files:
@@ -558,7 +559,8 @@ def format_report(t: Tally) -> str:
         "",
         f"Run judged: {t.run}; {t.left_out} observation(s) of other runs, or of none, left out."
         if t.run is not None
-        else "Run judged: every observation (none carries a run id: written before runs had one).",
+        else f"Run judged: none: no observation carries a run id (the gate's plugin labels every example with "
+        f"its run's); {t.left_out} observation(s) left out.",
         *_combination_lines(t),
     ]
     for dim, rows in _rows(t):

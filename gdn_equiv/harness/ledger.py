@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from gdn_equiv.harness.compare import Mismatch, Report
 from gdn_equiv.harness.coverage import label_example
 from gdn_equiv.harness.premise import NotApplicable
-from gdn_equiv.harness.testing import count_example
+from gdn_equiv.harness.testing import compared_something, count_example
 from gdn_equiv.model.example import Example
 
 __all__ = [
@@ -234,9 +234,10 @@ def judge(
     test's, :func:`exercised`) counts it drawn, and not applicable where it did not meet the premise, which
     returns :data:`MISSED` (``on_missed`` gets the reason) unless the example was built to meet it
     (``must_apply``): then :class:`PremiseNotMet`, a failure. Any other exception is the example's failure
-    and passes through. With ``count`` (the gate), an example that compared something, failing or not, is
-    counted for the session's summary and its regions labelled for ``coverage``; one that compared nothing
-    reaches no region."""
+    and passes through. With ``count`` (the gate), an example that compared something, failing or not
+    (:func:`~gdn_equiv.harness.testing.compared_something`), is counted for the session's summary and its
+    regions labelled for ``coverage``; one that compared nothing (not applicable, or its call raised something
+    other than a failed comparison: a backend's refusal) is not counted and reaches no region."""
     tally = tally if tally is not None else (_RUNNING[-1] if _RUNNING else None)
     if tally is not None:
         tally.drawn += 1
@@ -257,9 +258,9 @@ def judge(
         if on_missed is not None:
             on_missed(str(exc))
         return MISSED
-    except BaseException:
-        if count:
-            _compared(example)  # a failing example compared something
+    except BaseException as exc:
+        if count and compared_something(exc):
+            _compared(example)  # a failed comparison compared something; a refused or crashed call did not
         raise
     if count:
         _compared(example)

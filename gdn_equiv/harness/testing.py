@@ -34,11 +34,13 @@ __all__ = [
     "PROFILES",
     "SHRINK_SECONDS",
     "bound_shrinking",
+    "compared_something",
     "count_example",
     "count_hypothesis_test_cases",
     "counts",
     "cu_from_lens",
     "default_profile",
+    "example_scope",
     "first_hit",
     "fuzzing",
     "hypofuzz_compat",
@@ -56,14 +58,55 @@ __all__ = [
 # ---- example counting ----------------------------------------------------------------------
 
 _COUNTS = {"properties": 0, "hypothesis": 0}
+#: one entry per example running inside :func:`example_scope`: whether its property body called count_example()
+_PENDING: list[bool] = []
 
 
 def count_example() -> None:
-    """Record that a property body ran for one example; call it once per example.
+    """Record that a property body runs for this example; call it once per example, before its comparison.
 
-    The pytest session sums these over all xdist workers and prints them at the end of the run.
+    Inside :func:`example_scope` (the pytest plugin opens one around every Hypothesis example) the example
+    counts only when it ends having compared something (:func:`compared_something`): a backend that refuses
+    every call, or a premise that never holds, counts nothing. Outside one it counts at once. The pytest
+    session sums the counts over all xdist workers and prints them at the end of the run ("counted by
+    properties").
     """
-    _COUNTS["properties"] += 1
+    if _PENDING:
+        _PENDING[-1] = True
+    else:
+        _COUNTS["properties"] += 1
+
+
+def compared_something(exc: BaseException | None) -> bool:
+    """Whether an example that ended with ``exc`` (``None``: it returned) compared something: it returned, or
+    a comparison or assertion failed (an ``AssertionError``: a ``Mismatch``, a plain ``assert``). An example
+    that raised anything else compared nothing: the call under test refused or raised, a skip, an unmet
+    premise (:class:`~gdn_equiv.harness.ledger.PremiseNotMet`), a worker that died before it answered
+    (:class:`~gdn_equiv.harness.isolation.WorkerDied`)."""
+    if exc is None:
+        return True
+    if not isinstance(exc, AssertionError):
+        return False
+    from gdn_equiv.harness.isolation import WorkerDied
+    from gdn_equiv.harness.ledger import PremiseNotMet
+
+    return not isinstance(exc, (WorkerDied, PremiseNotMet))
+
+
+@contextlib.contextmanager
+def example_scope() -> Iterator[None]:
+    """One example's count: a :func:`count_example` inside the block counts once the block ends, and only
+    where the example compared something (:func:`compared_something` of how the block ended)."""
+    _PENDING.append(False)
+    ended: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        ended = exc
+        raise
+    finally:
+        if _PENDING.pop() and compared_something(ended):
+            _COUNTS["properties"] += 1
 
 
 def count_hypothesis_test_cases(stats: Mapping[str, Any]) -> int:
@@ -140,13 +183,16 @@ MISS_BOUND = 5_000
 def first_hit(max_examples: int = MISS_BOUND) -> Any:
     """Hypothesis settings for a search that stops at its first hit (``hypothesis.find`` of a planted
     defect or a region a strategy must reach): no database, deadline or health checks, and no shrink
-    phase, since any hit will do; ``max_examples`` (default :data:`MISS_BOUND`) only bounds a miss."""
+    phase, since any hit will do; ``max_examples`` (default :data:`MISS_BOUND`) only bounds a miss.
+    Derandomized: the search draws the same examples every run, so whether it hits is a fact of the code
+    (a test that must hit fails every run or none), never of what a random run happened to draw."""
     from hypothesis import HealthCheck, Phase, settings
 
     return settings(
         max_examples=max_examples,
         deadline=None,
         database=None,
+        derandomize=True,
         suppress_health_check=list(HealthCheck),
         phases=[Phase.explicit, Phase.generate],
     )

@@ -245,13 +245,17 @@ def write(path: Path, html: str) -> Path:
 ERROR = "error"
 #: the gate's results that fail its run: a failure, an error in setup or teardown, a test never reached
 GATE_FAILING = (Outcome.FAILED, ERROR, Outcome.NOT_REACHED)
+#: the outcome the plugin hands :meth:`GateLedger.reported` for a test the run's stop (-x) kept from running
+#: or from finishing (pytest reports it skipped, "not reached: ...")
+NOT_REACHED = str(Outcome.NOT_REACHED)
 
 
 class GateLedger:
     """The pytest gate's ledger for its page: every collected test is an asked row, ``not reached`` until
     pytest reports it; its status is pytest's outcome (``pass``, ``FAIL``, ``error``, ``skipped`` with the
-    reason, ``xfailed``). A gate property test is filed under its record's name; any other test under its
-    module. Knows nothing of pytest: the plugin hands it node ids and reports' fields."""
+    reason, ``xfailed``), or ``not reached`` for a test the run's stop kept from running or finishing. A gate
+    property test is filed under its record's name; any other test under its module. Knows nothing of pytest:
+    the plugin hands it node ids and reports' fields."""
 
     def __init__(self, *, records: dict[str, str], backends: list[str], families: list[str]) -> None:
         self.records = records  # gate test function -> property record name
@@ -291,6 +295,8 @@ class GateLedger:
             row["failure"] = (f"error in {when}: " if when != "call" else "") + longrepr
             row["example_text"], replay = _falsifying(longrepr)
             row["commands"] = [f"python -m pytest {_quote(nodeid)}", *replay]
+        elif outcome == NOT_REACHED:
+            row["result"], row["failure"] = Outcome.NOT_REACHED, longrepr
         elif outcome == "skipped":
             row["result"] = "xfailed" if xfail else "skipped"
             row["failure"] = longrepr

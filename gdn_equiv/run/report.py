@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gdn_equiv.harness.ledger import FAILING, Outcome, cut_short
+from gdn_equiv.harness.ledger import EXIT_INTERRUPTED, FAILING, Outcome, cut_short, exit_status
 from gdn_equiv.run import html_report
 from gdn_equiv.run.failures import (
     FORMAT_VERSION,
@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 INTERNAL_ERROR_FILE = "internal-error.txt"
+#: the exit status of a run that gdn-equiv itself failed (the command table's 4; the traceback is INTERNAL_ERROR_FILE)
+EXIT_INTERNAL = 4
 
 
 class ReportWriter:
@@ -174,7 +176,7 @@ class ReportWriter:
         data = json.loads(self.summary_path.read_text())
         for check, row in zip(data["checks"], self.rows, strict=True):
             check["row_id"] = row.row_id
-        failing = "exit status 1" if self.failed else "exit status 0"
+        failing = f"exit status {self.exit_status()}"
         what = f"{self.meta.get('mode', 'check')} · {self.meta.get('family', '')} · {self.meta.get('backend', '')}"
         page = html_report.render(
             data,
@@ -186,6 +188,15 @@ class ReportWriter:
             exit_note=failing if self.status == "complete" else f"run {self.status}: {failing}",
         )
         return html_report.write(path, page)
+
+    def exit_status(self) -> int:
+        """The status the run's command exits with, as its report stands: 130 interrupted, 4 for an internal
+        error of gdn-equiv, else the ledger's (0 or 1, from the rows)."""
+        if self.status == "interrupted":
+            return EXIT_INTERRUPTED
+        if self.status == "internal-error":
+            return EXIT_INTERNAL
+        return exit_status(Outcome(r.result) for r in self.rows)
 
     @property
     def failed(self) -> list[Check]:

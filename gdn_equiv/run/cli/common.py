@@ -17,6 +17,7 @@ from gdn_equiv.harness.ledger import EXIT_OK as EXIT_OK
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import get_backend, known_backends
 from gdn_equiv.model.families import parse_families
+from gdn_equiv.run import report
 
 # 0, 1 and 130 are the ledger's (gdn_equiv.harness.ledger.exit_status computes them from the rows)
 EXIT_USAGE = 2
@@ -25,7 +26,7 @@ EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3
 
 
-EXIT_INTERNAL = 4
+EXIT_INTERNAL = report.EXIT_INTERNAL  # the report's, which names it on the page
 
 
 EXIT_STATUS = """\

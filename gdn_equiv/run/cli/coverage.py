@@ -95,8 +95,8 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="ID",
         help="the run to judge (the gate labels each example with its run's id, GDN_EQUIV_RUN_ID); default: the "
-        "newest run in --observed; other runs' observations, and observations without an id beside a run's, are "
-        "left out and counted",
+        "newest run in --observed; other runs' observations, and observations without a run id (an unrelated "
+        "test's, a run without the gate's plugin), are left out and counted",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the counts as JSON")
     p.add_argument(
