@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any
 
 import torch
@@ -317,3 +318,64 @@ def reference_defects() -> dict[str, type]:
         "reference-v-conv-no-activation": VConvNoActivation,
         "reference-gate-before-norm": GateBeforeNorm,
     }
+
+
+# ---- a slower kernel, bitwise right (``gdn-equiv bench compare`` must flag it; no property may)
+
+#: how much more work the slowed forward does
+SLOWDOWN = 0.2
+
+
+def _slowed_forward(base: str) -> Any:
+    def forward(
+        x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+    ) -> Any:
+        from gdn_equiv.model.backends import get_backend  # by name at call time: the base may be a lazy extra
+
+        run = get_backend(base).forward
+        if x.device.type == "cuda":
+            # device work: the forward again over the first fifth of the sequence, discarded (seen by CUDA
+            # events and captured by CUDA graphs alike; a host-side wait would be neither)
+            out = run(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+            part = max(1, round(x.shape[1] * SLOWDOWN))
+            with torch.no_grad():
+                run(
+                    x[:, :part].detach(),
+                    weight.detach(),
+                    None if bias is None else bias.detach(),
+                    activation,
+                    None,
+                    False,
+                    None,
+                )
+            return out
+        # on a CPU the wall clock is the measure: spin for a fifth of the call's own time
+        start = time.perf_counter()
+        out = run(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+        until = time.perf_counter() + SLOWDOWN * (time.perf_counter() - start)
+        while time.perf_counter() < until:
+            pass
+        return out
+
+    return forward
+
+
+def slowed(base: str) -> Backend:
+    """``base``'s forward, bitwise, about :data:`SLOWDOWN` slower (the step kernel untouched): on a CPU it spins
+    for a fifth of each call's wall time; on CUDA it repeats the forward over the first fifth of the sequence
+    (forward+backward is slower by the forward's share of it)."""
+    from gdn_equiv.model.backends import get_backend
+
+    return Backend(
+        f"planted-slow-{base}",
+        forward=_slowed_forward(base),
+        update=tb.update,
+        unavailable=lambda: get_backend(base).unavailable(),
+        description=f"{base}'s conv, {SLOWDOWN:.0%} slower (planted for bench compare)",
+    )
+
+
+#: ``gdn-equiv bench prologue --backend gdn_equiv.harness.planted:SLOW_TORCH`` (a CPU) or ``...:SLOW_TRITON``
+#: (a GPU), compared with ``bench compare OLD NEW --pair torch=gdn_equiv.harness.planted:SLOW_TORCH``
+SLOW_TORCH = slowed("torch")
+SLOW_TRITON = slowed("triton")
