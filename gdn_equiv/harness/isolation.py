@@ -31,6 +31,7 @@ the sanitizer's log; the example's own result is discarded then.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import math
 import multiprocessing
@@ -326,6 +327,12 @@ def run_one(request: str, reply: str) -> None:
     Path(reply).write_bytes(pickle.dumps((*answer, list(reports))))
 
 
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+
+
 class SanitizedPool(WorkerPool):
     """Each call in a fresh process under ``compute-sanitizer --tool TOOL`` (``executable``: the
     sanitizer, found by :func:`sanitizer_executable` unless given). The sanitizer's error exit is a
@@ -386,12 +393,14 @@ class SanitizedPool(WorkerPool):
             try:
                 output, _ = process.communicate(timeout=self.timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate()
+                _kill_group(process)
                 self.deaths += 1
                 raise WorkerTimedOut(
                     f"the example ran past the {self.timeout:g} s time limit under compute-sanitizer (killed): {what}"
                 ) from None
+            except BaseException:  # Ctrl-C, SIGTERM: the sanitizer and its python go with us
+                _kill_group(process)
+                raise
             text = output.decode(errors="replace")
             report = log.read_text(errors="replace") if log.exists() else ""
             if process.returncode == SANITIZER_EXIT:
