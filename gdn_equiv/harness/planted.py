@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, causal_conv1d
+from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, causal_conv1d, get_backend
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.conv_ops import apply_activation, apply_conv_facts
 from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, compute_dtype, delta_rule
@@ -331,8 +331,6 @@ def _slowed_forward(base: str) -> Any:
     def forward(
         x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
     ) -> Any:
-        from gdn_equiv.model.backends import get_backend  # by name at call time: the base may be a lazy extra
-
         run = get_backend(base).forward
         if x.device.type == "cuda":
             # device work: the forward again over the first fifth of the sequence, discarded (seen by CUDA
@@ -365,8 +363,6 @@ def slowed(base: str) -> Backend:
     """``base``'s forward, bitwise, about :data:`SLOWDOWN` slower (the step kernel untouched): on a CPU it spins
     for a fifth of each call's wall time; on CUDA it repeats the forward over the first fifth of the sequence
     (forward+backward is slower by the forward's share of it)."""
-    from gdn_equiv.model.backends import get_backend
-
     return Backend(
         f"planted-slow-{base}",
         forward=_slowed_forward(base),
@@ -396,8 +392,7 @@ def _planted_triton_forward(edge: int, race: int) -> Any:
         plain = initial_state is None and not output_final_state and cu_seqlens is None and x.stride(-1) == 1
         if not plain or _grad_taken(x, weight, bias):  # outside the planted kernel's reach: torch's conv
             return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
-        import triton
-
+        # lazily: the kernels module imports triton, an optional extra
         from gdn_equiv.harness import _sanitizer_kernels as kernels
 
         B, T, D = x.shape
@@ -406,7 +401,7 @@ def _planted_triton_forward(edge: int, race: int) -> Any:
         w = weight.contiguous()
         kernels.planted_conv_fwd_kernel[(B, T)](
             x, w, w if bias is None else bias.contiguous(), y, T, D, x.stride(0), x.stride(1), y.stride(0),
-            y.stride(1), W=W, HAS_BIAS=bias is not None, BD=triton.next_power_of_2(D + 1), EDGE=edge, RACE=race,
+            y.stride(1), W=W, HAS_BIAS=bias is not None, BD=1 << D.bit_length(), EDGE=edge, RACE=race,
             num_warps=4,
         )  # fmt: skip
         return apply_activation(y, activation).to(x.dtype), None
@@ -415,8 +410,6 @@ def _planted_triton_forward(edge: int, race: int) -> Any:
 
 
 def _triton_unavailable() -> str | None:
-    from gdn_equiv.model.backends import get_backend
-
     return get_backend("triton").unavailable()
 
 
@@ -445,8 +438,6 @@ def sanitizer_marked_call(T: int) -> bool:
 def sanitizer_probe(backend: str, B: int = 2, T: int = 8, D: int = 40, dtype: str = "float32") -> bool:
     """One forward of ``backend`` on fresh contiguous CUDA tensors, checked against torch's conv (a module-level
     function a sanitized process can run: ``scripts/sanitize_teeth.py``)."""
-    from gdn_equiv.model.backends import get_backend
-
     gen = torch.Generator("cuda").manual_seed(0)
     kind = getattr(torch, dtype)
     x = torch.randn(B, T, D, device="cuda", generator=gen).to(kind)
