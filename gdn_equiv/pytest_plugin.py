@@ -144,7 +144,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="with --gdn-isolate: an example running longer fails and its worker is killed (default 60)",
+        help="with --gdn-isolate or --gdn-sanitize: an example running longer fails and its worker is killed "
+        "(default 60; under --gdn-sanitize 300)",
+    )
+    group.addoption(
+        "--gdn-sanitize",
+        default=None,
+        choices=isolation.SANITIZER_TOOLS,
+        metavar="TOOL",
+        help="run each example's kernel calls in a fresh process under NVIDIA compute-sanitizer --tool TOOL ("
+        + ", ".join(isolation.SANITIZER_TOOLS)
+        + "): a sanitizer report fails that example, the report attached, and Hypothesis shrinks it; needs "
+        "compute-sanitizer and a CUDA device (status 3 without them)",
     )
     group.addoption(
         "--gdn-serving-engine",
@@ -186,7 +197,10 @@ def wanted(config: pytest.Config) -> bool:
     """Whether this run is a gdn-equiv run (see the module docstring)."""
     if config.getini("gdn_equiv_suite"):
         return True
-    if any(config.getoption(o) is not None for o in ("gdn_backend", "gdn_target", "gdn_serving_engine", "gdn_html")):
+    if any(
+        config.getoption(o) is not None
+        for o in ("gdn_backend", "gdn_target", "gdn_serving_engine", "gdn_html", "gdn_sanitize")
+    ):
         return True
     return any(_SUITE_ARG.search(str(arg).split("::")[0]) for arg in config.args)
 
@@ -284,13 +298,19 @@ def _bound_shrinking(config: pytest.Config) -> None:
 
 def _isolate(config: pytest.Config, targets: list[str]) -> None:
     timeout = config.getoption("gdn_example_timeout")
-    if timeout is not None and not config.getoption("gdn_isolate"):
-        raise pytest.UsageError("--gdn-example-timeout needs --gdn-isolate")
-    if config.getoption("gdn_isolate"):
+    tool = config.getoption("gdn_sanitize")
+    if timeout is not None and not config.getoption("gdn_isolate") and tool is None:
+        raise pytest.UsageError("--gdn-example-timeout needs --gdn-isolate or --gdn-sanitize")
+    if tool is not None:  # before any example: a sanitized run that cannot sanitize would check nothing it was asked
+        reason = isolation.sanitizer_missing(tool)
+        if reason is not None:
+            pytest.exit(f"gdn-equiv: --gdn-sanitize {tool} cannot run here: {reason}", returncode=3)
+    if config.getoption("gdn_isolate") or tool is not None:
         # a fresh worker process lacks what this one did to run fla under the interpreter
         setup = (f"{__name__}:{fla_interpreter_ready.__name__}",) if "fla" in targets and _interpreting() else ()
+        default = isolation.DEFAULT_TIMEOUT if tool is None else isolation.SANITIZE_TIMEOUT
         try:
-            isolation.configure(isolation.DEFAULT_TIMEOUT if timeout is None else timeout, setup=setup)
+            isolation.configure(default if timeout is None else timeout, setup=setup, sanitize=tool)
         except InvalidArgument as exc:
             raise pytest.UsageError(f"--gdn-example-timeout: {exc}") from exc
 

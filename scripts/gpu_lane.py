@@ -313,6 +313,24 @@ def targets(runs: list[dict]) -> list[str]:
     return out
 
 
+#: a warm run's longest single test: xdist cannot share out one test, so a long one is the run's floor
+#: (2026-12-07 on an H100: a block-edge sweep 109 s, a combination part 62 s)
+LONGEST_TEST = 10.0
+
+
+def longest_tests(runs: list[dict]) -> list[str]:
+    """Each warm run's longest single test against :data:`LONGEST_TEST` (a cold one compiles: no target)."""
+    out = []
+    for r in runs:
+        if r["phase"] != "warm" or not r.get("slowest"):
+            continue
+        name, seconds = r["slowest"][0]
+        verdict = "met" if seconds <= LONGEST_TEST else "NOT met"
+        test = name.split("::")[-1]
+        out.append(f"{r['backend']} warm: longest test {test} {seconds:.1f} s against {LONGEST_TEST:.0f} s: {verdict}")
+    return out
+
+
 def write_markdown(report: dict, path: Path) -> None:
     lines = [
         "# The installed gate on the GPU",
@@ -332,7 +350,7 @@ def write_markdown(report: dict, path: Path) -> None:
             f"{t.get('collected') or '?'} | {r['seconds']} | {r['kernels']} |"
         )
     lines += ["", "Time targets (a cut run or a red one meets none):", ""]
-    lines += [f"- {line}" for line in targets(report["runs"])]
+    lines += [f"- {line}" for line in targets(report["runs"]) + longest_tests(report["runs"])]
     for r in report["runs"]:
         lines += ["", f"## {r['backend']}, {r['phase']}", "", "| test file | passed | failed | n/a | seconds (sum) |"]
         lines.append("| --- | --- | --- | --- | --- |")

@@ -104,10 +104,42 @@ def pytest_runtest_call(item):
 """
 
 
+def _width(cls: str) -> str:
+    """An integer class (``1``, ``i32``, ``i32/16``, ``i64``, ``i64/16``) as an unspecialised argument keys it."""
+    return "i64" if cls.startswith("i64") else "i32" if cls == "1" or cls.startswith("i32") else cls
+
+
+def unspecialised(keys: dict[tuple[str, str, str], str], names: set[str]) -> dict:
+    """The distinct keys once the integer arguments ``names`` carry only their width (``i32``/``i64``), as the
+    JIT keys a ``do_not_specialize`` argument; an unreadable key is kept as it is."""
+    import ast
+
+    left: set[tuple[str, str, str]] = set()
+    for module, name, key in keys:
+        try:
+            parts, options = ast.literal_eval(key)
+        except (ValueError, SyntaxError):
+            left.add((module, name, key))
+            continue
+        kept = tuple((n, _width(v) if n in names else v) for n, v in parts)
+        left.add((module, name, repr((kept, options))))
+    by_kernel: dict[str, int] = defaultdict(int)
+    for module, name, _key in left:
+        by_kernel[f"{module}.{name}"] += 1
+    return {"distinct": len(left), "by_kernel": dict(sorted(by_kernel.items(), key=lambda kv: -kv[1]))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("specialisations"))
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument(
+        "--unspecialise",
+        default=None,
+        metavar="ARG[,ARG]",
+        help="also count the specialisations left if these integer arguments were do_not_specialize (every kernel "
+        "that takes one): what a do_not_specialize would save, before anyone measures its speed",
+    )
     parser.add_argument("pytest_args", nargs="*", help="the gate's pytest arguments (after --)")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") != "1":
@@ -142,12 +174,20 @@ def main(argv: list[str] | None = None) -> int:
         "by_kernel": dict(sorted(by_kernel.items(), key=lambda kv: -kv[1])),
         "by_test": dict(sorted(by_test.items(), key=lambda kv: -kv[1])),
     }
+    if args.unspecialise:
+        names = {n.strip() for n in args.unspecialise.split(",")}
+        report["if_unspecialised"] = {"args": sorted(names), **unspecialised(first_test, names)}
     (args.out / "specialisations.json").write_text(json.dumps(report, indent=1) + "\n")
     seen = f"{len(first_test)} distinct specialisations ({per_process} first sightings per process)"
     print(f"pytest exit {status}; {seen}")
     print("by kernel:")
     for name, n in list(report["by_kernel"].items())[: args.top]:
         print(f"  {n:5d}  {name}")
+    if "if_unspecialised" in report:
+        u = report["if_unspecialised"]
+        print(f"with {', '.join(u['args'])} unspecialised: {u['distinct']} distinct; by kernel:")
+        for name, n in list(u["by_kernel"].items())[: args.top]:
+            print(f"  {n:5d}  {name} (was {report['by_kernel'][name]})")
     print("by test (specialisations it met first):")
     for name, n in list(report["by_test"].items())[: args.top]:
         print(f"  {n:5d}  {name}")

@@ -50,6 +50,7 @@ def _check_report(report: dict, *, command: str, rows: int, iters: int = 2) -> N
             for path in bench.PATHS:
                 t = row[path][p]
                 assert t["n"] == iters and 0 < t["p20_ms"] <= t["median_ms"] <= t["p80_ms"], (path, p, t)
+                assert len(t["samples_ms"]) == iters and t["median_ms"] == bench.quantile(t["samples_ms"], 0.5)
             assert row["ratio"][p] == row["separate"][p]["median_ms"] / row["fused"][p]["median_ms"]
         assert row["check"]["fwd_equal"] is True
         assert "fused_gb_per_s" not in row and "fused_hbm_fraction" not in row  # no bandwidth without a GPU

@@ -8,6 +8,7 @@ import dataclasses
 import random
 
 import pytest
+import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
@@ -142,3 +143,15 @@ def test_a_layer_examples_conv_call_in_every_cell_catches_the_no_final_kernel() 
                     check_example_in_every_cell(example)
             else:
                 check_example_in_every_cell(example)
+
+
+def test_each_part_runs_its_share_and_a_part_without_cells_fails() -> None:
+    from gdn_equiv.suite import test_combinations as gate
+
+    cells = list(range(120))
+    shares = [gate._share(cells, part, 30) for part in range(30)]
+    assert sorted(c for share in shares for c in share) == cells and {len(s) for s in shares} == {4}
+    assert gate._share(cells, None, 30) == cells
+    with pytest.raises(AssertionError, match="part 3 of 4 has no cell to run: only 3 cells drawn"):
+        gate._share(cells[:3], 3, 4)
+    assert gate.parts("conv") == (gate.GPU_PARTS["conv"] if torch.cuda.is_available() else gate.PARTS)

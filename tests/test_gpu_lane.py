@@ -96,6 +96,24 @@ def test_time_targets_are_met_only_by_finished_green_runs(lane) -> None:
     ]
 
 
+def test_a_warm_runs_longest_test_is_held_to_a_few_seconds(lane) -> None:
+    def run(phase, slowest):
+        return {"backend": "triton", "phase": phase, "slowest": slowest}
+
+    lines = lane.longest_tests(
+        [
+            run("cold", [("a.py::test_x[triton]", 300.0)]),
+            run("warm", [("test_combinations.py::test_y[triton-3]", 62.0), ("b.py::z", 1.0)]),
+            run("warm", [("c.py::test_z[triton]", lane.LONGEST_TEST)]),
+            run("warm", []),
+        ]
+    )
+    assert lines == [
+        f"triton warm: longest test test_y[triton-3] 62.0 s against {lane.LONGEST_TEST:.0f} s: NOT met",
+        f"triton warm: longest test test_z[triton] {lane.LONGEST_TEST:.1f} s against {lane.LONGEST_TEST:.0f} s: met",
+    ]
+
+
 HANGING_SUITE = """
 import os
 import time

@@ -19,19 +19,32 @@ resolve (built-in, entry point or ``module:attr``), not one registered at run ti
 
 Workers start from a fork server that has imported torch and gdn_equiv once, so replacing a dead
 worker costs milliseconds, not an interpreter start: shrinking a crash replays many candidates.
+
+Under NVIDIA's compute-sanitizer (``configure(..., sanitize=TOOL)``; the plugin's ``--gdn-sanitize``,
+``check --sanitize``) each call runs in a fresh process started as ``compute-sanitizer --tool TOOL
+--error-exitcode 86 --log-file LOG python ...`` (:class:`SanitizedPool`): the tool's verdict comes with
+the process' exit, so one process per example is what ties a report to its example. A report is
+:class:`SanitizerReport` (an ``AssertionError``: a failing example, shrunk like any other) carrying
+the sanitizer's log; the example's own result is discarded then.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import math
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
@@ -43,15 +56,22 @@ from gdn_equiv.model.families import BUILTIN_FAMILIES as FAMILIES
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "SANITIZER_TOOLS",
+    "SanitizedPool",
+    "SanitizerReport",
     "WorkerDied",
     "WorkerPool",
     "WorkerTimedOut",
     "call",
     "configure",
     "is_plugin",
+    "sanitizer_missing",
 ]
 
 DEFAULT_TIMEOUT = 60.0  # seconds per example: a cold GPU's first triton compile fits well inside
+#: under compute-sanitizer each example starts an interpreter, imports torch and compiles its kernels
+#: instrumented: minutes are not rare
+SANITIZE_TIMEOUT = 300.0
 START_TIMEOUT = 120.0  # a worker that is not ready by then is our failure, not the example's
 # what the worker must see as the parent does (the fork server may have started before they were set)
 _ENV_PREFIXES = ("GDN_", "TRITON_", "CUDA_VISIBLE_DEVICES")
@@ -63,6 +83,45 @@ class WorkerDied(AssertionError):
 
 class WorkerTimedOut(WorkerDied):
     """The worker running an example ran past the per-example time limit (and was killed)."""
+
+
+class SanitizerReport(AssertionError):
+    """compute-sanitizer reported errors while the example ran: a failure of that example, its report attached."""
+
+
+#: compute-sanitizer's tools an example can run under (``--gdn-sanitize``, ``check --sanitize``)
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+#: the exit status the sanitizer is told to give a process it found errors in (``--error-exitcode``)
+SANITIZER_EXIT = 86
+#: where compute-sanitizer lives when it is not on ``PATH`` (the CUDA toolkit's own folder)
+SANITIZER_DIRS = ("$CUDA_HOME/bin", "/usr/local/cuda/bin")
+
+
+def sanitizer_executable() -> str | None:
+    """compute-sanitizer on ``PATH``, else in the CUDA toolkit's folder, else ``None``."""
+    found = shutil.which("compute-sanitizer")
+    if found is not None:
+        return found
+    for folder in SANITIZER_DIRS:
+        candidate = Path(os.path.expandvars(folder)) / "compute-sanitizer"
+        if "$" not in str(candidate) and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def sanitizer_missing(tool: str) -> str | None:
+    """Why examples cannot run under ``compute-sanitizer --tool tool`` here (one line naming what is
+    missing), or ``None``. An unknown tool is the caller's usage error, checked before this."""
+    if sanitizer_executable() is None:
+        return (
+            f"--tool {tool} needs NVIDIA's compute-sanitizer (CUDA toolkit), which is not on PATH nor in "
+            f"{' or '.join(SANITIZER_DIRS)}"
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"--tool {tool} checks CUDA kernels: no CUDA device here (torch {torch.__version__})"
+    return None
 
 
 def is_plugin(backend: str) -> bool:
@@ -244,17 +303,153 @@ class WorkerPool:
         self._discard(kill=True)
 
 
+#: the one call a sanitized process runs: ``python -c SANITIZED_MAIN REQUEST REPLY``
+SANITIZED_MAIN = "import sys; from gdn_equiv.harness.isolation import run_one; run_one(sys.argv[1], sys.argv[2])"
+
+
+def run_one(request: str, reply: str) -> None:
+    """A sanitized process' body: the pickled request's call, its pickled reply written (as a worker sends it)."""
+    env, threads, setup, where, args, kwargs = pickle.loads(Path(request).read_bytes())
+    os.environ.update(env)
+    import torch
+
+    torch.set_num_threads(threads)
+    make_faithful()
+    for step in setup:
+        _resolve(step)()
+    with observe() as reports:
+        try:
+            answer: tuple[Any, ...] = ("ok", _resolve(where)(*args, **kwargs))
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()  # every kernel finished (and checked) before the process says it is done
+        except Exception as exc:
+            answer = ("raised", _portable(exc), traceback.format_exc())
+    Path(reply).write_bytes(pickle.dumps((*answer, list(reports))))
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+
+
+class SanitizedPool(WorkerPool):
+    """Each call in a fresh process under ``compute-sanitizer --tool TOOL`` (``executable``: the
+    sanitizer, found by :func:`sanitizer_executable` unless given). The sanitizer's error exit is a
+    :class:`SanitizerReport` with its log; a death or a timeout is :class:`WorkerDied` /
+    :class:`WorkerTimedOut` as in a plain worker (the process group killed)."""
+
+    def __init__(
+        self,
+        tool: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        setup: tuple[str, ...] = (),
+        executable: str | None = None,
+    ) -> None:
+        super().__init__(timeout=timeout, setup=setup)
+        if tool not in SANITIZER_TOOLS:
+            raise InvalidArgument(f"sanitizer tool must be one of {', '.join(SANITIZER_TOOLS)}, got {tool!r}")
+        found = executable or sanitizer_executable()
+        if found is None:
+            raise InvalidArgument(sanitizer_missing(tool) or "compute-sanitizer not found")
+        self.tool, self.executable = tool, found
+        self.reports = 0
+
+    def command(self, log: Path, request: Path, reply: Path) -> list[str]:
+        return [
+            self.executable,
+            "--tool",
+            self.tool,
+            "--error-exitcode",
+            str(SANITIZER_EXIT),
+            "--log-file",
+            str(log),
+            sys.executable,
+            "-c",
+            SANITIZED_MAIN,
+            str(request),
+            str(reply),
+        ]
+
+    def call(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        where = _address(fn)
+        what = f"{where.partition(':')[2]} on {_describe(args)}"
+        env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        with tempfile.TemporaryDirectory(prefix="gdn-equiv-sanitize-") as tmp:
+            request, reply, log = Path(tmp, "request"), Path(tmp, "reply"), Path(tmp, "sanitizer.log")
+            request.write_bytes(pickle.dumps((env, torch.get_num_threads(), self.setup, where, args, kwargs)))
+            self.started += 1
+            process = subprocess.Popen(
+                self.command(log, request, reply),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                # every tensor its own allocation: an access past one is past what the sanitizer knows was allocated
+                env={**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+                start_new_session=True,  # the sanitizer and the python under it, killed together
+            )
+            try:
+                output, _ = process.communicate(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                self.deaths += 1
+                raise WorkerTimedOut(
+                    f"the example ran past the {self.timeout:g} s time limit under compute-sanitizer (killed): {what}"
+                ) from None
+            except BaseException:  # Ctrl-C, SIGTERM: the sanitizer and its python go with us
+                _kill_group(process)
+                raise
+            text = output.decode(errors="replace")
+            report = log.read_text(errors="replace") if log.exists() else ""
+            if process.returncode == SANITIZER_EXIT:
+                self.reports += 1
+                raise SanitizerReport(
+                    f"compute-sanitizer --tool {self.tool} reported errors while the example ran: {what}\n"
+                    f"{(report or text).strip()}"
+                )
+            if not reply.exists():
+                self.deaths += 1
+                tail = "\n".join((report + text).strip().splitlines()[-40:])
+                raise WorkerDied(
+                    f"the process running the example under compute-sanitizer {_how(process.returncode)}: {what}\n"
+                    f"{tail}"
+                )
+            *result, reports = pickle.loads(reply.read_bytes())
+        for observer in compare._OBSERVERS:
+            observer.extend(reports)
+        if result[0] == "ok":
+            return result[1]
+        _, exc, trace = result
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"raised in the process under compute-sanitizer:\n{trace}")
+        raise exc
+
+    def close(self) -> None:
+        pass  # no process outlives its call
+
+
 _POOL: WorkerPool | None = None
 
 
-def configure(timeout: float | None, *, setup: tuple[str, ...] = ()) -> WorkerPool | None:
+def configure(
+    timeout: float | None, *, setup: tuple[str, ...] = (), sanitize: str | None = None, sanitizer: str | None = None
+) -> WorkerPool | None:
     """Switch isolation on for :func:`call` with this per-example ``timeout`` (``None``: off) and each
-    worker's ``setup`` (see :class:`WorkerPool`). The pytest plugin does this for ``--gdn-isolate``;
-    ``check``/``fuzz`` too, for ``--isolate``."""
+    worker's ``setup`` (see :class:`WorkerPool`); with ``sanitize`` (a tool of :data:`SANITIZER_TOOLS`) each
+    call runs under compute-sanitizer (``sanitizer``: its executable, default the one found here). The pytest
+    plugin does this for ``--gdn-isolate`` / ``--gdn-sanitize``; ``check``/``fuzz`` too, for ``--isolate`` /
+    ``--sanitize``."""
     global _POOL
     if _POOL is not None:
         _POOL.close()
-    _POOL = None if timeout is None else WorkerPool(timeout=timeout, setup=setup)
+    if timeout is None:
+        _POOL = None
+    elif sanitize is not None:
+        _POOL = SanitizedPool(sanitize, timeout=timeout, setup=setup, executable=sanitizer)
+    else:
+        _POOL = WorkerPool(timeout=timeout, setup=setup)
     return _POOL
 
 

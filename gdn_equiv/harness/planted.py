@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import time
 from typing import Any
 
 import torch
 
-from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, causal_conv1d
+from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, causal_conv1d, get_backend
 from gdn_equiv.model.backends import torch_backend as tb
-from gdn_equiv.model.conv_ops import apply_conv_facts
+from gdn_equiv.model.conv_ops import apply_activation, apply_conv_facts
 from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, compute_dtype, delta_rule
 from gdn_equiv.model.families.lightnet import LightNetAttention
 from gdn_equiv.model.guard import decide
@@ -317,3 +319,166 @@ def reference_defects() -> dict[str, type]:
         "reference-v-conv-no-activation": VConvNoActivation,
         "reference-gate-before-norm": GateBeforeNorm,
     }
+
+
+# ---- a slower kernel, bitwise right (``gdn-equiv bench compare`` must flag it; no property may)
+
+#: how much more work the slowed forward does
+SLOWDOWN = 0.2
+
+
+def _slowed_forward(base: str) -> Any:
+    def forward(
+        x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+    ) -> Any:
+        run = get_backend(base).forward
+        if x.device.type == "cuda":
+            # device work: the forward again over the first fifth of the sequence, discarded (seen by CUDA
+            # events and captured by CUDA graphs alike; a host-side wait would be neither)
+            out = run(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+            part = max(1, round(x.shape[1] * SLOWDOWN))
+            with torch.no_grad():
+                run(
+                    x[:, :part].detach(),
+                    weight.detach(),
+                    None if bias is None else bias.detach(),
+                    activation,
+                    None,
+                    False,
+                    None,
+                )
+            return out
+        # on a CPU the wall clock is the measure: spin for a fifth of the call's own time
+        start = time.perf_counter()
+        out = run(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+        until = time.perf_counter() + SLOWDOWN * (time.perf_counter() - start)
+        while time.perf_counter() < until:
+            pass
+        return out
+
+    return forward
+
+
+def slowed(base: str) -> Backend:
+    """``base``'s forward, bitwise, about :data:`SLOWDOWN` slower (the step kernel untouched): on a CPU it spins
+    for a fifth of each call's wall time; on CUDA it repeats the forward over the first fifth of the sequence
+    (forward+backward is slower by the forward's share of it)."""
+    return Backend(
+        f"planted-slow-{base}",
+        forward=_slowed_forward(base),
+        update=tb.update,
+        unavailable=lambda: get_backend(base).unavailable(),
+        description=f"{base}'s conv, {SLOWDOWN:.0%} slower (planted for bench compare)",
+    )
+
+
+#: ``gdn-equiv bench prologue --backend gdn_equiv.harness.planted:SLOW_TORCH`` (a CPU) or ``...:SLOW_TRITON``
+#: (a GPU), compared with ``bench compare OLD NEW --pair torch=gdn_equiv.harness.planted:SLOW_TORCH``
+SLOW_TORCH = slowed("torch")
+SLOW_TRITON = slowed("triton")
+
+
+# ---- kernels right in their outputs, wrong in their memory accesses (``--gdn-sanitize``'s teeth)
+
+#: printed by :data:`SANITIZER_MARKED` where a real kernel would make a bad access: a fake compute-sanitizer
+#: (tests/test_sanitize.py) turns it into a report, so the report-to-failing-example path runs on a CPU
+SANITIZER_MARKER = "GDN-EQUIV-PLANTED-INVALID-READ"
+
+
+def _planted_triton_forward(edge: int, race: int) -> Any:
+    def forward(
+        x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+    ) -> Any:
+        plain = initial_state is None and not output_final_state and cu_seqlens is None and x.stride(-1) == 1
+        if not plain or _grad_taken(x, weight, bias):  # outside the planted kernel's reach: torch's conv
+            return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+        # lazily: the kernels module imports triton, an optional extra
+        from gdn_equiv.harness import _sanitizer_kernels as kernels
+
+        B, T, D = x.shape
+        W = weight.shape[-1]
+        y = torch.empty(B, T, D, dtype=torch.float32, device=x.device)
+        w = weight.contiguous()
+        kernels.planted_conv_fwd_kernel[(B, T)](
+            x, w, w if bias is None else bias.contiguous(), y, T, D, x.stride(0), x.stride(1), y.stride(0),
+            y.stride(1), W=W, HAS_BIAS=bias is not None, BD=1 << D.bit_length(), EDGE=edge, RACE=race,
+            num_warps=4,
+        )  # fmt: skip
+        return apply_activation(y, activation).to(x.dtype), None
+
+    return forward
+
+
+def _triton_unavailable() -> str | None:
+    return get_backend("triton").unavailable()
+
+
+def _race_unavailable() -> str | None:
+    if not torch.cuda.is_available():
+        return "the planted shared-memory race is inline PTX: it needs a CUDA device (not Triton's interpreter)"
+    return _triton_unavailable()
+
+
+def _marked_forward(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """torch's conv, saying :data:`SANITIZER_MARKER` on stderr for a call of 3 or more time steps."""
+    if x.shape[1] >= 3:
+        print(f"{SANITIZER_MARKER} T={x.shape[1]}", file=sys.stderr, flush=True)
+    return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+
+
+def sanitizer_marked_call(T: int) -> bool:
+    """One call of :data:`SANITIZER_MARKED` over ``T`` steps (a module-level function a sanitized process can run)."""
+    x = torch.arange(4 * T, dtype=torch.float32).reshape(1, T, 4)
+    y, _ = SANITIZER_MARKED.forward(x, torch.ones(4, 3), None, "silu", None, False, None)
+    return bool(torch.isfinite(y).all())
+
+
+def sanitizer_probe(backend: str, B: int = 2, T: int = 8, D: int = 40, dtype: str = "float32") -> bool:
+    """One forward of ``backend`` on fresh contiguous CUDA tensors, checked against torch's conv (a module-level
+    function a sanitized process can run: ``scripts/sanitize_teeth.py``)."""
+    gen = torch.Generator("cuda").manual_seed(0)
+    kind = getattr(torch, dtype)
+    x = torch.randn(B, T, D, device="cuda", generator=gen).to(kind)
+    weight = torch.randn(D, 4, device="cuda", generator=gen).to(kind)
+    bias = torch.randn(D, device="cuda", generator=gen).to(kind)
+    y = get_backend(backend).forward(x, weight, bias, "silu", None, False, None)[0]
+    want = tb.forward(x, weight, bias, "silu", None, False, None)[0]
+    torch.cuda.synchronize()
+    return bool(torch.allclose(y.float(), want.float(), rtol=1e-3, atol=1e-3))
+
+
+#: our fused conv's arithmetic as one simple Triton kernel (no state, no packing, no gradients: torch's conv
+#: answers those calls), clean: ``compute-sanitizer`` must find nothing in it
+SANITIZER_CLEAN = Backend(
+    "planted-sanitizer-clean",
+    forward=_planted_triton_forward(edge=0, race=0),
+    update=tb.update,
+    unavailable=_triton_unavailable,
+    description="a simple Triton conv, clean under compute-sanitizer (the control of the planted ones)",
+)
+#: the same kernel reading one element past its block's edge, masked back: bitwise right, memcheck's to find
+SANITIZER_OOB = Backend(
+    "planted-oob-read",
+    forward=_planted_triton_forward(edge=1, race=0),
+    update=tb.update,
+    unavailable=_triton_unavailable,
+    description="reads one element past its block's edge, masked back to the right value (planted, memcheck)",
+)
+#: the same kernel with an unsynchronised shared-memory store and load between warps: bitwise right,
+#: racecheck's to find
+SANITIZER_RACE = Backend(
+    "planted-shared-race",
+    forward=_planted_triton_forward(edge=0, race=1),
+    update=tb.update,
+    unavailable=_race_unavailable,
+    description="a shared-memory read-after-write race between warps, its value discarded (planted, racecheck)",
+)
+#: torch's conv that prints :data:`SANITIZER_MARKER` where the OOB kernel would read past its edge (T >= 3)
+SANITIZER_MARKED = Backend(
+    "planted-sanitizer-marked",
+    forward=_marked_forward,
+    update=tb.update,
+    description="torch's conv printing a marker a fake compute-sanitizer reports (planted, CPU tests)",
+)

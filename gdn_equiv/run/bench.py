@@ -61,7 +61,9 @@ from gdn_equiv.model.fla_versions import (
 from gdn_equiv.run.signals import caused_by_interrupt, interrupt_pending
 
 Tensor = torch.Tensor
-FORMAT = "gdn-equiv-bench/1"
+#: /2 keeps every timed call's milliseconds (``samples_ms``) beside the median and quantiles, for
+#: ``bench compare``'s rank test; /1 reports (medians only) still print and plot (``--from``)
+FORMAT = "gdn-equiv-bench/2"
 PATHS = ("separate", "fused")
 PASSES = ("fwd", "fwd_bwd")
 QUANTILES = (0.2, 0.5, 0.8)
@@ -117,17 +119,18 @@ class BenchPlan:
 
 @dataclass(frozen=True)
 class Timing:
-    """Milliseconds per call over ``n`` timed calls."""
+    """Milliseconds per call over ``n`` timed calls, each one kept in ``samples_ms`` (in call order)."""
 
     median_ms: float
     p20_ms: float
     p80_ms: float
     n: int
+    samples_ms: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, times_ms: Sequence[float]) -> Timing:
         p20, median, p80 = (quantile(times_ms, q) for q in QUANTILES)
-        return cls(median_ms=median, p20_ms=p20, p80_ms=p80, n=len(times_ms))
+        return cls(median_ms=median, p20_ms=p20, p80_ms=p80, n=len(times_ms), samples_ms=tuple(times_ms))
 
 
 def quantile(values: Sequence[float], q: float) -> float:

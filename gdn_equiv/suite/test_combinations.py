@@ -42,36 +42,57 @@ def combination_calls(backend: str) -> st.SearchStrategy:
 
 
 #: each combination test runs as this many tests, one per part: every part draws every cell (descriptions
-#: only, cheap) and checks the promise on all of them, then runs its share, cells ``part, part + PARTS, ...``.
+#: only, cheap) and checks the promise on all of them, then runs its share, cells ``part, part + parts, ...``.
 #: The checks are the same as one test's; what changes is that xdist can spread one backend's combinations
-#: over PARTS workers. On the H100 (2026-12-06) the undivided tests were the gate's longest: 372 s cold for
+#: over the parts' workers. On the H100 (2026-12-06) the undivided tests were the gate's longest: 372 s cold for
 #: ``test_backend_matches_torch_in_every_combination[triton]``, over 400 s for the layer one, each compiling
-#: its calls' kernels one after the other while other workers sat idle.
+#: its calls' kernels one after the other while other workers sat idle; in four parts a triton part still took
+#: 62 s warm (2026-12-07). On a GPU the split is finer, so that a part is a few seconds: the conv test's 120
+#: cells (torch's scope; fewer for a backend with limits) in 30 parts, the layer test's 36 in 18; a part
+#: left with no cell fails rather than pass having run nothing. On a CPU the draws, repeated by every part,
+#: cost more than the calls: four parts each.
 PARTS = 4
+GPU_PARTS = {"conv": 30, "layer": 18}
+
+
+def parts(test: str) -> int:
+    """How many parts ``test`` (``conv`` or ``layer``) runs as here: finer on a GPU (see :data:`GPU_PARTS`)."""
+    import torch
+
+    return GPU_PARTS[test] if torch.cuda.is_available() else PARTS
 
 
 # first: every cell of the conv call in a few examples, cheap on a CPU: every worker starts on it (time to red).
 # each example runs every cell (120 calls), so a sixth of the profile's examples keeps the test's cost
 # near the other conformance tests' while the base calls (channels, dtype, layouts) still vary
 @pytest.mark.first(2)
-@pytest.mark.parametrize("part", range(PARTS))
+@pytest.mark.parametrize("part", range(parts("conv")))
 @settings(deadline=None, max_examples=max(2, settings().max_examples // 6))
 @given(data=st.data())
 def test_backend_matches_torch_in_every_combination(data, gdn_backend, device, part):
     """One base call in every cell: y, the final state when requested, gradients when taken, within §6."""
     cells = data.draw(combination_calls(gdn_backend), label="cells")
     count_example()
-    check_cells(cells, gdn_backend, device, part=part)
+    check_cells(cells, gdn_backend, device, part=part, of=parts("conv"))
 
 
-def check_cells(cells: list, backend: str, device: str, *, part: int | None = None) -> None:
+def _share(cells: list, part: int | None, of: int) -> list:
+    """The cells of ``part`` (of ``of``): ``cells[part::of]``, never none (a part running nothing would pass)."""
+    if part is None:
+        return cells
+    share = cells[part::of]
+    assert share, f"part {part} of {of} has no cell to run: only {len(cells)} cells drawn (fewer parts, please)"
+    return share
+
+
+def check_cells(cells: list, backend: str, device: str, *, part: int | None = None, of: int = PARTS) -> None:
     """Every promised combination the backend can run reached by the calls themselves (a strategy that
     lost one fails here, before any kernel runs), then each call checked in its cell (with ``part``, the
-    calls of that part only: ``cells[part::PARTS]``)."""
+    calls of that part only: ``cells[part::of]``)."""
     varlen_state = capabilities([backend]).varlen_initial_state
     missed = missed_combinations(cells, widths=_widths(backend), varlen_initial_state=varlen_state)
     assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
-    share = cells if part is None else cells[part::PARTS]
+    share = _share(cells, part, of)
     note(f"{len(share)} of {len(cells)} cells; a failure names its call and cell")
     for cell, call in share:
         check_cell(call, cell, backend, device)
@@ -95,7 +116,7 @@ LAYER_CHECKS = (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("part", range(PARTS))
+@pytest.mark.parametrize("part", range(parts("layer")))
 # 36 layer examples per example: a twentieth of the profile's examples
 @settings(deadline=None, max_examples=max(2, settings().max_examples // 20))
 @given(data=st.data())
@@ -111,7 +132,7 @@ def test_layer_properties_in_every_combination(data, gdn_backend, gdn_families, 
     assert not missed, f"{len(missed)} promised layer combination(s) not reached by this example's cells: {missed}"
     # the layer on the backend against the layer on torch compares nothing on torch: that check is n/a there
     checks = [n for n in LAYER_CHECKS if n != "check_backend_matches_torch" or not vacuous(gdn_backend)]
-    for cell, example in cells[part::PARTS]:
+    for cell, example in _share(cells, part, parts("layer")):
         label_example(example)
         applied = 0
         for name in checks:

@@ -1,20 +1,23 @@
 """``gdn-equiv bench layer|prologue``: the fused prologue timed against the separate one
 (:mod:`gdn_equiv.run.bench`); ``gdn-equiv bench verdict``: the time to a red verdict per planted defect
-and driver (:mod:`gdn_equiv.run.verdict`)."""
+and driver (:mod:`gdn_equiv.run.verdict`); ``gdn-equiv bench compare OLD.json NEW.json``: a slowdown
+between two bench reports, tested row by row (:mod:`gdn_equiv.run.bench_compare`)."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import registry
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import available_backends
 from gdn_equiv.model.families import DEFAULT_FAMILY
-from gdn_equiv.run import bench, verdict
+from gdn_equiv.run import bench, bench_compare, verdict
 from gdn_equiv.run import plant as planting
 from gdn_equiv.run.cli.check import target_problem
 from gdn_equiv.run.cli.common import (
@@ -93,6 +96,12 @@ def plan_bench(args: argparse.Namespace) -> Any:
     import torch
 
     what = args.what
+    if what == "compare":
+        return plan_compare(args)
+    given = [f"--{n.replace('_', '-')}" for n in _COMPARE_OPTIONS if getattr(args, n) is not None]
+    if args.reports or given:
+        what_given = ", ".join([*(repr(r) for r in args.reports), *given])
+        raise UsageError(f"{what_given}: report files and these options are bench compare's, not bench {what}'s")
     if what == "verdict":
         return plan_verdict(args)
     given = [f"--{n.replace('_', '-')}" for n in _VERDICT_OPTIONS if getattr(args, n) is not None]
@@ -285,6 +294,106 @@ def cmd_verdict(plan: verdict.VerdictPlan) -> int:
     return EXIT_FAILED if found else EXIT_ENVIRONMENT if errors else EXIT_OK
 
 
+#: the options of ``bench compare`` alone
+_COMPARE_OPTIONS = ("max_slowdown", "alpha", "markdown", "pair")
+
+
+@dataclass
+class ComparePlan:
+    """``bench compare``: two reports read and found comparable, the thresholds checked."""
+
+    old: Path
+    new: Path
+    old_report: dict[str, Any]
+    new_report: dict[str, Any]
+    max_slowdown: float
+    alpha: float
+    pairs: dict[str, str]
+    markdown: Path | None
+
+
+def _percent(flag: str, value: str) -> float:
+    """``5`` or ``5%``: five percent, as a fraction; finite and in [0, 100)."""
+    text = value.strip().removesuffix("%")
+    try:
+        number = float(text)
+    except ValueError:
+        raise UsageError(f"{flag} {value!r} must be a percentage, e.g. 5 or 5%") from None
+    if not (math.isfinite(number) and 0 <= number < 100):
+        raise UsageError(f"{flag} {value!r} must be a percentage >= 0 and < 100")
+    return number / 100
+
+
+def plan_compare(args: argparse.Namespace) -> ComparePlan:
+    """``bench compare OLD NEW``: every option checked, both files read, and two reports from different
+    machines or versions refused by name, before anything is compared."""
+    given = [
+        f"--{n.replace('_', '-')}" if n != "from_report" else "--from"
+        for n in (*_VERDICT_OPTIONS, *_TIMING_OPTIONS, "family", "json")
+        if getattr(args, n)
+    ]
+    if args.quick:
+        given.append("--quick")
+    if given:
+        raise UsageError(f"{', '.join(given)}: bench compare reads two reports and times nothing")
+    if len(args.reports) != 2:
+        raise UsageError(f"bench compare needs two reports, OLD.json NEW.json; got {len(args.reports)}")
+    max_slowdown = bench_compare.DEFAULT_MAX_SLOWDOWN
+    if args.max_slowdown is not None:
+        max_slowdown = _percent("--max-slowdown", args.max_slowdown)
+    alpha = bench_compare.DEFAULT_ALPHA if args.alpha is None else args.alpha
+    if not (math.isfinite(alpha) and 0 < alpha < 0.5):
+        raise UsageError(f"--alpha {alpha!r} must be > 0 and < 0.5")
+    markdown = None
+    if args.markdown is not None:
+        markdown = _bench_output("--markdown", args.markdown, Path(args.markdown), ".md")
+    paths = [Path(r) for r in args.reports]
+    try:
+        old, new = (bench_compare.load_report(f, p) for f, p in zip(("OLD", "NEW"), paths, strict=True))
+    except InvalidArgument as exc:
+        raise UsageError(one_line(str(exc))) from None
+    why = bench_compare.refusal(old, new)
+    if why is not None:
+        raise UsageError(f"{paths[0]} vs {paths[1]}: {why}")
+    pairs: dict[str, str] = {}
+    for value in args.pair or ():
+        a, eq, b = value.partition("=")
+        if not (eq and a.strip() and b.strip()):
+            raise UsageError(f"--pair {value!r} must be OLD_BACKEND=NEW_BACKEND")
+        a, b = a.strip(), b.strip()
+        for side, report, name in (("OLD", old, a), ("NEW", new, b)):
+            names = sorted({str(r.get("backend")) for r in report["rows"]})
+            if name not in names:
+                raise UsageError(f"--pair {value!r}: {side} has no rows of backend {name!r}; its backends: {names}")
+        pairs[a] = b
+    return ComparePlan(paths[0], paths[1], old, new, max_slowdown, alpha, pairs, markdown)
+
+
+def cmd_compare(plan: ComparePlan) -> int:
+    result = bench_compare.compare(
+        plan.old,
+        plan.new,
+        plan.old_report,
+        plan.new_report,
+        max_slowdown=plan.max_slowdown,
+        alpha=plan.alpha,
+        pairs=plan.pairs,
+    )
+    text = bench_compare.format_markdown(result)
+    print(text, flush=True)
+    if plan.markdown is not None:
+        plan.markdown.parent.mkdir(parents=True, exist_ok=True)
+        plan.markdown.write_text(text + "\n")
+        print(f"markdown: {plan.markdown}")
+    for m in result.slower:
+        print(f"FINDING {m.row} {m.path} {m.pass_}: NEW/OLD {m.ratio:.3f}, p {m.p_holm:.2g} (Holm)")
+    if not result.measured:
+        print("nothing compared: no row of one report was timed in the other")
+    elif result.not_compared:
+        print(f"{len(result.not_compared)} row(s) or measurement(s) not compared: not a pass")
+    return EXIT_FAILED if result.slower or result.not_compared or not result.measured else EXIT_OK
+
+
 @dataclass
 class BenchReplay:
     """``bench --from``: an earlier report to print and plot again, nothing timed."""
@@ -336,6 +445,8 @@ def _plot_unless_matplotlib_missing(args: argparse.Namespace, path: Path | None)
 
 
 def cmd_bench(plan: Any) -> int:
+    if isinstance(plan, ComparePlan):
+        return cmd_compare(plan)
     if isinstance(plan, verdict.VerdictPlan):
         return cmd_verdict(plan)
     if isinstance(plan, BenchReplay):
@@ -382,10 +493,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "what",
-        choices=["layer", "prologue", "verdict"],
+        choices=["layer", "prologue", "verdict", "compare"],
         help="layer: the whole layer per family, separate vs fused prologue; prologue: the convs alone; verdict: the "
-        "time to a red verdict per planted defect (the registry's teeth) and driver, each run a fresh process",
+        "time to a red verdict per planted defect (the registry's teeth) and driver, each run a fresh process; "
+        "compare OLD.json NEW.json: a slowdown of NEW against OLD, row by row (exit 1: a significant slowdown past "
+        "--max-slowdown, or a row not compared; exit 2: reports of different devices or versions)",
     )
+    p.add_argument("reports", nargs="*", metavar="OLD.json NEW.json", help="compare: the two bench reports")
     p.add_argument(
         "--family",
         default=None,
@@ -479,5 +593,27 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="a planted defect whose red verdict takes longer (median) is a finding (exit 1); without it only a "
         "defect that is not red is one",
+    )
+    c = p.add_argument_group("bench compare")
+    c.add_argument(
+        "--max-slowdown",
+        default=None,
+        metavar="PERCENT",
+        help="a slowdown up to this is allowed: NEW is flagged only when its calls are significantly slower than "
+        "OLD's times 1 + PERCENT/100 (default 5)",
+    )
+    c.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="significance level over all the measurements compared (Holm-corrected; default 0.05)",
+    )
+    c.add_argument("--markdown", default=None, metavar="FILE.md", help="write the comparison's table there too")
+    c.add_argument(
+        "--pair",
+        action="append",
+        metavar="OLD_BACKEND=NEW_BACKEND",
+        help="match OLD's rows of one backend with NEW's rows of another (a kernel under review against the one it "
+        "replaces); repeatable",
     )
     p.set_defaults(prepare=plan_bench, run=cmd_bench)

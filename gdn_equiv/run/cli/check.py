@@ -83,6 +83,7 @@ class Plan:
     serving_engines: list[str] = field(default_factory=lambda: ["reference"])
     isolate: bool = False  # each example in a worker process (gdn_equiv.harness.isolation)
     example_timeout: float | None = None
+    sanitize: str | None = None  # each example in a process under compute-sanitizer --tool SANITIZE
     engine: str = "ours"  # fuzz: our loop, or HypoFuzz over the gate's tests (gdn_equiv.run.fuzz_engines)
     workers: int = 1
     dashboard_port: int | None = None
@@ -153,8 +154,9 @@ def _fuzz_engine(args: argparse.Namespace) -> str:
         if given:
             raise UsageError(f"{', '.join(given)} apply to --engine hypofuzz only (our loop runs in one process)")
         return engine
-    if args.isolate:
-        raise UsageError("--isolate applies to --engine ours (the gate under HypoFuzz runs examples in its workers)")
+    if args.isolate or args.sanitize:
+        flag = "--isolate" if args.isolate else "--sanitize"
+        raise UsageError(f"{flag} applies to --engine ours (the gate under HypoFuzz runs examples in its workers)")
     reason = fuzz_engines.hypofuzz_missing()
     if reason is not None:
         raise EnvironmentProblem(f"--engine hypofuzz: {reason}")
@@ -211,6 +213,10 @@ def plan_run(args: argparse.Namespace) -> Plan:
         properties, conditions = _properties(args)
         serving_engines = _serving_engines(args.serving_engine)
         isolate, example_timeout = _isolation(args, backends)
+        if args.sanitize is not None:  # before any example: a run that cannot sanitize would check nothing asked
+            reason = isolation.sanitizer_missing(args.sanitize)
+            if reason is not None:
+                raise EnvironmentProblem(f"--sanitize {args.sanitize}: {reason}")
         if engine == "hypofuzz":  # the gate's examples run in HypoFuzz's workers, not ours
             properties, conditions = _hypofuzz_properties(args, properties, conditions, backends)
             isolate, example_timeout = False, None
@@ -229,6 +235,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
             "necessity_examples",
             "isolate",
             "serving_engine",
+            "sanitize",
         )
         unused += [] if args.example_timeout is None else ["--example-timeout"]
         if unused:
@@ -278,6 +285,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         serving_engines=serving_engines,
         isolate=isolate,
         example_timeout=example_timeout,
+        sanitize=args.sanitize,
         engine=engine,
         workers=getattr(args, "workers", None) or 1,
         dashboard_port=getattr(args, "dashboard_port", None),
@@ -336,14 +344,19 @@ def record_of(row: Check) -> registry.PropertyRecord | registry.ServingRecord | 
 
 
 def _isolation(args: argparse.Namespace, backends: list[str]) -> tuple[bool, float | None]:
-    """``--isolate`` (default: on when a backend is a plug-in) and ``--example-timeout``, checked."""
+    """``--isolate`` (default: on when a backend is a plug-in, always with ``--sanitize``) and
+    ``--example-timeout``, checked."""
     timeout = args.example_timeout
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UsageError(f"--example-timeout must be a finite number of seconds > 0, got {timeout}")
+    if args.sanitize is not None and args.isolate is False:
+        raise UsageError(f"--sanitize {args.sanitize} runs each example in a process of its own: not with --no-isolate")
     isolate = args.isolate if args.isolate is not None else any(isolation.is_plugin(b) for b in backends)
+    isolate = isolate or args.sanitize is not None
     if timeout is not None and not isolate:
         raise UsageError("--example-timeout needs --isolate: only an example in a worker can be timed out")
-    return isolate, (timeout or isolation.DEFAULT_TIMEOUT) if isolate else None
+    default = isolation.DEFAULT_TIMEOUT if args.sanitize is None else isolation.SANITIZE_TIMEOUT
+    return isolate, (timeout or default) if isolate else None
 
 
 def _database_option(value: str) -> Path | str:
@@ -479,7 +492,7 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
         writer.ask(rows)
         na = [r for r in rows if r.result == Outcome.NOT_APPLICABLE]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
-        isolation.configure(plan.example_timeout if plan.isolate else None)
+        isolation.configure(plan.example_timeout if plan.isolate else None, sanitize=plan.sanitize)
         try:
             budget = None if deadline is None else started + deadline
             todo = [r for r in rows if r.result != Outcome.NOT_APPLICABLE]
@@ -626,7 +639,18 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="with --isolate: an example running longer fails, its worker killed (> 0; default 60)",
+        help="with --isolate: an example running longer fails, its worker killed (> 0; default 60, 300 with "
+        "--sanitize)",
+    )
+    p.add_argument(
+        "--sanitize",
+        default=None,
+        choices=isolation.SANITIZER_TOOLS,
+        metavar="TOOL",
+        help="run each example in a fresh process under NVIDIA compute-sanitizer --tool TOOL ("
+        + ", ".join(isolation.SANITIZER_TOOLS)
+        + "): a sanitizer report fails the example, report attached, shrunk; needs compute-sanitizer and a CUDA "
+        "device (exit 3 without them)",
     )
     p.add_argument("--junit-xml", default=None, metavar="FILE", help="also write JUnit XML (one testcase per row)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the summary JSON here")
