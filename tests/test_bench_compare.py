@@ -1,6 +1,6 @@
 """``gdn-equiv bench compare``: the rank test and effect sizes against brute force on small samples, the
 refusal of reports from different machines or versions, and the exit statuses. Nothing here is timed:
-the samples are synthetic (the false-alarm rate on real runs is ``scripts/bench_compare_alarms.py``)."""
+the samples are synthetic (the false-alarm rate on real runs is ``tools/bench_compare_alarms.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scripts/gpu_lane.py reads its own timing file right: what a run over several backends says per backend,
+"""tools/gpu_lane.py reads its own timing file right: what a run over several backends says per backend,
 per test file and about a run cut short is what its tests reported, nothing else (the lane's figures go
 into docs and notes)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_lane.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "gpu_lane.py"
 
 
 @pytest.fixture(scope="module")

@@ -80,6 +80,8 @@ _ENV_PREFIXES = ("GDN_", "TRITON_", "CUDA_VISIBLE_DEVICES")
 class WorkerDied(AssertionError):
     """The worker running an example died: killed by a signal or exited. A failure of that example."""
 
+    compared_nothing = True  # not counted by properties (gdn_equiv.harness.testing.compared_something)
+
 
 class WorkerTimedOut(WorkerDied):
     """The worker running an example ran past the per-example time limit (and was killed)."""

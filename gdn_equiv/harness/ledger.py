@@ -197,6 +197,8 @@ class PremiseNotMet(Mismatch):
     """An example built to meet the property's premise did not (a strategy bug, or a guard that refuses what
     the spec fuses): a failure, since the property compared nothing on it."""
 
+    compared_nothing = True  # not counted by properties (gdn_equiv.harness.testing.compared_something)
+
 
 @dataclass
 class Tally:

@@ -437,7 +437,7 @@ def sanitizer_marked_call(T: int) -> bool:
 
 def sanitizer_probe(backend: str, B: int = 2, T: int = 8, D: int = 40, dtype: str = "float32") -> bool:
     """One forward of ``backend`` on fresh contiguous CUDA tensors, checked against torch's conv (a module-level
-    function a sanitized process can run: ``scripts/sanitize_teeth.py``)."""
+    function a sanitized process can run: ``tools/sanitize_teeth.py``)."""
     gen = torch.Generator("cuda").manual_seed(0)
     kind = getattr(torch, dtype)
     x = torch.randn(B, T, D, device="cuda", generator=gen).to(kind)

@@ -2,7 +2,7 @@
 
 One command on a GPU machine with gdn-equiv installed (a wheel, entry points registered)::
 
-    python scripts/gpu_lane.py --backends triton,cuda,fla-triton,fla-cuda,fla-gluon --out docs/gpu
+    python tools/gpu_lane.py --backends triton,cuda,fla-triton,fla-cuda,fla-gluon --out docs/gpu
 
 For each backend: ``pytest --pyargs gdn_equiv.suite --gdn-backend B`` from a directory outside any checkout
 (the installed package, as a kernel repository's CI runs it), once with an empty Triton kernel cache (cold)

@@ -3,7 +3,7 @@
 ``compute-sanitizer --tool TOOL``. Expected: the planted ones caught by their tool, the correct ones clean.
 Needs a CUDA device and compute-sanitizer::
 
-    python scripts/sanitize_teeth.py            # prints one line per (backend, tool); exit 1 on a surprise
+    python tools/sanitize_teeth.py            # prints one line per (backend, tool); exit 1 on a surprise
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ interpreter (``TRITON_INTERPRET=1``) nothing is compiled, but every launch still
 ``InterpretedFunction.run``; this script records each launch's key the way the JIT would form it
 (``do_not_specialize`` honoured) and runs the gate as asked::
 
-    TRITON_INTERPRET=1 HYPOTHESIS_PROFILE=gpu python scripts/specialisations.py --out /tmp/spec -- \\
+    TRITON_INTERPRET=1 HYPOTHESIS_PROFILE=gpu python tools/specialisations.py --out /tmp/spec -- \\
         --pyargs gdn_equiv.suite --gdn-backend triton -k test_properties -n 2
 
 It prints the distinct specialisations per kernel and per test (the new ones each test adds, in the order

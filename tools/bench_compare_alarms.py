@@ -7,8 +7,8 @@ is a false alarm) and each slowed run with the plain run before it (M planted co
 a blind spot). Prints one line per comparison and the two counts; exit 1 when a self-comparison
 flagged or a planted one did not. A command, never a test (its verdict depends on the machine)::
 
-    python scripts/bench_compare_alarms.py --runs 10 --planted 3 --out /tmp/alarms            # CPU
-    python scripts/bench_compare_alarms.py --device cuda --backend triton --iters 200 \\
+    python tools/bench_compare_alarms.py --runs 10 --planted 3 --out /tmp/alarms            # CPU
+    python tools/bench_compare_alarms.py --device cuda --backend triton --iters 200 \\
         --shape 2x2048 --out /tmp/alarms                                                        # GPU
 """
 
