@@ -182,11 +182,14 @@ def _size(d: Difference) -> tuple[int, ...]:
     return (len(d.spec_failed), deviations + flags, deviations)
 
 
-def smallest(differences: Sequence[Difference]) -> dict[tuple[str, tuple[str, ...]], Difference]:
-    """One smallest state per (kind, disagreeing conditions): a table's shrunk examples."""
+def smallest(
+    differences: Sequence[Difference], kind: Callable[[Difference], str] = lambda d: d.kind
+) -> dict[tuple[str, tuple[str, ...]], Difference]:
+    """One smallest state per (kind, disagreeing conditions): a table's shrunk examples. ``kind`` names a
+    difference (default its direction; an upstream target's gap kind)."""
     found: dict[tuple[str, tuple[str, ...]], Difference] = {}
     for d in differences:
-        key = (d.kind, d.conditions)
+        key = (kind(d), d.conditions)
         if key not in found or _size(d) < _size(found[key]):
             found[key] = d
     return found

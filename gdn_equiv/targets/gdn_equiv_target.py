@@ -9,6 +9,7 @@ property never names a layer class and a defect written once runs on every famil
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,29 @@ class GdnEquivHandle:
 
 
 @dataclass(frozen=True)
+class GdnEquivGuardProbe:
+    """The guard of the family's fused layer on this target (its ``guard``, a planted one included), asked
+    on a decision table's states: a pure function of facts, so every state is asked as it is."""
+
+    family: str
+    guard: Callable[[LayerFacts, CallFacts], Decision]
+
+    @property
+    def name(self) -> str:
+        return f"gdn_equiv {getattr(self.guard, '__qualname__', self.guard)!s} ({self.family})"
+
+    def known_gaps(self) -> tuple[str, ...]:
+        return ()  # ours has none: every disagreement is a finding
+
+    def gap_kind(self, d: Any) -> str:
+        return {"unsafe": "UnsafeFusion", "missed": "MissedFusion"}.get(d.kind, "WrongReasons")
+
+    def ask(self, layer: LayerFacts, call: CallFacts) -> tuple[bool, tuple[str, ...], LayerFacts]:
+        decision = self.guard(layer, call)
+        return decision.fuse, tuple(c.id for c in decision.failed), layer
+
+
+@dataclass(frozen=True)
 class GdnEquivTarget:
     name: str = "gdn_equiv"
     prologues: tuple[str, ...] = ("auto", "fused", "separate")
@@ -100,6 +124,10 @@ class GdnEquivTarget:
     def layer_cls(self, family: str) -> type:
         fused = get_family(family).fused_cls
         return fused if self.defect is None else _with_defect(self.defect, fused)
+
+    def guard_probe(self, family: str) -> GdnEquivGuardProbe:
+        """The guard the family's layer decides with, asked on facts directly (P1's decision tables)."""
+        return GdnEquivGuardProbe(family, self.layer_cls(family).guard)
 
     def build(self, example: Example, device: str | torch.device = "cpu") -> GdnEquivHandle:
         return GdnEquivHandle(example, build_layer(example, self.layer_cls(example.family), device=device), device)
