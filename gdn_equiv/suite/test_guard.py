@@ -47,15 +47,16 @@ def probe_of(target: str, family: str, fla_core: str) -> Any:
     return None if make is None else make(family)
 
 
-def walk(probe: Any) -> tuple[list[Difference], dict[str, tuple[int, int]]]:
-    """Every table state asked of ``probe``: the differences, and per table (states asked, states the target
-    cannot hold)."""
-    key = getattr(probe, "guard", None) or (type(probe), probe.family)
+def walk(probe: Any, tables: tuple[str, ...] | None = None) -> tuple[list[Difference], dict[str, tuple[int, int]]]:
+    """Every state of the decision tables (default all; ``tables`` names some) asked of ``probe``: the
+    differences, and per table (states asked, states the target cannot hold)."""
+    key = (getattr(probe, "guard", None) or (type(probe), probe.family), tables)
     if key in _WALKS:
         return _WALKS[key]
     differences: list[Difference] = []
     counts: dict[str, tuple[int, int]] = {}
-    for name, per_conv in guard_oracle.TABLES.items():
+    for name in tables or tuple(guard_oracle.TABLES):
+        per_conv = guard_oracle.TABLES[name]
         asked = unbuilt = 0
         for layer, call in guard_oracle.table_states(per_conv):
             answer = probe.ask(layer, call)
