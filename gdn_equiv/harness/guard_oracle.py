@@ -133,6 +133,15 @@ class Difference:
         return "missed" if not self.spec_failed else "reasons"
 
     @property
+    def direction(self) -> str:
+        """Which way the guard errs: ``unsafe`` (too lax: it fuses here, or would once the other conditions
+        hold, since it misses a condition the spec fails) or ``missed`` (too strict: it refuses here, or names
+        a condition that holds besides those that fail)."""
+        if self.kind == "reasons":
+            return "unsafe" if set(self.spec_failed) - set(self.guard_failed or ()) else "missed"
+        return self.kind
+
+    @property
     def conditions(self) -> tuple[str, ...]:
         """The conditions that disagree: those the guard let pass (unsafe), those it failed that hold
         (missed; ``()`` when it gives no reasons), or both sets' difference (reasons)."""
@@ -147,7 +156,8 @@ class Difference:
         what = {
             "unsafe": "unsafe fusion: the guard fuses where the spec refuses",
             "missed": "missed fusion: the guard falls back where fusion is exact",
-            "reasons": "wrong reasons: guard and spec refuse for different conditions",
+            "reasons": f"wrong reasons ({'laxer' if self.direction == 'unsafe' else 'stricter'} than the spec): "
+            "guard and spec refuse for different conditions",
         }[self.kind]
         conditions = ", ".join(self.conditions) or "(the guard gives no reason)"
         guard = "" if self.guard_failed is None else f" failed={list(self.guard_failed)}"

@@ -634,7 +634,7 @@ def check_guard_matches_spec(
     facts, call = handle.layer_facts(), example.call_facts()
     decision = handle.layer.decide(call)
     diff = difference(facts, call, decision.fuse, [c.id for c in decision.failed])
-    if diff is None or (allow_missed and diff.kind == "missed"):
+    if diff is None or (allow_missed and diff.direction == "missed"):
         return decision
     cls = {"unsafe": UnsafeFusion, "missed": MissedFusion}.get(diff.kind, WrongReasons)
     report = Report("guard", ("guard", "spec"), False, 1, problem=f"{diff.kind}: {', '.join(diff.conditions)}")

@@ -9,9 +9,11 @@ installed version (its own decider, asked on an fla layer holding each state), a
 Every state where guard and spec differ is classified, in both directions, and the smallest state of each
 kind is printed with the conditions that disagree:
 
-- an unsafe fusion (the guard fuses where the spec refuses) or wrong reasons: ``FAIL``;
-- a missed fusion (the guard refuses where fusion is exact): ``missed fusion``, a failure of its own kind;
-  ``--gdn-allow-missed-fusion`` lets it pass as a strict xfail, reported with the states, never silently;
+- an unsafe fusion (the guard fuses where the spec refuses), or reasons that miss a condition the spec
+  fails (the guard would fuse once the others hold): ``FAIL``;
+- a missed fusion (the guard refuses where fusion is exact), with the extra reasons such a stricter guard
+  gives where the spec refuses too: ``missed fusion``, a failure of its own kind; ``--gdn-allow-missed-fusion``
+  lets it pass as an xfail, reported with its states, never silently;
 - an upstream target's known gaps (its version row's ``known_gaps``, as ``tests/`` marks them): a strict
   xfail naming each with its smallest state; a known gap the table no longer finds fails (the row is stale),
   and so does any gap the row does not list.
@@ -89,7 +91,7 @@ def verdict(probe: Any, differences: list[Difference], *, allow_missed: bool) ->
     found = "\n".join(lines)
     new = set(by_kind) - known
     gone = known - set(by_kind)
-    new_missed = {k for k in new if all(d.kind == "missed" for d in by_kind[k])}
+    new_missed = {k for k in new if all(d.direction == "missed" for d in by_kind[k])}  # too strict only
     if new - new_missed or gone:
         stale = f"known gaps not found on the tables (the version row is stale): {sorted(gone)}\n" if gone else ""
         return Outcome.FAILED, f"{probe.name}: guard != spec\n{stale}{found}"

@@ -91,16 +91,19 @@ class GdnEquivGuardProbe:
 
     family: str
     guard: Callable[[LayerFacts, CallFacts], Decision]
+    layer_name: str = ""
 
     @property
     def name(self) -> str:
-        return f"gdn_equiv {getattr(self.guard, '__qualname__', self.guard)!s} ({self.family})"
+        return f"gdn_equiv {self.layer_name}.guard ({self.family})"
 
     def known_gaps(self) -> tuple[str, ...]:
         return ()  # ours has none: every disagreement is a finding
 
     def gap_kind(self, d: Any) -> str:
-        return {"unsafe": "UnsafeFusion", "missed": "MissedFusion"}.get(d.kind, "WrongReasons")
+        if d.kind == "reasons":
+            return "LaxReasons" if d.direction == "unsafe" else "StrictReasons"
+        return {"unsafe": "UnsafeFusion", "missed": "MissedFusion"}[d.kind]
 
     def ask(self, layer: LayerFacts, call: CallFacts) -> tuple[bool, tuple[str, ...], LayerFacts]:
         decision = self.guard(layer, call)
@@ -127,7 +130,8 @@ class GdnEquivTarget:
 
     def guard_probe(self, family: str) -> GdnEquivGuardProbe:
         """The guard the family's layer decides with, asked on facts directly (P1's decision tables)."""
-        return GdnEquivGuardProbe(family, self.layer_cls(family).guard)
+        cls = self.layer_cls(family)
+        return GdnEquivGuardProbe(family, cls.guard, cls.__name__)
 
     def build(self, example: Example, device: str | torch.device = "cpu") -> GdnEquivHandle:
         return GdnEquivHandle(example, build_layer(example, self.layer_cls(example.family), device=device), device)
