@@ -622,8 +622,9 @@ class FlaGuardProbe:
             backend = _TABLE_BACKENDS[facts.backend]
             conv = _conv_module(channels, facts.kernel_size, facts.has_bias, facts.activation, backend, self.family)
             conv = conv.to(device=facts.device, dtype=getattr(torch, facts.weight_dtype))
-            if conv.bias is not None and facts.bias_dtype is not None:
-                conv.bias = torch.nn.Parameter(conv.bias.detach().to(getattr(torch, facts.bias_dtype)))
+            bias: Any = conv.bias
+            if bias is not None and facts.bias_dtype is not None:
+                conv.bias = torch.nn.Parameter(bias.detach().to(getattr(torch, facts.bias_dtype)))
             self._convs[key] = conv
         return self._convs[key]
 

@@ -130,7 +130,7 @@ class GdnEquivTarget:
 
     def guard_probe(self, family: str) -> GdnEquivGuardProbe:
         """The guard the family's layer decides with, asked on facts directly (P1's decision tables)."""
-        cls = self.layer_cls(family)
+        cls: Any = self.layer_cls(family)
         return GdnEquivGuardProbe(family, cls.guard, cls.__name__)
 
     def build(self, example: Example, device: str | torch.device = "cpu") -> GdnEquivHandle:
