@@ -636,7 +636,9 @@ def check_guard_matches_spec(
     diff = difference(facts, call, decision.fuse, [c.id for c in decision.failed])
     if diff is None or (allow_missed and diff.direction == "missed"):
         return decision
-    cls = {"unsafe": UnsafeFusion, "missed": MissedFusion}.get(diff.kind, WrongReasons)
+    # a guard that errs strict (refuses here, or names a condition that holds) is a missed fusion, whichever state
+    # shows it first; one that errs lax is unsafe (with reasons only: it misses a condition the spec fails)
+    cls = MissedFusion if diff.direction == "missed" else UnsafeFusion if diff.kind == "unsafe" else WrongReasons
     report = Report("guard", ("guard", "spec"), False, 1, problem=f"{diff.kind}: {', '.join(diff.conditions)}")
     raise cls(f"P1 guard = spec: {diff.describe()}\nExample: {example.short()}", report)
 
