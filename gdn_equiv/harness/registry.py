@@ -15,8 +15,9 @@ applies, how many examples a profile gives it or how a necessity search is budge
 - ``teeth``: the planted defects (:mod:`gdn_equiv.harness.planted`) it must catch;
 S0-S7 (SPEC §11) are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`): their rows
 are per engine path (``reference``, ``vllm-cpu-torch``...), not per family x conv backend, and their teeth are
-planted engines (:data:`gdn_equiv.serving.planted.PLANTED`); P1 against an upstream target is a
-:class:`GapSearchRecord`.
+planted engines (:data:`gdn_equiv.serving.planted.PLANTED`). P1 is the record ``P1-guard-vs-spec`` for every target
+(drawn states; the gate also walks the decision tables, ``table_test``); P1's gap search against an upstream target
+is a :class:`GapSearchRecord`.
 
 Adding a property is its function, its record here and its teeth; every driver then runs it.
 """
