@@ -190,6 +190,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "example found so far (re-running resumes from the example database); default by profile: "
         + ", ".join(f"{k} {v:g} s" for k, v in testing.SHRINK_SECONDS.items()),
     )
+    group.addoption(
+        "--gdn-allow-missed-fusion",
+        action="store_true",
+        default=False,
+        help="P1: a guard that falls back where fusion is exact (a missed fusion) is reported as 'missed fusion "
+        "(allowed)', a strict xfail with its states, instead of failing; an unsafe fusion always fails",
+    )
     parser.addini("gdn_equiv_suite", type="bool", default=False, help="switch the gdn-equiv pytest plugin on")
 
 
@@ -573,6 +580,8 @@ class _GatePage:
             longrepr = str(report.longrepr[2])
             if longrepr.removeprefix("Skipped: ").startswith(NOT_REACHED_SKIP):
                 outcome = html_report.NOT_REACHED  # the stop's skip (-x/--maxfail): the test never ran whole
+        if getattr(report, "wasxfail", ""):  # an xfail's reason (P1's known gaps, an allowed missed fusion)
+            longrepr = str(report.wasxfail)
         self.ledger.reported(
             report.nodeid, when=report.when, outcome=outcome, longrepr=longrepr, duration=report.duration,
             examples=examples, xfail=hasattr(report, "wasxfail"),

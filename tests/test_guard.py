@@ -1,8 +1,8 @@
 """P1: the guard equals the spec, on an exhaustive decision table and on generated states.
 
-The oracle below is written from SPEC §1/§5 as a table of named rules; it never calls
-``gdn_equiv.model.guard``. Where the guard and the oracle differ, the failure names the state and both
-answers.
+The oracle (:mod:`gdn_equiv.harness.guard_oracle`, the installed gate's too) is written from SPEC §1/§5 as a
+table of named rules; it never calls ``gdn_equiv.model.guard``. Where the guard and the oracle differ, the
+failure names the state and both answers.
 """
 
 from __future__ import annotations
@@ -10,71 +10,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
+from gdn_equiv.harness.guard_oracle import SPEC, TABLES, _convs, base_conv, calls, oracle, table_layers
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.config import CallFacts, ConvFacts, LayerFacts
 from gdn_equiv.model.guard import Condition, Decision, decide, decide_upstream
 from gdn_equiv.strategies import call_facts, layer_facts
 
-# ---- the oracle ----------------------------------------------------------------------------
-
-# silu and swish are one function (x * sigmoid(x)); None is the identity.
-ACTIVATION_FUNCTION = {
-    "silu": "x*sigmoid(x)",
-    "swish": "x*sigmoid(x)",
-    None: "identity",
-    "relu": "max(x,0)",  # branch conv-relu
-    "relu2": "max(x,0)^2",
-}
-
-
-def _conv_norm(c: ConvFacts) -> tuple[object, ...]:
-    """Branch fuse-conv-l2's norm as the spec states it: off, or l2 over heads of head_dim with norm_eps
-    (head_dim and eps mean nothing while the norm is off)."""
-    e = dict(c.extras)
-    if e.get("norm") is None:
-        return ("off",)
-    return ("l2", e.get("head_dim"), float(e.get("norm_eps", 1e-5)))
-
-
-def _convs(layer: LayerFacts) -> tuple[ConvFacts, ...]:
-    return layer.convs if layer.use_short_conv and layer.convs is not None else ()
-
-
-def _differ(values: list[object]) -> bool:
-    return len(set(values)) > 1
-
-
-# id -> (rule that must hold for fusion, as a predicate over the facts). A conv-level rule holds
-# vacuously when there are no convs to fuse (G1 already forbids fusion then).
-SPEC: dict[str, Callable[[LayerFacts, CallFacts], bool]] = {
-    "G1": lambda layer, call: layer.use_short_conv and layer.convs is not None,
-    "G2": lambda layer, call: not call.has_cached_state,
-    "G3": lambda layer, call: not call.use_cache,
-    "G4": lambda layer, call: not call.varlen,
-    "G5": lambda layer, call: not _differ([c.backend for c in _convs(layer)]),
-    "G6": lambda layer, call: not _differ([ACTIVATION_FUNCTION[c.activation] for c in _convs(layer)]),
-    "G7": lambda layer, call: not _differ([c.kernel_size for c in _convs(layer)]),
-    "G8": lambda layer, call: all(c.has_bias == layer.conv_bias for c in _convs(layer)),
-    "G9": lambda layer, call: (
-        not (
-            _differ([c.weight_dtype for c in _convs(layer)])
-            or _differ([c.device for c in _convs(layer)])
-            or _differ([c.bias_dtype for c in _convs(layer) if c.has_bias])
-        )
-    ),
-    "G10": lambda layer, call: not _differ([_conv_norm(c) for c in _convs(layer)]),
-}
-
-
-def oracle(layer: LayerFacts, call: CallFacts) -> list[str]:
-    """The failed conditions, in G-order; fusion iff the list is empty."""
-    return [cid for cid, holds in SPEC.items() if not holds(layer, call)]
+# ---- the oracle (gdn_equiv.harness.guard_oracle: one oracle for this file and the installed gate) ------
 
 
 def assert_agrees(layer: LayerFacts, call: CallFacts) -> Decision:
@@ -91,61 +38,13 @@ def assert_agrees(layer: LayerFacts, call: CallFacts) -> Decision:
 
 # ---- the exhaustive tables -----------------------------------------------------------------
 
-
-def _conv(**changes: object) -> ConvFacts:
-    base = ConvFacts(
-        backend="torch",
-        activation="silu",
-        kernel_size=4,
-        has_bias=False,
-        weight_dtype="float32",
-        bias_dtype=None,
-        device="cpu",
-    )
-    return dataclasses.replace(base, **changes)
-
-
-def _calls() -> Iterator[CallFacts]:
-    for flags in itertools.product((False, True), repeat=3):
-        yield CallFacts(*flags)
-
-
-def _layers(per_conv: list[ConvFacts]) -> Iterator[LayerFacts]:
-    for q, k, v in itertools.product(per_conv, repeat=3):
-        for use_short_conv, conv_bias in itertools.product((False, True), repeat=2):
-            yield LayerFacts(use_short_conv=use_short_conv, conv_bias=conv_bias, convs=(q, k, v))
-    for conv_bias in (False, True):  # what a layer without short convs really reports
-        yield LayerFacts(use_short_conv=False, conv_bias=conv_bias, convs=None)
-
-
-BIAS_ACTIVATION = [
-    _conv(has_bias=b, bias_dtype="float32" if b else None, activation=a)
-    for b in (False, True)
-    for a in ("silu", "swish", None)
-]
-SHAPE_PLACE_TYPE = [
-    _conv(kernel_size=w, backend=backend, weight_dtype=dt)
-    for w in (3, 4)
-    for backend in ("torch", "triton")
-    for dt in ("float32", "bfloat16")
-]
-NORM_ACTIVATION = [
-    _conv(activation=a, extras=e)
-    for a in ("relu", "relu2")
-    for e in (
-        (),
-        (("norm", "l2"), ("head_dim", 4)),
-        (("norm", "l2"), ("head_dim", 2)),
-        (("norm_eps", 1e-3),),
-        (("norm", "l2"), ("head_dim", 4), ("norm_eps", 1e-3)),
-    )
-]
-BIAS_DTYPE_DEVICE = [
-    _conv(has_bias=b, bias_dtype=bdt if b else None, device=dev)
-    for b in (False, True)
-    for bdt in (("float32", "float16") if b else (None,))
-    for dev in ("cpu", "cuda:0")
-]
+_conv = base_conv
+_calls = calls
+_layers = table_layers
+BIAS_ACTIVATION = TABLES["bias x activation"]
+SHAPE_PLACE_TYPE = TABLES["kernel x backend x dtype"]
+BIAS_DTYPE_DEVICE = TABLES["bias dtype x device"]
+NORM_ACTIVATION = TABLES["conv norm x relu activations"]
 
 
 @pytest.mark.parametrize(

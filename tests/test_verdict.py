@@ -216,7 +216,7 @@ def test_a_row_exercised_in_any_round_is_exercised() -> None:
 
 
 def test_every_unfinished_result_fails_and_every_finished_one_is_green() -> None:
-    assert set(FAILING) == {"FAIL", "not exercised", UNREACHED, "crashed", "interrupted"}
+    assert set(FAILING) == {"FAIL", "missed fusion", "not exercised", UNREACHED, "crashed", "interrupted"}
     assert not set(FAILING) & set(GREEN)
 
 
@@ -417,12 +417,21 @@ def test_a_searchs_outcome_is_what_it_found_in_what_applied(counts: dict, expect
 
 
 def test_which_outcomes_fail_a_run_and_which_are_reports() -> None:
-    failing = {Outcome.FAILED, Outcome.NOT_EXERCISED, Outcome.NOT_REACHED, Outcome.CRASHED, Outcome.INTERRUPTED}
+    failing = {
+        Outcome.FAILED,
+        Outcome.MISSED_FUSION,  # P1: a guard that falls back where fusion is exact
+        Outcome.NOT_EXERCISED,
+        Outcome.NOT_REACHED,
+        Outcome.CRASHED,
+        Outcome.INTERRUPTED,
+    }
     assert {o for o in Outcome if o.fails} == failing and set(ledger.FAILING) == failing
-    assert {o for o in Outcome if o.reports} == {Outcome.NOT_APPLICABLE, Outcome.NONE_FOUND, Outcome.UPSTREAM_REFUSED}
+    reports = {Outcome.NOT_APPLICABLE, Outcome.NONE_FOUND, Outcome.UPSTREAM_REFUSED, Outcome.MISSED_FUSION_ALLOWED}
+    assert {o for o in Outcome if o.reports} == reports
     assert not any(o.fails and o.reports for o in Outcome)
     assert {o for o in Outcome if o.final} == {
         Outcome.FAILED,
+        Outcome.MISSED_FUSION,
         Outcome.COUNTEREXAMPLE,
         Outcome.NOT_APPLICABLE,
         Outcome.CRASHED,

@@ -85,6 +85,10 @@ class Outcome(str, Enum):
     NONE_FOUND = "none found"
     #: an upstream constructor refused a drawn config: a report of its own, the search goes on
     UPSTREAM_REFUSED = "upstream refused"
+    #: P1: the guard falls back where fusion is exact (speed, not correctness): a finding of its own kind
+    MISSED_FUSION = "missed fusion"
+    #: the same, where the run was told to let it pass (``--gdn-allow-missed-fusion``): reported, never silent
+    MISSED_FUSION_ALLOWED = "missed fusion (allowed)"
 
     # the word itself wherever it is printed, hashed and compared as that word (a dict keyed by words finds it)
     __hash__ = str.__hash__
@@ -116,9 +120,22 @@ class Outcome(str, Enum):
         return self in _FINAL
 
 
-_FAILING = frozenset({Outcome.FAILED, Outcome.NOT_EXERCISED, Outcome.NOT_REACHED, Outcome.CRASHED, Outcome.INTERRUPTED})
-_REPORTS = frozenset({Outcome.NOT_APPLICABLE, Outcome.NONE_FOUND, Outcome.UPSTREAM_REFUSED})
-_FINAL = frozenset({Outcome.FAILED, Outcome.COUNTEREXAMPLE, Outcome.NOT_APPLICABLE, Outcome.CRASHED})
+_FAILING = frozenset(
+    {
+        Outcome.FAILED,
+        Outcome.MISSED_FUSION,
+        Outcome.NOT_EXERCISED,
+        Outcome.NOT_REACHED,
+        Outcome.CRASHED,
+        Outcome.INTERRUPTED,
+    }
+)
+_REPORTS = frozenset(
+    {Outcome.NOT_APPLICABLE, Outcome.NONE_FOUND, Outcome.UPSTREAM_REFUSED, Outcome.MISSED_FUSION_ALLOWED}
+)
+_FINAL = frozenset(
+    {Outcome.FAILED, Outcome.MISSED_FUSION, Outcome.COUNTEREXAMPLE, Outcome.NOT_APPLICABLE, Outcome.CRASHED}
+)
 _DECISIVE = _FINAL | {Outcome.NONE_FOUND}
 
 #: the outcomes that fail a run, in the order the report lists them

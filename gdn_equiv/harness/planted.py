@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from gdn_equiv.harness.planted_guards import GUARD_DEFECTS
 from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, causal_conv1d, get_backend
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.conv_ops import apply_activation, apply_conv_facts
@@ -110,6 +111,8 @@ LAYER_DEFECTS: dict[str, type] = {
     "fused-detaches-weights": FusedDetachesConvWeights,
     "fallback-forgets-conv-cache": FallbackForgetsConvCache,
 }
+# guards (issue #53): P1's planted guards, too lax and too strict for each condition
+LAYER_DEFECTS.update(GUARD_DEFECTS)
 
 
 def _scaled(

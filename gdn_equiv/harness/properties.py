@@ -33,6 +33,7 @@ from gdn_equiv.harness.diagnose import UNDIAGNOSED, diagnose_layer
 from gdn_equiv.harness.ground_truth import check_forward as truth_forward
 from gdn_equiv.harness.ground_truth import check_gradients as truth_gradients
 from gdn_equiv.harness.ground_truth import check_update as truth_update
+from gdn_equiv.harness.guard_oracle import difference, oracle
 from gdn_equiv.harness.premise import NotApplicable
 from gdn_equiv.model.backends import count_launches
 from gdn_equiv.model.cache import Cache
@@ -40,7 +41,7 @@ from gdn_equiv.model.example import Example, Inputs, build_layer, fp64_twin, run
 from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition, Decision, decide
 from gdn_equiv.model.reference import ShortConv
-from gdn_equiv.targets import get_target, known_targets
+from gdn_equiv.targets import UpstreamRefused, get_target, known_targets
 from gdn_equiv.targets.gdn_equiv_target import GdnEquivHandle
 
 if TYPE_CHECKING:
@@ -569,6 +570,7 @@ __all__ = [
     "check_fallback_exact",
     "check_forward_exact",
     "check_gradients",
+    "check_guard_matches_spec",
     "check_path_taken",
     "check_separate_path",
     "check_target_guard",
@@ -580,18 +582,88 @@ __all__ = [
 ]
 
 
+# --- P1: the target's guard against the spec's decision table --------------------------------
+
+
+class GuardVsSpec(Mismatch):
+    """P1: a guard's decision differs from the spec's (:mod:`gdn_equiv.harness.guard_oracle`)."""
+
+
+class UnsafeFusion(GuardVsSpec):
+    """The guard fuses where the spec refuses: a wrong result or a crash waits on the fused path."""
+
+
+class MissedFusion(GuardVsSpec):
+    """The guard falls back where fusion is exact: a finding of its own kind (speed, not correctness), which
+    the ledger reports as ``missed fusion`` so a team may let it pass, but never miss it."""
+
+
+class WrongReasons(GuardVsSpec):
+    """Guard and spec both refuse, for different conditions (reports count the guard's reasons)."""
+
+
+def check_guard_matches_spec(
+    example: Example,
+    *,
+    device: str = "cpu",
+    target: TargetLike = None,
+    tolerate_known: bool = False,
+    allow_missed: bool = False,
+) -> Decision | None:
+    """P1 on a drawn state: the target's guard decides as the spec's decision table on the facts of the layer
+    the target built for ``example`` (and, for a guard that gives them, for the same conditions).
+
+    Ours is asked through the layer (its facts, its ``guard``); an upstream target's guard through
+    :func:`check_target_guard` (no run), whose gap kinds name what a disagreement costs; kinds in
+    the target's ``known_gaps`` for the family (fla: its version row's), with ``tolerate_known`` (the gate: its
+    decision-table test reports them as strict xfails), return ``None`` instead of raising; so does a missed
+    fusion with ``allow_missed`` (``--gdn-allow-missed-fusion``: the table test reports it). Raises
+    :class:`UnsafeFusion`, :class:`MissedFusion` (an upstream gap is also one of these) or :class:`WrongReasons`."""
+    t = _target(target)
+    if t.name != "gdn_equiv":
+        try:
+            return check_target_guard(example, device=device, target=t.name, demonstrate=False, **_options(t))
+        except UpstreamGap as gap:
+            known = t.known_gaps(example.family) if tolerate_known and hasattr(t, "known_gaps") else ()
+            if type(gap).__name__.removeprefix("Gap") in known or (allow_missed and isinstance(gap, MissedFusion)):
+                return None  # a known gap, or an allowed missed fusion: the gate's table test reports it
+            raise
+        except UpstreamRefused as exc:
+            raise NotApplicable(f"upstream refused the config: {exc}") from exc
+    handle: Any = t.build(example, device)
+    facts, call = handle.layer_facts(), example.call_facts()
+    decision = handle.layer.decide(call)
+    diff = difference(facts, call, decision.fuse, [c.id for c in decision.failed])
+    if diff is None or (allow_missed and diff.direction == "missed"):
+        return decision
+    # a guard that errs strict (refuses here, or names a condition that holds) is a missed fusion, whichever state
+    # shows it first; one that errs lax is unsafe (with reasons only: it misses a condition the spec fails)
+    cls = MissedFusion if diff.direction == "missed" else UnsafeFusion if diff.kind == "unsafe" else WrongReasons
+    report = Report("guard", ("guard", "spec"), False, 1, problem=f"{diff.kind}: {', '.join(diff.conditions)}")
+    raise cls(f"P1 guard = spec: {diff.describe()}\nExample: {example.short()}", report)
+
+
+def _options(t: Any) -> dict[str, Any]:
+    return {"core": t.core} if hasattr(t, "core") else {}
+
+
+def _spec_decision(failed: list[str], example: Example) -> Decision:
+    return Decision(fuse=not failed, failed=tuple(Condition[c] for c in failed))
+
+
 # --- upstream targets: their guard against the spec -----------------------------------------
 
 
 class UpstreamGap(Mismatch):
-    """A target's guard disagrees with the spec; subclasses name what that costs."""
+    """A target's guard disagrees with the spec; subclasses name what that costs (and which way: an
+    unsafe fusion or a missed one)."""
 
 
-class GapBiasDropped(UpstreamGap):
+class GapBiasDropped(UpstreamGap, UnsafeFusion):
     """The guard fuses with the layer flag off while a conv has a bias: the fused path drops it."""
 
 
-class GapMissingBias(UpstreamGap):
+class GapMissingBias(UpstreamGap, UnsafeFusion):
     """The guard fuses where the fused path concatenates the convs' biases and one conv has none.
 
     Raised as predicted from the facts when the guards alone decide (no run), and when a run of the
@@ -604,15 +676,15 @@ class GapMissingBiasCrash(GapMissingBias):
     concatenating a missing bias."""
 
 
-class GapOtherRefusal(UpstreamGap):
+class GapOtherRefusal(UpstreamGap, UnsafeFusion):
     """The guard fuses where the spec refuses for another reason."""
 
 
-class GapNeedlessFallback(UpstreamGap):
+class GapNeedlessFallback(UpstreamGap, MissedFusion):
     """The guard falls back where fusion is exact (incomplete; costs speed, not correctness)."""
 
 
-class GapNoFusedPrologue(UpstreamGap):
+class GapNoFusedPrologue(UpstreamGap, MissedFusion):
     """The target version has no fused prologue for this family at all (it never fuses; speed only)."""
 
 
@@ -651,7 +723,8 @@ def check_target_guard(
     inputs = handle.inputs() if demonstrate else None
     call = handle.call_facts(inputs) if inputs is not None else example.call_facts()
     facts = handle.layer_facts()
-    spec = decide(facts, call)
+    # the spec's decision table (guard_oracle), never our guard: a wrong edit of ours cannot hide fla's gaps
+    spec = _spec_decision(oracle(facts, call), example)
     fuses, _ = handle.decide(call)
     context = f"{example.short()}\nspec: {spec}"
     if fuses == spec.fuse:

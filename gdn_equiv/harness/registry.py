@@ -15,8 +15,9 @@ applies, how many examples a profile gives it or how a necessity search is budge
 - ``teeth``: the planted defects (:mod:`gdn_equiv.harness.planted`) it must catch;
 S0-S7 (SPEC §11) are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`): their rows
 are per engine path (``reference``, ``vllm-cpu-torch``...), not per family x conv backend, and their teeth are
-planted engines (:data:`gdn_equiv.serving.planted.PLANTED`); P1 against an upstream target is a
-:class:`GapSearchRecord`.
+planted engines (:data:`gdn_equiv.serving.planted.PLANTED`). P1 is the record ``P1-guard-vs-spec`` for every target
+(drawn states; the gate also walks the decision tables, ``table_test``); P1's gap search against an upstream target
+is a :class:`GapSearchRecord`.
 
 Adding a property is its function, its record here and its teeth; every driver then runs it.
 """
@@ -140,6 +141,14 @@ class PropertyRecord:
     #: what one example costs in ordinary ones (P7-combinations checks ~120 cells an example): its gate test gets
     #: the profile's examples divided by it (at least 2), as the hand-written grid test always did
     gate_cost: int = 1
+    #: the gate's deterministic test of this record over the spec's exhaustive decision tables, one per family,
+    #: generated in ``gdn_equiv.suite.test_guard`` (P1 only)
+    table_test: str | None = None
+    #: keyword arguments the gate passes to ``check`` on an upstream target (P1: ``tolerate_known=True``, the
+    #: version table's known gaps, which the table test reports as strict xfails, do not fail the drawn test)
+    upstream_gate_kwargs: tuple[tuple[str, Any], ...] = ()
+    #: whether ``check`` takes ``allow_missed`` (P1), which the gate sets from ``--gdn-allow-missed-fusion``
+    allows_missed_fusion: bool = False
     #: S0-S7 are records of their own kind (:class:`gdn_equiv.serving.records.ServingRecord`)
     serving: ClassVar[bool] = False
 
@@ -221,8 +230,24 @@ def _violating(condition: Condition) -> Callable[..., st.SearchStrategy[Draw]]:
     return premise
 
 
+#: P1's planted guards (:mod:`gdn_equiv.harness.planted_guards`) that its drawn states catch on the torch backend;
+#: the decision tables catch every one of them (tests/test_guard_gate.py), in both directions
+P1_TEETH = ("guard-ignores-G8", "guard-ignores-G3", "guard-strict-G8", "guard-strict-G7", "guard-never-fuses")
+
+
 def _example_records() -> list[PropertyRecord]:
     return [
+        PropertyRecord(
+            "P1-guard-vs-spec",
+            "the target's guard decides as the spec's decision table, both ways: no unsafe fusion, no missed fusion",
+            any_examples,
+            P.check_guard_matches_spec,
+            teeth=P1_TEETH,
+            gate_test="test_guard_matches_spec_on_drawn_states",
+            table_test="test_guard_matches_spec_on_the_decision_tables",
+            upstream_gate_kwargs=(("tolerate_known", True),),
+            allows_missed_fusion=True,
+        ),
         PropertyRecord(
             "P2-path-taken",
             "prologue='auto' takes the fused path exactly when the guard fuses (one conv launch vs one per slot)",
@@ -351,7 +376,8 @@ class GapSearchRecord:
         return [Row(self.name(target), family, "-", "any", target) for family in families]
 
 
-#: P1 against an upstream target (``gdn-equiv check --target fla``); the in-house target's P1 is tests/test_guard.py
+#: P1's gap search against an upstream target (``gdn-equiv check --target fla``); P1 on drawn states and the decision
+#: tables is the record ``P1-guard-vs-spec`` for every target
 GAP_SEARCH = GapSearchRecord(
     "the upstream guard decides as the spec's decision table; each disagreement is a gap kind, shrunk and shown"
 )

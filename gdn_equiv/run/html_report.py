@@ -244,7 +244,7 @@ def write(path: Path, html: str) -> Path:
 #: property's); skipped and xfailed tests keep pytest's words too
 ERROR = "error"
 #: the gate's results that fail its run: a failure, an error in setup or teardown, a test never reached
-GATE_FAILING = (Outcome.FAILED, ERROR, Outcome.NOT_REACHED)
+GATE_FAILING = (Outcome.FAILED, Outcome.MISSED_FUSION, ERROR, Outcome.NOT_REACHED)
 #: the outcome the plugin hands :meth:`GateLedger.reported` for a test the run's stop (-x) kept from running
 #: or from finishing (pytest reports it skipped, "not reached: ...")
 NOT_REACHED = str(Outcome.NOT_REACHED)
@@ -288,10 +288,12 @@ class GateLedger:
         row = self.rows[nodeid]
         row["seconds"] += duration
         row["examples"] += examples
-        if row["result"] in (Outcome.FAILED, ERROR):
+        if row["result"] in (Outcome.FAILED, Outcome.MISSED_FUSION, ERROR):
             return  # a failure stays, whatever its teardown does
         if outcome == "failed":
             row["result"] = Outcome.FAILED if when == "call" else ERROR
+            if when == "call" and "MissedFusion" in longrepr:  # P1: a finding of its own kind
+                row["result"] = Outcome.MISSED_FUSION
             row["failure"] = (f"error in {when}: " if when != "call" else "") + longrepr
             row["example_text"], replay = _falsifying(longrepr)
             row["commands"] = [f"python -m pytest {_quote(nodeid)}", *replay]
@@ -299,6 +301,8 @@ class GateLedger:
             row["result"], row["failure"] = Outcome.NOT_REACHED, longrepr
         elif outcome == "skipped":
             row["result"] = "xfailed" if xfail else "skipped"
+            if xfail and str(Outcome.MISSED_FUSION) in longrepr.partition("\n")[0]:
+                row["result"] = Outcome.MISSED_FUSION_ALLOWED  # --gdn-allow-missed-fusion: reported, not failed
             row["failure"] = longrepr
         elif when == "call":
             row["result"], row["failure"] = Outcome.PASSED, ""

@@ -55,7 +55,7 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Non
             f"result: {check.result}; worst difference: {worst_diff} ({tol}); guard reasons: {dict(check.reasons)}"
         )
         outcome = Outcome(check.result)
-        if outcome == Outcome.FAILED:
+        if outcome in (Outcome.FAILED, Outcome.MISSED_FUSION):
             text = [check.failure]
             if check.example is not None:
                 text += ["", f"Shrunk example: {check.example.short()}", check.example.to_json()]
@@ -73,6 +73,7 @@ def write_junit(checks: list[Check], path: Path, *, meta: dict[str, Any]) -> Non
                 f"unnecessary on {check.backend}",
                 Outcome.NOT_APPLICABLE: f"cannot run here: {check.failure}",
                 Outcome.UPSTREAM_REFUSED: f"the upstream constructor refused a drawn config: {check.failure[:400]}",
+                Outcome.MISSED_FUSION_ALLOWED: f"missed fusion, allowed: {check.failure[:400]}",
             }
             reason = reasons[outcome]
             ET.SubElement(case, "skipped", {"message": reason})

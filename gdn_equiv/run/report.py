@@ -145,7 +145,7 @@ class ReportWriter:
             self.rows.append(row)
         else:
             merge(row, check)
-        if row.result == Outcome.FAILED and row.example is not None and not row.repro:
+        if row.result in (Outcome.FAILED, Outcome.MISSED_FUSION) and row.example is not None and not row.repro:
             self._write_failure(row)
             check.repro, check.repro_json = row.repro, row.repro_json
         with self.rows_path.open("a") as f:

@@ -206,7 +206,8 @@ def run_property(
                 row = check if not known else dataclasses.replace(check, reasons=Counter(), also=[])
                 if row is not check:
                     row.name = f"{name}#{len(known) + 1}"
-                row.result = Outcome.FAILED
+                # P1's missed fusion is a finding of its own kind in the ledger
+                row.result = Outcome.MISSED_FUSION if isinstance(error, P.MissedFusion) else Outcome.FAILED
                 row.failure = f"{type(error).__name__}: {error}"
                 row.example = failing.get(kind, next(iter(failing.values())))
                 # the shrunk example's comparison, or the crash
@@ -220,11 +221,9 @@ def run_property(
                 continue  # budget left: search on for the kinds not yet seen
         break
     check.also = [row for row in known.values() if row is not check]
-    check.result = ledger.row_outcome(
-        examples=check.examples,
-        not_applicable=check.not_applicable,
-        failed=check.result == Outcome.FAILED,
-        budget_spent=check.budget_spent,
+    found = check.result if check.result in (Outcome.FAILED, Outcome.MISSED_FUSION) else None
+    check.result = found or ledger.row_outcome(
+        examples=check.examples, not_applicable=check.not_applicable, budget_spent=check.budget_spent
     )
     why = f" (the last: {tally.last})" if tally.last else ""
     if check.result == Outcome.NOT_REACHED:

@@ -1,6 +1,9 @@
 """The property suite as an importable package: ``pytest --pyargs gdn_equiv.suite --gdn-backend mypkg.kernels:conv``.
 
-- ``test_properties``: P2-P5 (path taken, fused == separate forward and gradients, exact fallback)
+- ``test_guard``: P1 on the spec's exhaustive decision tables, for the guard of ``--gdn-target`` (unsafe fusion fails;
+  a missed fusion is ``missed fusion``; an upstream version's known gaps are strict xfails); P1 on drawn states is
+  in ``test_properties``
+- ``test_properties``: P1 on drawn states, P2-P5 (path taken, fused == separate forward and gradients, exact fallback)
 - ``test_necessity``: P6 (every guard condition has a state where forcing fusion is wrong)
 - ``test_conformance``: the backend against the torch backend, call by call (forward, gradients,
   update, varlen, final state within the §6 table; fused channel slices bitwise)

@@ -51,7 +51,13 @@ def _upstream(target: str | Target) -> bool:
 
 
 def run_example(
-    prop, example: Example, device: str, target: str | Target = "gdn_equiv", *, may_not_apply: bool = False
+    prop,
+    example: Example,
+    device: str,
+    target: str | Target = "gdn_equiv",
+    *,
+    may_not_apply: bool = False,
+    **kwargs: Any,
 ):
     """One example through the ledger (:func:`gdn_equiv.harness.ledger.judge`): counted and labelled once it
     compared something; one that did not meet the premise compared nothing. An upstream target's own guard
@@ -60,7 +66,7 @@ def run_example(
     failure (a strategy bug, or P1 guard = spec failing)."""
     note(example.short())
     return ledger.judge(
-        lambda: isolation.call(prop, example, device=device, target=target),  # in a worker under --gdn-isolate
+        lambda: isolation.call(prop, example, device=device, target=target, **kwargs),  # a worker under --gdn-isolate
         example,
         must_apply=not (may_not_apply or _upstream(target)),
         count=True,
@@ -112,22 +118,32 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
     ``--gdn-target`` with the backend of ``--gdn-backend``; P3/P4 (``needs_fusion``) draw from the families
     the target fuses. Named by the record (``gate_test``), its database key the record's name."""
 
-    def run(data: st.DataObject, backend: str, families: tuple[str, ...], device: str, target: str | Target) -> None:
+    def run(
+        data: st.DataObject,
+        backend: str,
+        families: tuple[str, ...],
+        device: str,
+        target: str | Target,
+        request: pytest.FixtureRequest,
+    ) -> None:
         reason = record.not_applicable(backend)  # a row that cannot be asked here (a backend against itself)
         if ledger.asked(reason) is not None:
             pytest.skip(f"{ledger.Outcome.NOT_APPLICABLE}: {reason}")
         example, must_apply = data.draw(premise(record.name, backend, families, _name(target)))
-        run_example(record.check, example, device, target, may_not_apply=not must_apply)
+        kwargs = dict(record.upstream_gate_kwargs) if _upstream(target) else {}
+        if record.allows_missed_fusion and request.config.getoption("gdn_allow_missed_fusion"):
+            kwargs["allow_missed"] = True
+        run_example(record.check, example, device, target, may_not_apply=not must_apply, **kwargs)
 
     # the fixtures pytest passes, by name in the signature
     if record.needs_fusion:
 
-        def test(data, gdn_backend, fusing_families, device, layer_target):
-            run(data, gdn_backend, fusing_families, device, layer_target)
+        def test(data, gdn_backend, fusing_families, device, layer_target, request):
+            run(data, gdn_backend, fusing_families, device, layer_target, request)
     else:
 
-        def test(data, gdn_backend, gdn_families, device, layer_target):
-            run(data, gdn_backend, gdn_families, device, layer_target)
+        def test(data, gdn_backend, gdn_families, device, layer_target, request):
+            run(data, gdn_backend, gdn_families, device, layer_target, request)
 
     assert record.gate_test is not None
     test.__name__ = test.__qualname__ = record.gate_test

@@ -548,21 +548,101 @@ class FlaHandle:
         return self.row.decision == "method" or _inline_condition(self.layer, call_facts)
 
     def bias_gap(self) -> str | None:
-        """What this version's fused path does with these convs' biases: ``"crash"`` (it concatenates
-        them and one is ``None``), ``"dropped"`` (it concatenates none and one exists) or ``None``."""
-        facts = self.layer_facts()
-        if facts.convs is None:
-            return None
-        has = [c.has_bias for c in facts.convs]
-        concatenates = facts.conv_bias if self.row.fused_bias == "flag" else has[0]
-        if concatenates and not all(has):
-            return "crash"
-        if not concatenates and any(has):
-            return "dropped"
-        return None
+        """What this version's fused path does with these convs' biases (:func:`bias_gap`)."""
+        return bias_gap(self.layer_facts(), self.row)
 
     def state_dict(self) -> dict[str, Tensor]:
         return self.layer.state_dict()
+
+
+def bias_gap(facts: LayerFacts, row: FlaVersion) -> str | None:
+    """What ``row``'s fused path does with these convs' biases: ``"crash"`` (it concatenates them and one
+    is ``None``), ``"dropped"`` (it concatenates none and one exists) or ``None``."""
+    if facts.convs is None:
+        return None
+    has = [c.has_bias for c in facts.convs]
+    concatenates = facts.conv_bias if row.fused_bias == "flag" else has[0]
+    if concatenates and not all(has):
+        return "crash"
+    if not concatenates and any(has):
+        return "dropped"
+    return None
+
+
+#: a decision table's two conv backends, as fla's two (the table only asks "equal or not")
+_TABLE_BACKENDS = {"torch": "triton", "triton": "cuda"}
+
+
+@dataclass
+class FlaGuardProbe:
+    """fla's own guard asked on a decision table's states (P1 in the gate): each state is built on one
+    fla layer of the family's small config (one per ``use_short_conv``/``conv_bias``), its q/k/v conv
+    modules swapped for ShortConvolutions with the state's facts, and judged on the facts read back from
+    that layer. A state fla cannot hold (a relu or L2-norm conv, a device not here) is ``None``."""
+
+    family: str
+    row: FlaVersion
+    _layers: dict[tuple[bool, bool], Any] = field(default_factory=dict)
+    _convs: dict[tuple[str, ConvFacts], torch.nn.Module] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"fla {self.row.version} {self.row.where}"
+
+    def known_gaps(self) -> tuple[str, ...]:
+        """The gap kinds the version table lists for this family (``properties.Gap<Kind>``)."""
+        return self.row.known_gaps(self.family)
+
+    def gap_kind(self, d: Any) -> str:
+        """The gap kind of a disagreement (a ``guard_oracle.Difference``), as
+        ``properties.check_target_guard`` names it."""
+        if d.kind != "unsafe":
+            return "NeedlessFallback" if self.row.fuses(self.family) else "NoFusedPrologue"
+        gap = bias_gap(d.layer, self.row) if "G8" in d.spec_failed else None
+        return {"crash": "MissingBiasCrash", "dropped": "BiasDropped"}.get(gap or "", "OtherRefusal")
+
+    def _layer(self, use_short_conv: bool, conv_bias: bool) -> Any:
+        key = (use_short_conv, conv_bias)
+        if key not in self._layers:
+            fam = get_family(self.family)
+            config = fam.config_cls(**{**fam.small, "use_short_conv": use_short_conv, "conv_bias": conv_bias})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._layers[key] = (build_fla_layer(config, "cpu", family=self.family, pinnable=False), config)
+        return self._layers[key]
+
+    def _conv(self, config: LayerConfig, name: str, facts: ConvFacts) -> torch.nn.Module | None:
+        if facts.activation not in ("silu", "swish", None) or facts.extras or facts.backend not in _TABLE_BACKENDS:
+            return None
+        if facts.device != "cpu" and not (facts.device.startswith("cuda") and torch.cuda.is_available()):
+            return None
+        key = (name, facts)
+        if key not in self._convs:
+            channels = fla_conv_channels(self.family, config, name)
+            backend = _TABLE_BACKENDS[facts.backend]
+            conv = _conv_module(channels, facts.kernel_size, facts.has_bias, facts.activation, backend, self.family)
+            conv = conv.to(device=facts.device, dtype=getattr(torch, facts.weight_dtype))
+            bias: Any = conv.bias
+            if bias is not None and facts.bias_dtype is not None:
+                conv.bias = torch.nn.Parameter(bias.detach().to(getattr(torch, facts.bias_dtype)))
+            self._convs[key] = conv
+        return self._convs[key]
+
+    def ask(self, layer_facts: LayerFacts, call: CallFacts) -> tuple[bool, None, LayerFacts] | None:
+        """fla's decision on the state (it gives no reasons) and the facts the built layer holds."""
+        layer, config = self._layer(layer_facts.use_short_conv, layer_facts.conv_bias)
+        slots = get_family(self.family).config_cls.SLOTS
+        if layer_facts.convs is not None:  # without short convs: leftover conv modules the guard must ignore
+            if len(layer_facts.convs) != len(slots):
+                return None
+            convs = [self._conv(config, n, c) for n, c in zip(slots, layer_facts.convs, strict=True)]
+            if any(c is None for c in convs):
+                return None
+            for name, conv in zip(slots, convs, strict=True):
+                setattr(layer, f"{name}_conv1d", conv)
+        elif layer_facts.use_short_conv:
+            return None
+        return fla_guard(layer, call, self.row, self.family), None, fla_layer_facts(layer, slots)
 
 
 @dataclass(frozen=True)
@@ -597,6 +677,14 @@ class FlaTarget:
         except Exception as exc:
             return f"fla {version} is installed but its layers do not import: {type(exc).__name__}: {exc}"
         return None
+
+    def known_gaps(self, family: str) -> tuple[str, ...]:
+        """The guard gap kinds the installed version has for ``family`` (its version row's)."""
+        return version_row().known_gaps(family)
+
+    def guard_probe(self, family: str) -> FlaGuardProbe:
+        """The installed version's guard for ``family``, asked on a decision table's states."""
+        return FlaGuardProbe(family, version_row())
 
     def unavailable_to_run(self) -> str | None:
         """Building works on CPU (the guard can be asked there); running needs fla's Triton kernels on CUDA."""

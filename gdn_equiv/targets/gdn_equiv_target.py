@@ -9,6 +9,7 @@ property never names a layer class and a defect written once runs on every famil
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,32 @@ class GdnEquivHandle:
 
 
 @dataclass(frozen=True)
+class GdnEquivGuardProbe:
+    """The guard of the family's fused layer on this target (its ``guard``, a planted one included), asked
+    on a decision table's states: a pure function of facts, so every state is asked as it is."""
+
+    family: str
+    guard: Callable[[LayerFacts, CallFacts], Decision]
+    layer_name: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"gdn_equiv {self.layer_name}.guard ({self.family})"
+
+    def known_gaps(self) -> tuple[str, ...]:
+        return ()  # ours has none: every disagreement is a finding
+
+    def gap_kind(self, d: Any) -> str:
+        if d.kind == "reasons":
+            return "LaxReasons" if d.direction == "unsafe" else "StrictReasons"
+        return {"unsafe": "UnsafeFusion", "missed": "MissedFusion"}[d.kind]
+
+    def ask(self, layer: LayerFacts, call: CallFacts) -> tuple[bool, tuple[str, ...], LayerFacts]:
+        decision = self.guard(layer, call)
+        return decision.fuse, tuple(c.id for c in decision.failed), layer
+
+
+@dataclass(frozen=True)
 class GdnEquivTarget:
     name: str = "gdn_equiv"
     prologues: tuple[str, ...] = ("auto", "fused", "separate")
@@ -100,6 +127,11 @@ class GdnEquivTarget:
     def layer_cls(self, family: str) -> type:
         fused = get_family(family).fused_cls
         return fused if self.defect is None else _with_defect(self.defect, fused)
+
+    def guard_probe(self, family: str) -> GdnEquivGuardProbe:
+        """The guard the family's layer decides with, asked on facts directly (P1's decision tables)."""
+        cls: Any = self.layer_cls(family)
+        return GdnEquivGuardProbe(family, cls.guard, cls.__name__)
 
     def build(self, example: Example, device: str | torch.device = "cpu") -> GdnEquivHandle:
         return GdnEquivHandle(example, build_layer(example, self.layer_cls(example.family), device=device), device)

@@ -530,17 +530,17 @@ def print_findings(writer: ReportWriter) -> int:
         if Outcome(c.result) in (Outcome.NONE_FOUND, Outcome.NOT_APPLICABLE):
             print(f"{c.result}: {c.row_id}: {c.failure}")
     for c in failed:
-        if c.result != Outcome.FAILED:
+        if c.result not in (Outcome.FAILED, Outcome.MISSED_FUSION):
             print(f"\n{c.result.upper()} {c.row_id}: {c.failure}")
             continue
         example = "" if c.example is None else f"\nshrunk example: {c.example.to_json()}"
-        print(f"\nFAIL {c.row_id}\n{c.failure}{example}")
+        print(f"\n{'FAIL' if c.result == Outcome.FAILED else c.result.upper()} {c.row_id}\n{c.failure}{example}")
         record = registry.records().get(c.name.partition("#")[0])  # None: a gap search's row
         if c.repro and record is not None and record.serving:
             print(f"reproducer: python {c.repro}")  # its script is the replay: `repro` reads layer examples
         elif c.repro:
             print(f"reproducer: python {c.repro}\nreplay: gdn-equiv repro {c.repro_json}")
-    unchecked = [c for c in failed if c.result != Outcome.FAILED]
+    unchecked = [c for c in failed if c.result not in (Outcome.FAILED, Outcome.MISSED_FUSION)]
     if unchecked:
         print(
             f"\nnot green: {len(unchecked)} of {len(rows)} asked rows were not checked "
