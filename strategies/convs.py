@@ -231,7 +231,7 @@ def conv_calls(
         layouts=tuple((name, tuple(k)) for name, k in kinds.items()),
         activations=tuple(_nonempty_activations(activations)),
         mixed_precision=mixed_precision,  # weight and bias share param_dtype: one dtype, as bias_dtype_of_weight asks
-        channel_multiple=caps.channel_multiple,
+        channel_multiple=caps.channel_step,  # a contiguous x has time stride D: a multiple of the stride one too
     )
     return drawn.filter(lambda call: call.refusal(caps) is None) if caps.declared else drawn
 

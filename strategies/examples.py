@@ -211,7 +211,7 @@ def examples(
         dtypes = caps.dtypes_among(DTYPE_NAMES) or caps.dtypes or DTYPE_NAMES
     dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
     conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
-    tokens = token_budget(caps.channel_multiple)
+    tokens = token_budget(caps.channel_step)
     if tokens is not None:  # a wide channel multiple: few tokens (issue #49: 21 GB at a multiple of 4096)
         max_seq_len = min(max_seq_len, tokens)
         min_seq_len = min(min_seq_len, max_seq_len)
@@ -283,8 +283,8 @@ def examples(
 
 #: a layer's recurrent state holds ``head_k_dim x head_v_dim`` per head and token; with a channel multiple ``m`` a
 #: head dim is at least ``m`` (one or two heads carry every conv's channels), so an example keeps ``B*T*m*m``
-#: under this many elements (a multiple of 4096: 4 tokens; of 1024: 64; of 256 and under: no bound)
-STATE_ELEMENTS = 2**26
+#: under this many elements (a multiple of 4096: 1 token; of 2048: 4; of 1024: 16; of 128 and under: no bound)
+STATE_ELEMENTS = 2**24
 
 
 def token_budget(channel_multiple: int) -> int | None:

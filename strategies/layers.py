@@ -216,9 +216,11 @@ def layer_configs(
         raise InvalidArgument("fusable_convs needs short convs; got use_short_conv=False")
     # draw inside every chosen backend's capabilities (causal-conv1d: widths 2-4, no fp64, channels in 8s)
     caps = capabilities((*backends, *within))
-    if caps.channel_multiple >= WIDE_MULTIPLE:  # one head of the narrowest dims that are multiples of it
+    if caps.channel_step >= WIDE_MULTIPLE:  # one head of the narrowest dims that are multiples of it
         max_heads = 1
     lo, hi = caps.widths or (1, 64)
+    if max(min_conv_size, lo) > min(max_conv_size, hi):  # the backends take none of the sizes asked: theirs
+        min_conv_size, max_conv_size = lo, min(hi, max(lo, max_conv_size))
     min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)
     if min_conv_size > max_conv_size:
         raise InvalidArgument(f"no conv size in range is supported by all of {backends} (widths {lo}..{hi})")
@@ -248,7 +250,7 @@ def layer_configs(
             # that all of ``backends`` run (relu/relu2 on torch and triton, not on causal-conv1d)
             # (where the backends run it: a kernel declaring activations (None,) gets None-activated convs)
             activations=_activations(fam.config_cls().q_conv.activation, supported_activations((*backends, *within))),
-            dims=_dims(fam, max_heads, tuple(range(min_hidden_size, max_hidden_size + 1)), caps.channel_multiple),
+            dims=_dims(fam, max_heads, tuple(range(min_hidden_size, max_hidden_size + 1)), caps.channel_step),
             use_short_conv=use_short_conv,
             conv_bias=conv_bias,
             min_conv_size=min_conv_size,
@@ -264,7 +266,7 @@ def layer_configs(
             breakable=breakable,
         )
     )
-    m = caps.channel_multiple
+    m = caps.channel_step
     if m > 1:  # the dims were drawn for it; a plug-in family's dims that cannot be are filtered here
         configs = configs.filter(lambda config: all(config.conv_channels(n) % m == 0 for n in config.SLOTS))
     if fla_version is None and not is_fla_only(fam):

@@ -8,7 +8,7 @@ and state rules, devices) and runs the installed gate's own tests on torch's con
 
 - right inside, refusing outside: every gate test passes, or says n/a with its reason (never a strategy that
   raises, draws empty or outside, or a property that fails a correct kernel);
-- wrong inside (one too large): the gate's comparisons with torch fail;
+- wrong inside (doubled and one too large): the gate's comparisons with torch fail;
 - right inside and silently wrong outside (zeros): the refusal property fails, for every declaration that
   has a limit a call can break here; one without is n/a, saying so.
 
@@ -137,8 +137,23 @@ CORNERS = [
 ]
 #: a drawn declaration per run besides the corners (random: the verdict is the same for every declaration)
 DRAWN = 2
+#: the cases each test runs: the corners, then drawn declarations. A correct backend runs every gate test, and
+#: at a channel multiple of 2048 or 4096 each layer call carries over 6,000 channels (30-90 s on a CPU): those
+#: and the drawn ones are ``slow`` there (the bound on their size is CI's:
+#: test_a_wide_channel_multiple_keeps_every_layer_example_small)
 CASES = [*CORNERS, *([None] * DRAWN)]
 IDS = [",".join(c.limits()) for c in CORNERS] + [f"drawn-{i}" for i in range(DRAWN)]
+
+
+def _cases(*, slow_wide: bool) -> list[Any]:
+    out = []
+    for case, name in zip(CASES, IDS, strict=True):
+        wide = case is None or case.channel_step >= 2048
+        marks = [pytest.mark.slow] if slow_wide and wide else []
+        out.append(pytest.param(case, id=name, marks=marks))
+    return out
+
+
 META = settings(
     max_examples=1,
     deadline=None,
@@ -153,7 +168,7 @@ def _declaration(corner: Capabilities | None, data: st.DataObject) -> Capabiliti
     return caps
 
 
-@pytest.mark.parametrize("corner", CASES, ids=IDS)
+@pytest.mark.parametrize("corner", _cases(slow_wide=True))
 @META
 @given(data=st.data())
 def test_a_correct_backend_passes_the_gate_whatever_it_declares(
@@ -172,13 +187,14 @@ def test_a_correct_backend_passes_the_gate_whatever_it_declares(
         assert v == "pass" or v.removeprefix("n/a:").strip(), f"{name}: n/a without a reason"
 
 
-@pytest.mark.parametrize("corner", CASES, ids=IDS)
+@pytest.mark.parametrize("corner", _cases(slow_wide=False))
 @META
 @given(data=st.data())
 def test_a_backend_wrong_inside_its_declaration_fails_the_gate(
     corner: Capabilities | None, data: st.DataObject
 ) -> None:
-    """torch behind the declaration, every output one too large: every comparison with torch fails."""
+    """torch behind the declaration, every output doubled and one too large: every comparison with torch fails
+    (forward, gradients, the step kernel, the fp64 ground truth)."""
     caps = _declaration(corner, data)
     backend = planted.declared_backend(caps, "wrong-inside")
     with registered(backend):
@@ -189,7 +205,7 @@ def test_a_backend_wrong_inside_its_declaration_fails_the_gate(
     )
 
 
-@pytest.mark.parametrize("corner", CASES, ids=IDS)
+@pytest.mark.parametrize("corner", _cases(slow_wide=False))
 @META
 @given(data=st.data())
 def test_a_backend_silently_wrong_outside_its_declaration_fails_the_refusal_property(
@@ -215,7 +231,7 @@ def test_declarations_reach_every_corner() -> None:
 
 @pytest.mark.parametrize("kind", planted.DECLARED_KINDS)
 def test_a_declared_backend_answers_as_its_kind_says(kind: str) -> None:
-    """The planted kinds themselves: right inside (or one too large), and outside refusing or zeros."""
+    """The planted kinds themselves: right inside (or doubled and one too large), and outside refusing or zeros."""
     import torch
 
     from gdn_equiv.errors import InvalidArgument
@@ -226,10 +242,90 @@ def test_a_declared_backend_answers_as_its_kind_says(kind: str) -> None:
     x, w = torch.randn(1, 3, 2), torch.randn(2, 2)
     y_ref, _ = tb.forward(x, w, None, None, None, False, None)
     y, _ = backend.forward(x, w, None, None, None, False, None)
-    assert torch.equal(y, y_ref + 1 if kind == "wrong-inside" else y_ref)
+    assert torch.equal(y, 2 * y_ref + 1 if kind == "wrong-inside" else y_ref)
     if kind == "wrong-outside":
         y, _ = backend.forward(x.double(), w.double(), None, None, None, False, None)
         assert not y.any()
     else:
         with pytest.raises(InvalidArgument, match="float64"):
             backend.forward(x.double(), w.double(), None, None, None, False, None)
+
+
+# ---- each finding of issue #49 on its own ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("multiple", [3, 2048, 4096])
+def test_the_block_edge_sweep_fails_a_backend_that_raises_on_every_call(multiple: int) -> None:
+    """With a channel multiple no edge in reach is a multiple of (3, 2048, 4096), the sweep compared nothing
+    and passed a kernel that raises on every call; now every part of it sweeps counts the backend takes
+    (``edge_splits``), so each part fails it, and a right kernel passes each part."""
+    caps = Capabilities(channel_multiple=multiple)
+    raising, right = planted.raising_backend(caps), planted.declared_backend(caps, "right")
+    sweep = test_conformance.test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls
+
+    @settings(max_examples=1, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def each_part(data: st.DataObject) -> None:
+        with registered(raising, right):
+            for part in range(test_conformance.EDGE_PARTS):
+                splits = test_conformance.edge_splits(right.name)
+                assert splits and all(a % multiple == 0 and m == multiple for a, m in splits), splits
+                with pytest.raises(RuntimeError, match="refuses every call"):
+                    sweep.hypothesis.inner_test(data=data, gdn_backend=raising.name, device="cpu", part=part)
+                sweep.hypothesis.inner_test(data=data, gdn_backend=right.name, device="cpu", part=part)
+
+    each_part()
+
+
+def test_the_refusal_property_breaks_every_undeclared_dtype_not_only_fp64() -> None:
+    """fp32 and fp64 declared: the refusal property's calls reach fp16 and bf16 (the whole call, or its
+    parameters), where issue #49's plug-in returned zeros; it used to convert to fp64 only and find no limit."""
+    from hypothesis import find
+
+    from gdn_equiv.strategies import outside_calls
+
+    caps = Capabilities(dtypes=("float32", "float64"))
+    assert "dtypes" in breakable_limits(caps)
+    search = settings(max_examples=500, database=None, suppress_health_check=list(HealthCheck))
+    for means in ("dtype:float16", "dtype:bfloat16", "params:float16", "params:bfloat16"):
+        found = find(outside_calls(caps), lambda o, means=means: o.means == means, settings=search)
+        assert found.limit == "dtypes" and found.inside is not None and found.inside.refusal(caps) is None
+
+
+def test_a_refusal_finding_names_the_limit_only_when_the_call_inside_it_is_right() -> None:
+    """issue #49 on the H100: fla-cuda ignored the initial state, and the refusal property blamed the
+    contiguous-bias limit of ``ConvCall(B=1, T=1, D=8, W=2, float32, bias, initial_state)``. The same call
+    brought back inside the limit is wrong too, so the finding now says the kernel is wrong inside its
+    declaration; a kernel right inside and wrong only outside is still blamed on the limit."""
+    from gdn_equiv.harness.conformance import AnsweredOutside, check_outside_capabilities
+    from gdn_equiv.strategies import ConvCall, OutsideCall
+
+    call = ConvCall(B=1, T=1, D=8, W=2, dtype="float32", bias=True, initial_state=True, seed=3)
+    outside = OutsideCall(call, "contiguous_bias", "bias:strided", call)
+    ignores = planted.IGNORES_INITIAL_STATE
+    wrong_outside = planted.declared_backend(Capabilities(contiguous_bias=True), "wrong-outside")
+    with registered(ignores, wrong_outside):
+        with pytest.raises(AssertionError, match="wrongly inside its declared capabilities too") as caught:
+            check_outside_capabilities(outside, ignores.name, "cpu")
+        assert not isinstance(caught.value, AnsweredOutside)
+        with pytest.raises(AnsweredOutside, match="outside its contiguous_bias limit wrongly"):
+            check_outside_capabilities(outside, wrong_outside.name, "cpu")
+
+
+@settings(max_examples=10, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_wide_channel_multiple_keeps_every_layer_example_small(data: st.DataObject) -> None:
+    """A channel multiple of 4096 grew the layer tests to ~21 GB (heads of two multiples, GVA, 140 tokens):
+    every layer example of such a backend is one head of the smallest dims and few tokens, so its
+    recurrent state over the call stays under ``STATE_ELEMENTS`` elements (x 2 for expand_v)."""
+    from gdn_equiv import strategies
+    from gdn_equiv.strategies.examples import STATE_ELEMENTS
+
+    backend = planted.declared_backend(Capabilities(channel_multiple=4096), "right")
+    with registered(backend):
+        drawn = data.draw(strategies.examples(backends=(backend.name,), family="gated_deltanet"))
+    config = drawn.config
+    state = config.n_v_heads * config.head_k_dim * config.head_v_dim
+    tokens = drawn.batch * drawn.seq_len
+    assert all(config.conv_channels(n) % 4096 == 0 for n in config.SLOTS)
+    assert state * tokens <= 2 * STATE_ELEMENTS, (state, tokens, drawn.short())

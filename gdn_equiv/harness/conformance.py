@@ -256,7 +256,7 @@ def edge_splits(backend: str) -> list[tuple[int, int]]:
     under it (``(E, 1)`` for an undeclared multiple: ``E + 1`` channels split at ``E``). Never empty: a
     multiple wider than every edge in reach sweeps its narrowest pair, ``(m, m)`` (a backend that takes no
     count near an edge is still compared, never passed for comparing nothing)."""
-    m = capabilities([backend, "torch"]).channel_multiple
+    m = capabilities([backend, "torch"]).channel_step
     return list(dict.fromkeys((max(m, edge // m * m), m) for edge in block_edges(backend))) or [(m, m)]
 
 

@@ -324,8 +324,9 @@ def reference_defects() -> dict[str, type]:
 # ---- declarations (issue #49): torch's conv behind any declaration, right or wrong on either side of it
 
 #: how a declared backend answers: right inside and refusing outside (a correct narrow kernel), wrong inside
-#: (every output one too large; refusing outside), or right inside and answering every call outside wrongly
-#: (zeros: the plug-in of issue #49 that declared fp32 and fp64 and returned zeros for fp16 and bf16)
+#: (every output doubled and one too large, so its gradients are wrong too; refusing outside), or right
+#: inside and answering every call outside wrongly (zeros: the plug-in of issue #49 that declared fp32 and
+#: fp64 and returned zeros for fp16 and bf16)
 DECLARED_KINDS = ("right", "wrong-inside", "wrong-outside")
 
 
@@ -343,7 +344,7 @@ def declared_backend(caps: Capabilities, kind: str = "right") -> Backend:
             if kind == "wrong-outside":
                 return torch.zeros_like(y)
             raise InvalidArgument(f"declared backend: {reason}")
-        return y + 1 if kind == "wrong-inside" else y
+        return 2 * y + 1 if kind == "wrong-inside" else y
 
     def forward(
         x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any

@@ -194,7 +194,7 @@ def test_backend_fused_channel_slices_are_bitwise_the_split_calls(data, dims, gd
     """One call over concatenated channels == one call per channel slice (strided views of the wide tensor,
     as the fused prologue hands q|k|v over): y and dx bitwise. This is what makes P3 hold."""
     call = _draw_call(data, gdn_backend, varlen=False, initial_state=False, max_channels=1)
-    m = capabilities([gdn_backend]).channel_multiple
+    m = capabilities([gdn_backend]).channel_step
     # slices the backend takes; past 64 channels a multiple, one or two multiples a slice (16 multiples of
     # 4096 would be 65,536 channels a slice)
     dims = [d * m for d in dims] if m <= 64 else [m * (1 + d % 2) for d in dims]
