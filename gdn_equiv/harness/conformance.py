@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -285,11 +285,11 @@ class AnsweredOutside(AssertionError):
     """A backend answered a call outside its declared capabilities with a wrong result."""
 
 
-def _answer(impl, t: dict, activation: str | None):
+def _answer(impl: Any, t: dict, activation: str | None) -> tuple[Tensor, Tensor | None]:
     return impl.forward(t["x"], t["weight"], t["bias"], activation, t["initial_state"], True, t["cu_seqlens"])
 
 
-def _right_answer(y, final, t: dict, call: ConvCall, backend: str, context: str) -> None:
+def _right_answer(y: Tensor, final: Tensor | None, t: dict, call: ConvCall, backend: str, context: str) -> None:
     """y and the final state's declared slots == torch's on the same tensors, within §6."""
     y_ref, final_ref = causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend="torch"
@@ -331,7 +331,8 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
         t_in = inside.tensors(device)
         context = f"{inside} (the call of {outside} brought back inside its {outside.limit} limit)"
         try:
-            _right_answer(*_answer(impl, t_in, inside.activation), t_in, inside, backend, context)
+            y_in, final_in = _answer(impl, t_in, inside.activation)
+            _right_answer(y_in, final_in, t_in, inside, backend, context)
         except Exception as exc:  # wrong, or refused, inside: the finding is the kernel's, not the limit's
             raise AssertionError(
                 f"backend {backend!r} answers wrongly inside its declared capabilities too (not a refusal "
