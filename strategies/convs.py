@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from gdn_equiv.model.backends.capabilities import Capabilities
+from gdn_equiv.model.backends.capabilities import DTYPE_NAMES, Capabilities
 from gdn_equiv.model.conv_ops import activation_names
 from gdn_equiv.model.example import DTYPES
 from gdn_equiv.model.sampling import sampled
@@ -172,7 +173,7 @@ def _length(draw: st.DrawFn, W: int, max_len: int, long: int | None) -> int:
 
 def conv_calls(
     *,
-    dtypes: Sequence[str] = ("float32", "float16", "bfloat16"),
+    dtypes: Sequence[str] | None = None,
     min_channels: int = 1,
     max_channels: int = 40,
     widths: tuple[int, int] = (1, 4),
@@ -205,7 +206,8 @@ def conv_calls(
     so by construction; a final filter on :meth:`ConvCall.refusal` keeps any rule the construction missed
     from reaching a kernel (a strategy that needed it often fails Hypothesis' health check, loudly)."""
     caps = capabilities or Capabilities()
-    dtypes = caps.dtypes_among(dtypes)
+    # by default every dtype the capabilities declare (fp64 among them), or fp32/fp16/bf16 where they claim all
+    dtypes = caps.dtypes_among(dtypes if dtypes is not None else caps.dtypes or ("float32", "float16", "bfloat16"))
     if not dtypes:
         raise InvalidArgument(f"none of the dtypes is in the capabilities' {caps.dtypes}")
     if caps.widths is not None:
@@ -229,7 +231,7 @@ def conv_calls(
         layouts=tuple((name, tuple(k)) for name, k in kinds.items()),
         activations=tuple(_nonempty_activations(activations)),
         mixed_precision=mixed_precision,  # weight and bias share param_dtype: one dtype, as bias_dtype_of_weight asks
-        channel_multiple=caps.channel_multiple,
+        channel_multiple=caps.channel_step,  # a contiguous x has time stride D: a multiple of the stride one too
     )
     return drawn.filter(lambda call: call.refusal(caps) is None) if caps.declared else drawn
 
@@ -334,39 +336,46 @@ OUTSIDE_LIMITS = (
 
 @dataclass(frozen=True)
 class OutsideCall:
-    """A call inside ``capabilities`` but for one declared ``limit`` (:data:`OUTSIDE_LIMITS`), broken by
-    :meth:`tensors`: the refusal property's input."""
+    """A call inside ``capabilities`` but for one declared ``limit`` (:data:`OUTSIDE_LIMITS`), broken as
+    ``means`` says: the refusal property's input. :attr:`inside` is the same call before the break (inside
+    every limit), so a wrong answer outside can be told from one wrong inside too (the finding is then the
+    kernel's, not the limit's).
+
+    ``means``: ``dtype:<name>`` (every tensor of the call in that dtype), ``params:<name>`` (weight and bias),
+    ``bias:<name>`` / ``state:<name>`` (that tensor alone), ``x:<layout>`` / ``bias:<layout>`` (that tensor
+    in a layout of :data:`LAYOUTS`); empty where the call itself breaks the limit (its width, activation,
+    channel count, packing)."""
 
     call: ConvCall
     limit: str
+    means: str = ""
+    inside: ConvCall | None = None
 
     def tensors(self, device: str = "cpu") -> dict[str, Any]:
-        """The call's tensors with :attr:`limit` broken: fp64 for ``dtypes``, ``x`` a channel slice of a
-        wider buffer for ``stride_multiple``, a bias of stride 2, a bias or state in another dtype; the
-        other limits are broken by the call itself (its width, activation, channels, packing)."""
+        """The call's tensors with :attr:`limit` broken by :attr:`means`."""
         t = self.call.tensors(device)
-        if self.limit == "dtypes":
-            t = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in t.items()}
-        elif self.limit == "stride_multiple":
-            t["x"] = apply_layout(t["x"], "sliced")
-        elif self.limit == "contiguous_bias":
-            t["bias"] = apply_layout(t["bias"], "strided")
-        elif self.limit == "bias_dtype_of_weight":
-            t["bias"] = t["bias"].to(torch.float32 if t["weight"].dtype != torch.float32 else torch.float16)
-        elif self.limit == "state_dtype_of_x":
-            t["initial_state"] = t["initial_state"].to(
-                torch.float32 if t["x"].dtype != torch.float32 else torch.float16
-            )
+        name, _, how = self.means.partition(":")
+        if how in LAYOUTS:
+            t[name] = apply_layout(t[name], how)
+        elif name in ("bias", "state"):
+            key = "initial_state" if name == "state" else name
+            t[key] = t[key].to(DTYPES[how])
         return t
 
 
+def _other_dtypes(caps: Capabilities, than: str) -> list[str]:
+    """The declared dtypes (every one where none is declared) besides ``than``."""
+    return [d for d in (caps.dtypes or DTYPE_NAMES) if d != than]
+
+
 def breakable_limits(capabilities: Capabilities) -> tuple[str, ...]:
-    """The declared limits of ``capabilities`` a call here can break (a limit it declares nothing for, or one
-    every registered value meets, cannot be)."""
+    """The declared limits of ``capabilities`` a call here can break while keeping the others (a limit it declares
+    nothing for, or one every value meets, cannot be; nor a dtype rule between two tensors where one dtype is
+    declared; nor devices, on one machine)."""
     caps, out = capabilities, []
-    if caps.dtypes is not None and "float64" not in caps.dtypes:
+    if caps.dtypes is not None and set(DTYPE_NAMES) - set(caps.dtypes):
         out.append("dtypes")
-    if caps.widths is not None and (caps.widths[0] > 1 or caps.widths[1] < 8):
+    if caps.widths is not None and (caps.widths[0] > 1 or caps.widths[1] < MAX_WIDTH):
         out.append("widths")
     if caps.activations is not None and set(activation_names()) - set(caps.activations):
         out.append("activations")
@@ -374,39 +383,70 @@ def breakable_limits(capabilities: Capabilities) -> tuple[str, ...]:
         out.append("channel_multiple")
     if caps.stride_multiple > 1:
         out.append("stride_multiple")
-    for flag in ("contiguous_bias", "bias_dtype_of_weight", "state_dtype_of_x"):
-        if getattr(caps, flag):
+    if caps.contiguous_bias:
+        out.append("contiguous_bias")
+    several = caps.dtypes is None or len(caps.dtypes) > 1
+    for flag in ("bias_dtype_of_weight", "state_dtype_of_x"):
+        if getattr(caps, flag) and several:
             out.append(flag)
     if not caps.varlen_initial_state:
         out.append("varlen_initial_state")
     return tuple(out)
 
 
+#: the widest kernel a width limit is broken with (a declared ``(lo, hi)`` with ``hi`` below it is broken at hi + 1)
+MAX_WIDTH = 64
+
+
 @st.composite
 def outside_calls(draw: st.DrawFn, capabilities: Capabilities, *, max_channels: int = 24) -> OutsideCall:
-    """A call that breaks one declared limit of ``capabilities`` (:func:`breakable_limits`) and keeps the
-    others; shrinks towards the first limit on a small fp32 call."""
+    """A call that breaks one declared limit of ``capabilities`` (:func:`breakable_limits`) by one of every means
+    (each undeclared dtype, of the whole call or of the parameters; each width just outside the range; each
+    undeclared activation; each channel count between two multiples; each layout of ``x`` or the bias that
+    breaks its rule; each other declared dtype of a bias or state) and keeps the others; shrinks towards the
+    first limit on a small fp32 call. Every drawn call is checked to break its limit (:meth:`Capabilities.refusal`
+    on its tensors names one), so a means that happens to meet the rule is never asked as a break."""
     caps = capabilities
     limits = breakable_limits(caps)
     if not limits:
         raise InvalidArgument("the capabilities declare no limit a call can break here")
     limit = draw(sampled(limits))
-    call = draw(conv_calls(capabilities=caps, max_channels=max_channels, mixed_precision=False, varlen=False))
-    lo, hi = caps.widths or (1, 64)
-    if limit == "widths":
-        W = draw(sampled([w for w in (lo - 1, hi + 1) if 1 <= w <= 8]))
-        call = dataclasses.replace(call, W=W)
+    inside = draw(conv_calls(capabilities=caps, max_channels=max_channels, mixed_precision=False, varlen=False))
+    call, means = inside, ""
+    lo, hi = caps.widths or (1, MAX_WIDTH)
+    if limit == "dtypes":
+        undeclared = [d for d in DTYPE_NAMES if d not in (caps.dtypes or DTYPE_NAMES)]
+        dtype = draw(sampled(undeclared))
+        if draw(st.booleans()):
+            call, means = dataclasses.replace(call, dtype=dtype), f"dtype:{dtype}"
+        else:  # x (and a state) declared, the weight and bias not: breaks dtypes, not the rules between them
+            call, means = dataclasses.replace(call, param_dtype=dtype), f"params:{dtype}"
+    elif limit == "widths":
+        call = dataclasses.replace(call, W=draw(sampled([w for w in (lo - 1, hi + 1) if 1 <= w <= MAX_WIDTH])))
     elif limit == "activations":
         assert caps.activations is not None
         others = [a for a in activation_names() if a not in caps.activations]
         call = dataclasses.replace(call, activation=draw(sampled(others)))
     elif limit == "channel_multiple":
         call = dataclasses.replace(call, D=call.D + draw(st.integers(1, caps.channel_multiple - 1)))
-    elif limit in ("contiguous_bias", "bias_dtype_of_weight"):
-        call = dataclasses.replace(call, bias=True)
+    elif limit == "stride_multiple":
+        means = f"x:{draw(sampled(('sliced', 'strided', 'transposed')))}"
+    elif limit == "contiguous_bias":
+        call = inside = dataclasses.replace(call, bias=True)
+        means = f"bias:{draw(sampled(('strided', 'expanded')))}"
+    elif limit == "bias_dtype_of_weight":
+        call = inside = dataclasses.replace(call, bias=True)
+        means = f"bias:{draw(sampled(_other_dtypes(caps, call.dtype)))}"
     elif limit == "state_dtype_of_x":
-        call = dataclasses.replace(call, initial_state=True)
+        call = inside = dataclasses.replace(call, initial_state=True)
+        means = f"state:{draw(sampled(_other_dtypes(caps, call.dtype)))}"
     elif limit == "varlen_initial_state":
         lens = tuple(draw(_packed_lens(8)))
         call = dataclasses.replace(call, B=1, T=sum(lens), seq_lens=lens, initial_state=True)
-    return OutsideCall(call, limit)
+    outside = OutsideCall(call, limit, means, inside)
+    t = outside.tensors()
+    reason = dataclasses.replace(caps, devices=None).refusal(
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], t["cu_seqlens"]
+    )
+    assume(reason is not None)  # a means that meets the rule on this call (a transposed x of one token)
+    return outside

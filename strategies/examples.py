@@ -21,7 +21,7 @@ from gdn_equiv.model.guard import Condition
 from gdn_equiv.model.sampling import sampled
 
 from .facts import DTYPE_NAMES, _nonempty, rare
-from .layers import fact_reasons, layer_configs
+from .layers import fact_reasons, layer_configs, unbreakable_conditions
 
 __all__ = ["CALL_REASONS", "REASONS", "attention_mask_lens", "cu_seqlens_for", "examples", "seq_lens"]
 
@@ -142,7 +142,7 @@ def examples(
     *,
     backends: Sequence[str] = ("torch",),
     within: Sequence[str] = (),
-    dtypes: Sequence[str] = DTYPE_NAMES,
+    dtypes: Sequence[str] | None = None,
     conv_dtypes: Sequence[str] | None = None,
     min_batch: int = 1,
     max_batch: int = 2,
@@ -167,7 +167,8 @@ def examples(
 ) -> st.SearchStrategy[Example]:
     """Whole test cases: a small layer config (:func:`layer_configs`) and one call.
 
-    The call: dtype from ``dtypes``; batch ``min_batch..max_batch``; length from :func:`seq_lens`
+    The call: dtype from ``dtypes`` (default fp32/fp16/bf16 as the backends take them; their own declared
+    dtypes where they take none of those: fp64 only); batch ``min_batch..max_batch``; length from :func:`seq_lens`
     (up to ``max_seq_len``); ``varlen`` kind ``none`` / ``cu_seqlens`` (``B = 1``, lengths from
     :func:`cu_seqlens_for`, empty and length-1 sequences included) / ``mask`` (rows from
     :func:`attention_mask_lens`, all-pad rows and left/right padding included); cache ``none`` /
@@ -203,11 +204,19 @@ def examples(
             raise InvalidArgument(
                 f"unknown family {name!r}; known families: {known} (fla only: {', '.join(fla_only_families())})"
             )
-    dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
-    conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
     # inside every chosen backend's capabilities (causal-conv1d: no fp64, no per-sequence states of packed
     # sequences); widths, activations and channel multiples are the config strategy's
     caps = capabilities((*backends, *within))
+    if dtypes is None:  # fp32/fp16/bf16, or what the backends declare where they take none of those (fp64 only)
+        dtypes = caps.dtypes_among(DTYPE_NAMES) or caps.dtypes or DTYPE_NAMES
+    dtypes = _nonempty("dtypes", dtypes)  # type: ignore[assignment]
+    conv_dtypes = tuple(conv_dtypes) if conv_dtypes is not None else tuple(dtypes)
+    tokens = token_budget(caps.channel_step)
+    if tokens is not None:  # a wide channel multiple: few tokens (issue #49: 21 GB at a multiple of 4096)
+        max_seq_len = min(max_seq_len, tokens)
+        min_seq_len = min(min_seq_len, max_seq_len)
+        max_batch = max(min_batch, min(max_batch, tokens // max_seq_len))
+        max_prefix_len = min(max_prefix_len, tokens)
     dtypes, conv_dtypes = caps.dtypes_among(dtypes), caps.dtypes_among(conv_dtypes)
     if not dtypes or not conv_dtypes:
         raise InvalidArgument(f"no dtype asked is run by all of {tuple(backends)} (they take {caps.dtypes})")
@@ -272,6 +281,19 @@ def examples(
     )
 
 
+#: a layer's recurrent state holds ``head_k_dim x head_v_dim`` per head and token; with a channel multiple ``m`` a
+#: head dim is at least ``m`` (one or two heads carry every conv's channels), so an example keeps ``B*T*m*m``
+#: under this many elements (a multiple of 4096: 1 token; of 2048: 4; of 1024: 16; of 128 and under: no bound)
+STATE_ELEMENTS = 2**24
+
+
+def token_budget(channel_multiple: int) -> int | None:
+    """The most tokens (``B*T``, and a cached prefix) an example of a backend with ``channel_multiple`` draws,
+    ``None`` for no bound (:data:`STATE_ELEMENTS`)."""
+    tokens = STATE_ELEMENTS // channel_multiple**2
+    return None if tokens >= 140 * 4 else max(1, tokens)
+
+
 def _packs(kind: str, family: str) -> bool:
     """Whether a call of varlen ``kind`` reaches the convs as packed sequences (``cu_seqlens``)."""
     return kind == "cu_seqlens" or (kind == "mask" and get_family(family).mask != "dense")
@@ -298,7 +320,8 @@ def _allowed_reasons(
     if varlen is not False:
         out.append("G4")
     if use_short_conv is not False:
-        out += ["G6", "G7", "G8", *fact_reasons()]
+        unbreakable = unbreakable_conditions(backends)
+        out += [r for r in ("G6", "G7") if r not in unbreakable] + ["G8", *fact_reasons()]
         if len(set(backends)) > 1:
             out.append("G5")
         if any(c != d for d in dtypes for c in conv_dtypes):

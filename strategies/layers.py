@@ -118,13 +118,48 @@ def _break(
     raise AssertionError(reason)
 
 
-def _breakable(backends: Sequence[str], dtypes: Sequence[str], dtype: str | None) -> tuple[str, ...]:
-    out = ["G6", "G7", "G8", *fact_reasons()]
+#: a channel multiple from which configs take one head of the smallest head dim a multiple allows (a
+#: layer's state grows with the square of the head dim: issue #49's 21 GB at a multiple of 4096)
+WIDE_MULTIPLE = 256
+
+
+def _widest_kernel(min_conv_size: int, max_conv_size: int, max_width: int) -> int:
+    """The widest kernel a conv of a config may carry (G7 breaks the layer's size with another up to it)."""
+    return min(max(max_conv_size, min_conv_size + 1, 8), max_width)
+
+
+def unbreakable_conditions(backends: Sequence[str], min_conv_size: int = 2, max_conv_size: int = 5) -> dict[str, str]:
+    """G6/G7 where the backends' declaration leaves a conv nothing else to carry, and why: one activation (a
+    kernel declaring ``(None,)``), one kernel width (``(4, 4)``). Not breakable there, so never drawn."""
+    caps = capabilities(backends)
+    out = {}
+    classes = {canonical_activation(a) for a in supported_activations(backends)}
+    if len(classes) < 2:
+        out["G6"] = f"G6 needs two activations; {tuple(backends)} run {sorted(map(str, classes))} only"
+    lo, hi = caps.widths or (1, 64)
+    if _widest_kernel(max(min_conv_size, lo), min(max_conv_size, hi), hi) <= max(min_conv_size, lo):
+        out["G7"] = f"G7 needs two kernel widths; {tuple(backends)} take {lo}..{hi}"
+    return out
+
+
+def _breakable(
+    backends: Sequence[str], dtypes: Sequence[str], dtype: str | None, unbreakable: Collection[str] = ()
+) -> tuple[str, ...]:
+    out = [r for r in ("G6", "G7") if r not in unbreakable] + ["G8", *fact_reasons()]
     if len(set(backends)) > 1:
         out.insert(0, "G5")
     if dtype is not None and any(d != dtype for d in dtypes):
         out.append("G9")
     return tuple(sorted(out, key=lambda r: int(r[1:]) if r[1:].isdigit() else 99))
+
+
+def _activations(own: str | None, supported: Sequence[str | None]) -> tuple[str | None, ...]:
+    """The family's own conv activation first (shrinking goes there) where the backends run it, then every
+    other one they run; refused where they run none."""
+    out = (*((own,) if own in supported else ()), *(a for a in supported if a != own))
+    if not out:
+        raise InvalidArgument(f"the backends run no conv activation (the family's own is {own!r})")
+    return out
 
 
 def layer_configs(
@@ -181,7 +216,11 @@ def layer_configs(
         raise InvalidArgument("fusable_convs needs short convs; got use_short_conv=False")
     # draw inside every chosen backend's capabilities (causal-conv1d: widths 2-4, no fp64, channels in 8s)
     caps = capabilities((*backends, *within))
+    if caps.channel_step >= WIDE_MULTIPLE:  # one head of the narrowest dims that are multiples of it
+        max_heads = 1
     lo, hi = caps.widths or (1, 64)
+    if max(min_conv_size, lo) > min(max_conv_size, hi):  # the backends take none of the sizes asked: theirs
+        min_conv_size, max_conv_size = lo, min(hi, max(lo, max_conv_size))
     min_conv_size, max_conv_size = max(min_conv_size, lo), min(max_conv_size, hi)
     if min_conv_size > max_conv_size:
         raise InvalidArgument(f"no conv size in range is supported by all of {backends} (widths {lo}..{hi})")
@@ -193,7 +232,8 @@ def layer_configs(
         raise InvalidArgument(
             f"fla_version must be one of {sorted(VERSIONS)} for family {family!r}, got {fla_version!r}"
         )
-    breakable = _breakable(backends, conv_dtypes, dtype)
+    unbreakable = unbreakable_conditions((*backends, *within), min_conv_size, max_conv_size)
+    breakable = _breakable(backends, conv_dtypes, dtype, unbreakable)
     if break_conditions is not None:
         if fusable_convs is not False:
             raise InvalidArgument("break_conditions needs fusable_convs=False")
@@ -208,11 +248,9 @@ def layer_configs(
             family=family,
             # the family's own conv activation first: shrinking goes there; then every registered one
             # that all of ``backends`` run (relu/relu2 on torch and triton, not on causal-conv1d)
-            activations=(
-                own := fam.config_cls().q_conv.activation,
-                *(a for a in supported_activations((*backends, *within)) if a != own),
-            ),
-            dims=_dims(fam, max_heads, tuple(range(min_hidden_size, max_hidden_size + 1)), caps.channel_multiple),
+            # (where the backends run it: a kernel declaring activations (None,) gets None-activated convs)
+            activations=_activations(fam.config_cls().q_conv.activation, supported_activations((*backends, *within))),
+            dims=_dims(fam, max_heads, tuple(range(min_hidden_size, max_hidden_size + 1)), caps.channel_step),
             use_short_conv=use_short_conv,
             conv_bias=conv_bias,
             min_conv_size=min_conv_size,
@@ -228,7 +266,7 @@ def layer_configs(
             breakable=breakable,
         )
     )
-    m = caps.channel_multiple
+    m = caps.channel_step
     if m > 1:  # the dims were drawn for it; a plug-in family's dims that cannot be are filtered here
         configs = configs.filter(lambda config: all(config.conv_channels(n) % m == 0 for n in config.SLOTS))
     if fla_version is None and not is_fla_only(fam):
@@ -285,7 +323,7 @@ def _configs(draw: st.DrawFn, p: _ConfigParams) -> LayerConfig:
     backend = draw(sampled(p.backends))
     activation = draw(sampled(p.activations))
     specs = [ConvSpec(activation=activation)] * 3
-    max_kernel_size = min(max(p.max_conv_size, p.min_conv_size + 1, 8), p.max_width)
+    max_kernel_size = _widest_kernel(p.min_conv_size, p.max_conv_size, p.max_width)
     # The vary flag is drawn whether or not short convs exist: the shrinker prefers fewer choices,
     # and a short skipped draw would make "no short conv" look simpler than the default layer.
     vary = draw(rare(p.vary_convs))

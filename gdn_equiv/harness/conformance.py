@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gdn_equiv.harness import isolation
 from gdn_equiv.harness.compare import assert_as_accurate, assert_equivalent, compare, tolerance
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.model.backends import capabilities, causal_conv1d, causal_conv1d_update, get_backend
@@ -248,6 +249,35 @@ def block_edges(backend: str) -> tuple[int, ...]:
     return tuple(e for e in BLOCK_EDGES if e < reach)
 
 
+def edge_splits(backend: str) -> list[tuple[int, int]]:
+    """The fused calls that cross each block edge in reach, as the backend can take them: ``(a, m)`` with
+    ``m`` its channel multiple (with torch's) and ``a`` the largest multiple of ``m`` at or under the edge (at
+    least ``m``), so one call over ``a + m`` channels reaches past the edge and its two slices stay at or
+    under it (``(E, 1)`` for an undeclared multiple: ``E + 1`` channels split at ``E``). Never empty: a
+    multiple wider than every edge in reach sweeps its narrowest pair, ``(m, m)`` (a backend that takes no
+    count near an edge is still compared, never passed for comparing nothing)."""
+    m = capabilities([backend, "torch"]).channel_step
+    return list(dict.fromkeys((max(m, edge // m * m), m) for edge in block_edges(backend))) or [(m, m)]
+
+
+def check_block_edges(call: ConvCall, splits: list[tuple[int, int]], backend: str, device: str) -> int:
+    """:func:`check_fused_slices` on ``call`` at each of ``splits`` (:func:`edge_splits`), and on its fp32 twin
+    (where the backend takes fp32) with a bias and at least ``2W`` tokens: a different summation order rounds
+    differently in fp32 sums of several non-zero terms, and a bf16/fp16 output or a one-token call hides it.
+    Returns the number of fused calls compared (at least one: an exception on any is a failure, never
+    agreement)."""
+    dtype = "float32" if capabilities([backend, "torch"]).dtypes_among(["float32"]) else call.dtype
+    twin = dataclasses.replace(call, dtype=dtype, param_dtype=None, bias=True, T=max(call.T, 2 * call.W))
+    compared = 0
+    for swept in dict.fromkeys([call, twin]):
+        for split in splits:
+            isolation.call(check_fused_slices, swept, list(split), backend, device)
+            compared += 1
+    if not compared:
+        raise AssertionError(f"the block-edge sweep compared nothing on {backend!r} (splits {splits})")
+    return compared
+
+
 # ---- outside a backend's declared capabilities (SPEC §3): refused, or right -----------------------
 
 
@@ -255,17 +285,34 @@ class AnsweredOutside(AssertionError):
     """A backend answered a call outside its declared capabilities with a wrong result."""
 
 
+def _answer(impl: Any, t: dict, activation: str | None) -> tuple[Tensor, Tensor | None]:
+    return impl.forward(t["x"], t["weight"], t["bias"], activation, t["initial_state"], True, t["cu_seqlens"])
+
+
+def _right_answer(y: Tensor, final: Tensor | None, t: dict, call: ConvCall, backend: str, context: str) -> None:
+    """y and the final state's declared slots == torch's on the same tensors, within §6."""
+    y_ref, final_ref = causal_conv1d(
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend="torch"
+    )
+    close_to_torch(y, y_ref.to(y.dtype), "y", backend, context)
+    s = state_slots_of(backend, call.W)
+    if final is not None and final_ref is not None:
+        close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", backend, context)
+
+
 def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) -> str:
     """The backend called as it is (its own ``forward``, not through the registry, which hands a backend only
     the layouts it declares) on a call that breaks one of its declared limits: it must refuse it with an
     exception whose message says something (its ``InvalidArgument``, or the upstream kernel's own error),
     or answer it right: y and the final state == the torch backend's within §6 (a backend may run more
-    than it declares). A wrong answer is :class:`AnsweredOutside`. Returns what happened (for the report)."""
+    than it declares). A wrong answer is :class:`AnsweredOutside`, naming the limit only where the same call
+    brought back inside it (:attr:`OutsideCall.inside`) is answered right: a kernel wrong there too (one that
+    ignores the initial state, on a call outside its bias limit) is wrong inside its declaration, and the
+    finding says so. Returns what happened (for the report)."""
     impl = get_backend(backend)
     t = outside.tensors(device)
-    args = (t["x"], t["weight"], t["bias"], outside.call.activation, t["initial_state"], True, t["cu_seqlens"])
     try:
-        y, final = impl.forward(*args)
+        y, final = _answer(impl, t, outside.call.activation)
     except Exception as exc:  # the kernel's own refusal, whatever its type: judged by its message
         if not str(exc).strip():
             raise AnsweredOutside(
@@ -273,18 +320,27 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
                 f"{type(exc).__name__}\nExample: {outside}"
             ) from exc
         return f"refused: {type(exc).__name__}: {exc}"
-    y_ref, final_ref = causal_conv1d(*args[:-1], t["cu_seqlens"], backend="torch")
-    context = f"{outside} (outside its {outside.limit} limit, answered)"
     try:
-        close_to_torch(y, y_ref.to(y.dtype), "y", backend, context)
-        s = state_slots_of(backend, outside.call.W)
-        if final is not None and final_ref is not None:
-            close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", backend, context)
+        _right_answer(y, final, t, outside.call, backend, f"{outside} (outside its {outside.limit} limit, answered)")
     except AssertionError as exc:
-        raise AnsweredOutside(
-            f"backend {backend!r} answered a call outside its {outside.limit} limit wrongly: {exc}"
-        ) from exc
-    return "answered right"
+        wrong_outside = exc
+    else:
+        return "answered right"
+    if outside.inside is not None:  # the same call inside every limit: is the defect the limit's?
+        inside = outside.inside
+        t_in = inside.tensors(device)
+        context = f"{inside} (the call of {outside} brought back inside its {outside.limit} limit)"
+        try:
+            y_in, final_in = _answer(impl, t_in, inside.activation)
+            _right_answer(y_in, final_in, t_in, inside, backend, context)
+        except Exception as exc:  # wrong, or refused, inside: the finding is the kernel's, not the limit's
+            raise AssertionError(
+                f"backend {backend!r} answers wrongly inside its declared capabilities too (not a refusal "
+                f"finding of its {outside.limit} limit): {exc}"
+            ) from exc
+    raise AnsweredOutside(
+        f"backend {backend!r} answered a call outside its {outside.limit} limit wrongly: {wrong_outside}"
+    ) from wrong_outside
 
 
 # ---- the checks on a layer example's fused conv call -----------------------------------------------

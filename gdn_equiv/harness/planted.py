@@ -9,6 +9,7 @@ and requires a catch; ``tests/test_teeth.py`` holds the family-specific ones.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import sys
 import time
@@ -16,8 +17,9 @@ from typing import Any
 
 import torch
 
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.planted_guards import GUARD_DEFECTS
-from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, causal_conv1d, get_backend
+from gdn_equiv.model.backends import CAUSAL_CONV1D, Backend, Capabilities, causal_conv1d, get_backend
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.conv_ops import apply_activation, apply_conv_facts
 from gdn_equiv.model.families.gated_deltanet import GatedDeltaNet, compute_dtype, delta_rule
@@ -484,4 +486,88 @@ SANITIZER_MARKED = Backend(
     forward=_marked_forward,
     update=tb.update,
     description="torch's conv printing a marker a fake compute-sanitizer reports (planted, CPU tests)",
+)
+
+
+# ---- declarations (issue #49): torch's conv behind any declaration, right or wrong on either side of it
+
+#: how a declared backend answers: right inside and refusing outside (a correct narrow kernel), wrong inside
+#: (every output doubled and one too large, so its gradients are wrong too; refusing outside), or right
+#: inside and answering every call outside wrongly (zeros: the plug-in of issue #49 that declared fp32 and
+#: fp64 and returned zeros for fp16 and bf16)
+DECLARED_KINDS = ("right", "wrong-inside", "wrong-outside")
+
+
+def declared_backend(caps: Capabilities, kind: str = "right") -> Backend:
+    """torch's conv declaring ``caps``, answering as ``kind`` (:data:`DECLARED_KINDS`) says. Named by kind and
+    declaration (the gate's strategies are cached by backend name: one name, one declaration). A call outside
+    is read by :meth:`Capabilities.refusal` (devices aside: the meta-test runs on the CPU); the right and
+    wrong-inside kinds refuse it with :class:`InvalidArgument` naming the limit, as a careful kernel would."""
+    if kind not in DECLARED_KINDS:
+        raise InvalidArgument(f"unknown declared kind {kind!r}; known: {', '.join(DECLARED_KINDS)}")
+    limits = dataclasses.replace(caps, devices=None)
+
+    def answer(y: torch.Tensor, reason: str | None) -> torch.Tensor:
+        if reason is not None:
+            if kind == "wrong-outside":
+                return torch.zeros_like(y)
+            raise InvalidArgument(f"declared backend: {reason}")
+        return 2 * y + 1 if kind == "wrong-inside" else y
+
+    def forward(
+        x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+    ) -> Any:
+        reason = limits.refusal(x, weight, bias, activation, initial_state, cu_seqlens)
+        if reason is not None and kind != "wrong-outside":
+            answer(x, reason)  # raises before any arithmetic: a refusal, not a crash
+        y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+        return answer(y, reason), final
+
+    def update(x: Any, state: Any, weight: Any, bias: Any, activation: Any) -> Any:
+        reason = limits.refusal(x, weight, bias, activation, state, step=True)
+        if reason is not None and kind != "wrong-outside":
+            answer(x, reason)
+        y, new_state = tb.update(x, state, weight, bias, activation)
+        return answer(y, reason), new_state
+
+    digest = hashlib.sha1(repr(caps).encode()).hexdigest()[:10]
+    return Backend(
+        f"declared-{kind}-{digest}",
+        forward=forward,
+        update=update,
+        description=f"torch's conv declaring {', '.join(caps.limits()) or 'everything'}; {kind} (planted)",
+        capabilities=caps,
+    )
+
+
+def _raises_always(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    raise RuntimeError("planted: this kernel refuses every call")
+
+
+def raising_backend(caps: Capabilities) -> Backend:
+    """A backend that declares ``caps`` and raises on every call, inside them too (issue #49: one with a channel
+    multiple of 3 passed the block-edge sweep, which compared nothing)."""
+    digest = hashlib.sha1(repr(caps).encode()).hexdigest()[:10]
+    return Backend(f"declared-raising-{digest}", forward=_raises_always, capabilities=caps)
+
+
+def _ignores_initial_state(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """Answers as if no initial state were given (fla's ``cuda`` backend on the H100, issue #49)."""
+    y, _ = tb.forward(x, weight, bias, activation, None, False, cu_seqlens)
+    _, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return y, final
+
+
+#: declares causal-conv1d's contiguous bias, takes every call, and ignores the initial state inside the limit
+#: as outside it: a refusal finding on such a call must name the state, not the bias limit
+IGNORES_INITIAL_STATE = Backend(
+    "planted-ignores-initial-state",
+    forward=_ignores_initial_state,
+    update=tb.update,
+    description="ignores the initial state of a call (planted; fla-cuda on the H100)",
+    capabilities=Capabilities(contiguous_bias=True),
 )

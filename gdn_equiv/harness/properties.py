@@ -340,8 +340,9 @@ def check_fallback_exact(example: Example, *, device: str = "cpu", target: Targe
     The unfused layer is the family's reference layer for the in-house target; for an upstream target
     (fla) it is the target's own forced separate path, the only one bitwise comparable with its ``auto``
     (fla's kernels are another implementation than our reference). Refusing the input is agreement only
-    when both raise :class:`InvalidArgument` for the same rule; any other error on either path, or two
-    different errors, is a finding (SPEC §10: no crash counts as agreement)."""
+    when both raise :class:`InvalidArgument` for the same rule, and then the example compared nothing: not
+    applicable, never a pass; any other error on either path, or two different errors, is a finding (SPEC
+    §10: no crash counts as agreement)."""
     handle, inputs, decision = _setup(example, device, target)
     if decision.fuse:
         raise NotApplicable("guard fuses")
@@ -355,7 +356,9 @@ def check_fallback_exact(example: Example, *, device: str = "cpu", target: Targe
         # the same rule: both InvalidArgument with the same first line (the rule and the value it names)
         refused = [str(e).partition("\n")[0] for e in (auto.error, ref.error) if isinstance(e, InvalidArgument)]
         if len(refused) == 2 and refused[0] == refused[1]:
-            return decision  # both refuse the input alike
+            # both refuse the input alike: they agree, and nothing was compared (issue #49: a kernel refusing
+            # every call passed P5 so); never a pass, and a failure where the example was built to meet P5
+            raise NotApplicable(f"both paths refuse the input alike, nothing compared: {refused[0]}")
         _raise_error(auto, "auto", example, other=(name, ref))
         _raise_error(ref, name, example, other=("auto", auto))
     context = example.short()

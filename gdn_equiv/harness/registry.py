@@ -120,6 +120,16 @@ def _precision_reason(backend: str) -> str | None:
     return None
 
 
+def _one_activation(backend: str) -> str | None:
+    """G6 is broken by convs of two activations; a backend that declares one runs no such layer."""
+    return strategies.layers.unbreakable_conditions([backend]).get("G6")
+
+
+def _one_width(backend: str) -> str | None:
+    """G7 is broken by convs of two kernel widths; a backend that declares one runs no such layer."""
+    return strategies.layers.unbreakable_conditions([backend]).get("G7")
+
+
 @dataclass(frozen=True)
 class PropertyRecord:
     name: str
@@ -344,7 +354,12 @@ def _necessity_records() -> list[PropertyRecord]:
             None,
             per_dtype=False,
             condition=c,
-            not_applicable={Condition.G5: _second_backend, Condition.G9: _precision_reason}.get(c, _no_reason),
+            not_applicable={
+                Condition.G5: _second_backend,
+                Condition.G6: _one_activation,
+                Condition.G7: _one_width,
+                Condition.G9: _precision_reason,
+            }.get(c, _no_reason),
         )
         for c in Condition
     ]

@@ -85,6 +85,12 @@ class Capabilities:
         """Whether it limits anything at all (``Capabilities()`` claims everything)."""
         return self != Capabilities()
 
+    @property
+    def channel_step(self) -> int:
+        """The channel counts a call inside can carry in a contiguous ``x``: multiples of the channel multiple
+        and of the stride multiple (a contiguous ``[B, T, D]`` has time stride ``D``)."""
+        return lcm(self.channel_multiple, self.stride_multiple)
+
     def limits(self) -> list[str]:
         """The declared limits, one phrase each (for reports and ``gdn-equiv backends``)."""
         out = []

@@ -167,9 +167,10 @@ def value_head_dims(
     ``channel_multiple`` (a conv backend's), head dims of 1-2 times it and value head dims that stay
     multiples of it, so every conv's channel count is one."""
     num_heads = draw(st.integers(1, max_heads))
-    ratio = draw(st.integers(1, 2))
     m = channel_multiple
-    head_dim = draw(st.integers(2, 8)) if m == 1 else m * draw(st.integers(1, 2))
+    wide = m >= 256  # the smallest multiples only: a state holds head_dim^2 elements a head (4096: 16 M)
+    ratio = 1 if wide else draw(st.integers(1, 2))
+    head_dim = draw(st.integers(2, 8)) if m == 1 else m if wide else m * draw(st.integers(1, 2))
     return {
         "hidden_size": draw(sampled(hidden_sizes)),
         "expand_v": draw(sampled(e for e in (1, 2, 0.5) if float(head_dim * e).is_integer() and head_dim * e % m == 0)),
