@@ -271,19 +271,56 @@ def assert_equivalent(
     paths: tuple[str, str] = ("actual", "expected"),
     exact: bool = True,
     dtype: torch.dtype | None = None,
+    scale: float = 1.0,
     context: Any = None,
 ) -> Report:
-    """Exact comparison, or the table's tolerance for ``dtype`` (default: the tensors' dtype)."""
+    """Exact comparison, or the table's tolerance for ``dtype`` (default: the tensors' dtype), its atol
+    read at ``scale`` (the magnitude of the terms: 1 for the unit-sized values the table was set for)."""
     rtol, atol = EXACT
     if not exact:
         ref = expected if expected is not None else actual
         rtol, atol = tolerance(dtype or (ref.dtype if ref is not None else torch.float32))
+        atol *= scale
     report = compare(actual, expected, name=name, paths=paths, rtol=rtol, atol=atol)
     for reports in _OBSERVERS:
         reports.append(report)
     if not report.ok:
         raise Mismatch(report.message(context), report)
     return report
+
+
+def assert_zero_signs(
+    actual: Tensor | None,
+    expected: Tensor | None,
+    *,
+    name: str = "tensor",
+    paths: tuple[str, str] = ("actual", "expected"),
+    context: Any = None,
+) -> None:
+    """Where ``expected`` is a zero, ``actual`` is a zero of the same sign. For tensors that copy inputs
+    (a conv's final state, the step's new state): ``==`` and every tolerance count ``-0.0`` equal to
+    ``0.0``, so a kernel that drops the sign of a copied ``-0.0`` (issue #52) shows only here. Nothing
+    to compare (a ``None`` or a shape apart) is left to the value comparison that runs beside it."""
+    if actual is None or expected is None or actual.shape != expected.shape:
+        return
+    a, e = actual.detach().cpu(), expected.detach().cpu()
+    zero = e == 0
+    bad = zero & ((a != 0) | (torch.signbit(a) != torch.signbit(e)))
+    n = int(bad.sum())
+    if n:
+        index = _unravel(int(bad.flatten().to(torch.int8).argmax()), a.shape)
+        report = Report(
+            name,
+            paths,
+            False,
+            a.numel(),
+            n,
+            problem=f"{n} / {int(zero.sum())} zeros of {paths[1]} are not the same signed zero in {paths[0]} "
+            f"(first at index {index}: {float(a[index])!r} vs {float(e[index])!r})",
+        )
+        for reports in _OBSERVERS:
+            reports.append(report)
+        raise Mismatch(report.message(context), report)
 
 
 #: Whether a leaf must be bitwise equal: one answer for all, or one per leaf path (``"grad.q_conv1d.weight"``).

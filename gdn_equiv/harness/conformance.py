@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gdn_equiv.harness.compare import assert_as_accurate, assert_equivalent, compare, tolerance
+from gdn_equiv.harness.compare import assert_as_accurate, assert_equivalent, assert_zero_signs, compare, tolerance
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.model.backends import capabilities, causal_conv1d, causal_conv1d_update, get_backend
 from gdn_equiv.strategies import ConvCall, OutsideCall
+from gdn_equiv.strategies.values import VALUE_KINDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,6 +58,11 @@ def close_to_torch(
         assert_as_accurate(actual, expected, truth(), name=name, paths=paths, context=call)
 
 
+def zero_signs_of_torch(actual, expected, name: str, backend: str, call: object) -> None:
+    """A state copies inputs: its zeros keep torch's signs (``-0.0`` stays ``-0.0``), past what tolerances see."""
+    assert_zero_signs(actual, expected, name=name, paths=(backend, "torch"), context=call)
+
+
 def state_slots_of(backend: str, W: int) -> slice:
     """The state slots ``backend`` declares meaningful (``Backend.unused_state_slots``)."""
     return get_backend(backend).state_slots(W)
@@ -67,16 +73,21 @@ def state_name(backend: str, W: int, name: str) -> str:
     return name if s.start == 0 else f"{name}[..., {s.start}:{W}]"
 
 
+#: the longest call the conformance properties draw: past 256, the longest time tile (values.TIME_TILES)
+LONG_REACH = 300
+
+
 def conformance_reach(backend: str) -> dict:
     """How wide and long the calls may get: where real kernels change code path (block edges up to the
     PR's 6,144 fused channels, tile edges in time) on a GPU, and on a CPU up to 1,025 channels; Triton
     kernels (ours and fla's) run in the interpreter there, too slow for them, so they keep the small
-    shapes."""
+    shapes. Calls past the time tiles (up to :data:`LONG_REACH` tokens, a few channels: issue #49) and
+    extreme values (:data:`~gdn_equiv.strategies.values.VALUE_KINDS`: issue #52) everywhere else."""
     if torch.cuda.is_available():
-        return {"wide_channels": 6145, "long_seq_len": 257}
+        return {"wide_channels": 6145, "long_seq_len": LONG_REACH, "values": VALUE_KINDS}
     if backend in ("triton", "fla-triton"):
-        return {}
-    return {"wide_channels": 1025, "long_seq_len": 129}
+        return {"values": VALUE_KINDS}
+    return {"wide_channels": 1025, "long_seq_len": LONG_REACH, "values": VALUE_KINDS}
 
 
 # ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them)
@@ -90,6 +101,7 @@ def check_forward(call: ConvCall, backend: str, device: str) -> None:
     close_to_torch(y, y_ref, "y", backend, call)
     s = state_slots_of(backend, call.W)
     close_to_torch(final[..., s], final_ref[..., s], state_name(backend, call.W, "final_state"), backend, call)
+    zero_signs_of_torch(final[..., s], final_ref[..., s], state_name(backend, call.W, "final_state"), backend, call)
 
 
 def _grads(
@@ -150,6 +162,9 @@ def check_update(call: ConvCall, backend: str, device: str) -> None:
     close_to_torch(y, y_ref, "update.y", backend, call)
     s = state_slots_of(backend, call.W)
     close_to_torch(new_state[..., s], new_ref[..., s], state_name(backend, call.W, "update.new_state"), backend, call)
+    zero_signs_of_torch(
+        new_state[..., s], new_ref[..., s], state_name(backend, call.W, "update.new_state"), backend, call
+    )
 
 
 def _continued(call: ConvCall, t: dict, backend: str, split: int):
