@@ -271,16 +271,17 @@ def assert_equivalent(
     paths: tuple[str, str] = ("actual", "expected"),
     exact: bool = True,
     dtype: torch.dtype | None = None,
-    scale: float = 1.0,
+    extra_atol: float = 0.0,
     context: Any = None,
 ) -> Report:
-    """Exact comparison, or the table's tolerance for ``dtype`` (default: the tensors' dtype), its atol
-    read at ``scale`` (the magnitude of the terms: 1 for the unit-sized values the table was set for)."""
+    """Exact comparison, or the table's tolerance for ``dtype`` (default: the tensors' dtype) with
+    ``extra_atol`` added to its atol (the rounding of the compute dtype at the terms' scale, where they
+    are far from the unit-sized values the table was set for)."""
     rtol, atol = EXACT
     if not exact:
         ref = expected if expected is not None else actual
         rtol, atol = tolerance(dtype or (ref.dtype if ref is not None else torch.float32))
-        atol *= scale
+        atol += extra_atol
     report = compare(actual, expected, name=name, paths=paths, rtol=rtol, atol=atol)
     for reports in _OBSERVERS:
         reports.append(report)
