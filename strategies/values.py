@@ -42,7 +42,11 @@ from hypothesis import strategies as st
 from gdn_equiv.model.sampling import sampled
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from torch import Tensor
+
+    from .convs import ConvCall
 
 __all__ = [
     "LONG_MAX_CHANNELS",
@@ -53,6 +57,8 @@ __all__ = [
     "extreme_values",
     "long_length",
     "long_lengths",
+    "swept_lengths",
+    "swept_values",
     "value_kinds",
 ]
 
@@ -217,3 +223,40 @@ def _signed_zeros(gen: torch.Generator, t: Tensor) -> Tensor:
     negative = torch.rand(shape, generator=gen) < 0.5
     zeros = torch.where(negative, torch.full(shape, -0.0), torch.zeros(shape)).to(t.dtype)
     return torch.where(zero, zeros, t)
+
+
+# ---- sweeps: every drawn call moved past every tile and to every extreme, in every dtype ------------------
+
+#: the lengths a sweep runs: just past each time tile, and packed beside a short sequence
+SWEPT_LENGTHS = (65, 129, 257)
+
+
+def swept_lengths(
+    call: ConvCall, *, dtypes: Sequence[str], reach: int, varlen_initial_state: bool = True
+) -> list[ConvCall]:
+    """``call`` (one row, at most :data:`LONG_MAX_CHANNELS` channels, randn values) in each of ``dtypes`` at each
+    of :data:`SWEPT_LENGTHS` up to ``reach``, and packed after a short sequence at the longest of them: a kernel
+    wrong past a time tile in one dtype is wrong on every such sweep, whatever else the call drew."""
+    import dataclasses
+
+    lengths = [t for t in SWEPT_LENGTHS if t <= reach]
+    D = min(call.D, LONG_MAX_CHANNELS)
+    base = dataclasses.replace(call, B=1, D=D, seq_lens=(), values="randn", param_dtype=None)
+    out = []
+    for dtype in dtypes:
+        for T in lengths:
+            out.append(dataclasses.replace(base, dtype=dtype, T=T))
+        if lengths:
+            lens = (call.W + 1, lengths[-1])
+            state = base.initial_state and varlen_initial_state
+            out.append(dataclasses.replace(base, dtype=dtype, T=sum(lens), seq_lens=lens, initial_state=state))
+    return out
+
+
+def swept_values(call: ConvCall, *, dtypes: Sequence[str]) -> list[ConvCall]:
+    """``call`` (one row, its own length) in each of ``dtypes`` carrying each extreme kind of :data:`VALUE_KINDS`:
+    a kernel wrong near a dtype's limits is wrong on every such sweep."""
+    import dataclasses
+
+    base = dataclasses.replace(call, B=1, seq_lens=(), param_dtype=None, T=max(call.T, 2 * call.W + 2))
+    return [dataclasses.replace(base, dtype=d, values=k) for d in dtypes for k in VALUE_KINDS if k != "randn"]
