@@ -118,10 +118,10 @@ def _magnitudes(gen: torch.Generator, t: Tensor, scale: float, *, short: bool = 
     """``t``'s shape, random signs, magnitudes in ``[scale/2, scale]``, in ``t``'s dtype; ``short``: with
     bf16's 8-bit mantissa (so that products and short sums of them are exact in fp32)."""
     shape = tuple(t.shape)
-    v = _signs(gen, shape) * _uniform(gen, shape, 0.5, 1.0)
-    if short:
+    v = _signs(gen, shape) * _uniform(gen, shape, 0.5, 1.0) * scale
+    if short:  # rounded after scaling: a scale is no power of two
         v = v.to(torch.bfloat16).to(torch.float64)
-    return (v * scale).to(t.dtype)
+    return v.to(t.dtype)
 
 
 def _per_channel(t: Tensor, values: Tensor, dim: int) -> Tensor:
