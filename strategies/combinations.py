@@ -23,6 +23,7 @@ from gdn_equiv.model.backends import capabilities
 
 from .convs import ConvCall
 from .examples import attention_mask_lens, examples
+from .values import LONG_MAX_CHANNELS, TIME_TILES
 
 __all__ = [
     "CONV_DIMENSIONS",
@@ -44,6 +45,11 @@ CONV_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "conv.varlen": ("dense", "cu_seqlens", "cu_seqlens+empty"),
     "conv.grad": ("on", "off"),
 }
+
+
+#: the share of ``T>2W`` cells whose sequence runs past the first time tile, up to ``LONG_REACH`` tokens
+LONG_SHARE = 0.25
+LONG_REACH = 300
 
 
 class Cell(NamedTuple):
@@ -106,7 +112,9 @@ def cell_call(rng: random.Random, base: ConvCall, cell: Cell, widths: tuple[int,
         raise ValueError(f"{cell} is not feasible with widths {widths}")  # callers skip it (feasible())
     T = _length_in(rng, cell.length, W)
     lens: tuple[int, ...] = ()
-    B = base.B
+    B, D = base.B, base.D
+    if cell.length == "T>2W" and rng.random() < LONG_SHARE:  # past the time tiles (issue #49): one row, few channels
+        T, B, D = rng.randint(TIME_TILES[0] + 1, LONG_REACH), 1, min(D, LONG_MAX_CHANNELS)
     if cell.varlen != "dense":
         other = rng.randint(1, 2 * W + 2)
         lens = (T, other) if rng.random() < 0.5 else (other, T)
@@ -115,7 +123,7 @@ def cell_call(rng: random.Random, base: ConvCall, cell: Cell, widths: tuple[int,
             lens = (*lens[:at], 0, *lens[at:])
         B, T = 1, sum(lens)
     # a layout of a cotangent the cell does not pass is left out (the coverage labels count passed tensors)
-    return dataclasses.replace(base, B=B, T=T, W=W, seq_lens=lens, initial_state=cell.initial_state)
+    return dataclasses.replace(base, B=B, T=T, D=D, W=W, seq_lens=lens, initial_state=cell.initial_state)
 
 
 @st.composite
