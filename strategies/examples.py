@@ -22,6 +22,7 @@ from gdn_equiv.model.sampling import sampled
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 from .layers import fact_reasons, layer_configs
+from .values import value_kinds
 
 __all__ = ["CALL_REASONS", "REASONS", "attention_mask_lens", "cu_seqlens_for", "examples", "seq_lens"]
 
@@ -446,6 +447,7 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
         use_cache=writes,
         grad=draw(_flag(p.grad, 0.5)),
         train=draw(_flag(p.train, 0.5)),
+        conv_values=draw(value_kinds()),  # the fused conv call's values, checked alone by the P7 conv rows
     )
     if fuzzing():
         target(float(batch * seq_len), label="examples: tokens")

@@ -176,3 +176,18 @@ def test_the_update_calls_stay_one_token_short() -> None:
     strategy = conformance.conformance_calls("torch", varlen=False, initial_state=True, max_seq_len=1)
     with pytest.raises(NoSuchExample):
         find(strategy, lambda c: c.T > 65, settings=first_hit(200))
+
+
+def test_the_layers_conv_call_carries_the_examples_drawn_values() -> None:
+    """The layer property rows that check a layer's fused conv call alone (P7-conv-conformance and the fp64
+    ground truth at the layer) draw its values too: ``Example.conv_values``, every kind reached."""
+    from gdn_equiv.harness.conformance import conv_call_of
+    from gdn_equiv.strategies import examples
+
+    for kind in VALUE_KINDS:
+        example = find(
+            examples(fusable=True),
+            lambda e, kind=kind: e.conv_values == kind and e.config.use_short_conv,
+            settings=first_hit(),
+        )
+        assert conv_call_of(example)[0].values == kind

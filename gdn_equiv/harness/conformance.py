@@ -362,6 +362,7 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
         seq_lens=tuple(example.seq_lens) if varlen else (),
         seed=example.seed,
         param_dtype=param_dtype,
+        values=example.conv_values,
     )
     reason = call.refusal(caps)
     if reason is not None:
