@@ -522,6 +522,12 @@ def _cuda_available() -> bool:
 
 
 @pytest.fixture(scope="session")
+def allow_missed_fusion(pytestconfig: pytest.Config) -> bool:
+    """``--gdn-allow-missed-fusion``: P1's missed fusions are reported, not failed (an unsafe fusion always fails)."""
+    return bool(pytestconfig.getoption("gdn_allow_missed_fusion"))
+
+
+@pytest.fixture(scope="session")
 def device() -> str:
     """Where layers and inputs live: the (pinned) GPU when there is one, else the CPU."""
     return "cuda" if _cuda_available() else "cpu"

@@ -23,6 +23,7 @@ from gdn_equiv.model.backends import capabilities
 
 from .convs import ConvCall
 from .examples import attention_mask_lens, examples
+from .values import LONG_MAX_CHANNELS, TIME_TILES
 
 __all__ = [
     "CONV_DIMENSIONS",
@@ -44,6 +45,11 @@ CONV_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "conv.varlen": ("dense", "cu_seqlens", "cu_seqlens+empty"),
     "conv.grad": ("on", "off"),
 }
+
+
+#: the share of ``T>2W`` cells whose sequence runs past the first time tile, up to ``LONG_REACH`` tokens
+LONG_SHARE = 0.25
+LONG_REACH = 300
 
 
 class Cell(NamedTuple):
@@ -97,16 +103,22 @@ def _length_in(rng: random.Random, region: str, W: int) -> int:
     return rng.randint(lo, hi)
 
 
-def cell_call(rng: random.Random, base: ConvCall, cell: Cell, widths: tuple[int, int]) -> ConvCall:
+def cell_call(
+    rng: random.Random, base: ConvCall, cell: Cell, widths: tuple[int, int], *, channel_step: int = 1
+) -> ConvCall:
     """``base`` moved into ``cell``: its width raised where the length region needs it, a length drawn in
     the region (packed: one sequence in the region beside a free one, and an empty one for
-    ``cu_seqlens+empty``), an initial state as the cell says."""
+    ``cu_seqlens+empty``), an initial state as the cell says; a long call's few channels stay a multiple of
+    ``channel_step`` (the backend's declared channel counts)."""
     W = max(base.W, _min_width(cell.length))
     if widths[1] < W:
         raise ValueError(f"{cell} is not feasible with widths {widths}")  # callers skip it (feasible())
     T = _length_in(rng, cell.length, W)
     lens: tuple[int, ...] = ()
-    B = base.B
+    B, D = base.B, base.D
+    if cell.length == "T>2W" and rng.random() < LONG_SHARE:  # past the time tiles (issue #49): one row, few channels
+        T, B = rng.randint(TIME_TILES[0] + 1, LONG_REACH), 1
+        D = min(D, LONG_MAX_CHANNELS) // channel_step * channel_step or D
     if cell.varlen != "dense":
         other = rng.randint(1, 2 * W + 2)
         lens = (T, other) if rng.random() < 0.5 else (other, T)
@@ -115,7 +127,7 @@ def cell_call(rng: random.Random, base: ConvCall, cell: Cell, widths: tuple[int,
             lens = (*lens[:at], 0, *lens[at:])
         B, T = 1, sum(lens)
     # a layout of a cotangent the cell does not pass is left out (the coverage labels count passed tensors)
-    return dataclasses.replace(base, B=B, T=T, W=W, seq_lens=lens, initial_state=cell.initial_state)
+    return dataclasses.replace(base, B=B, T=T, D=D, W=W, seq_lens=lens, initial_state=cell.initial_state)
 
 
 @st.composite
@@ -125,6 +137,7 @@ def conv_cells(
     *,
     widths: tuple[int, int],
     varlen_initial_state: bool = True,
+    channel_step: int = 1,
 ) -> list[tuple[Cell, ConvCall]]:
     """One call of ``base`` (dense; its length is replaced) per feasible cell of :data:`CONV_DIMENSIONS`,
     in cell order. The lengths inside each region come from one drawn seed, so a failure prints the base
@@ -134,7 +147,7 @@ def conv_cells(
     out = []
     for cell in all_cells():
         if feasible(cell, widths=widths, varlen_initial_state=varlen_initial_state) is None:
-            out.append((cell, cell_call(rng, call, cell, widths)))
+            out.append((cell, cell_call(rng, call, cell, widths, channel_step=channel_step)))
     return out
 
 

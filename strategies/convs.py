@@ -18,6 +18,8 @@ from gdn_equiv.model.conv_ops import activation_names
 from gdn_equiv.model.example import DTYPES
 from gdn_equiv.model.sampling import sampled
 
+from . import values as _values
+
 #: How a tensor of a call is laid out in memory (:func:`apply_layout`); the first is the default and
 #: where shrinking goes.
 LAYOUTS = ("contiguous", "sliced", "strided", "transposed", "expanded")
@@ -82,6 +84,8 @@ class ConvCall:
     #: the weight's and bias's dtype when it is not x's (fp32 convs under bf16 activations: mixed
     #: precision); the initial state keeps x's dtype
     param_dtype: str | None = None
+    #: the values the tensors carry (:data:`gdn_equiv.strategies.values.VALUE_KINDS`): randn, or extremes
+    values: str = "randn"
 
     @property
     def num_seqs(self) -> int:
@@ -110,6 +114,7 @@ class ConvCall:
             weight = weight.to(params)
             bias = None if bias is None else bias.to(params)
         state = randn(self.num_seqs, self.D, self.W) if self.initial_state else None
+        x, weight, bias, state = _values.extreme_values(self.values, x, weight, bias, state, seed=self.seed)
         cu = None
         if self.seq_lens:
             cu = torch.tensor([0, *self.seq_lens], dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
@@ -136,6 +141,9 @@ class ConvCall:
         dy = torch.randn(self.B, self.T, self.D, generator=gen).to(dtype).to(device)
         dfinal = torch.randn(self.num_seqs, self.D, self.W, generator=gen).to(dtype).to(device)
         dfinal[..., : min(unused_state_slots, self.W)] = 0
+        scale = _values.cotangent_scale(self.values, self.B, self.T)
+        if scale != 1.0:
+            dy, dfinal = dy * scale, dfinal * scale
         return {"dy": apply_layout(dy, self.layout("dy")), "dfinal": apply_layout(dfinal, self.layout("dfinal"))}
 
 
@@ -187,6 +195,7 @@ def conv_calls(
     activations: Sequence[str | None] = (None, "silu", "swish"),
     mixed_precision: bool = True,
     capabilities: Capabilities | None = None,
+    values: Sequence[str] = ("randn",),
 ) -> st.SearchStrategy[ConvCall]:
     """A conv call; ``None`` arguments are drawn, the kernel width from the inclusive range ``widths``.
     Shrinks towards fp32, one channel,
@@ -199,6 +208,11 @@ def conv_calls(
     cotangents); they shrink to contiguous, and one draw in three keeps every tensor contiguous.
     ``activations`` are drawn from; they shrink to the first. With ``mixed_precision``, one call in four
     holds its weight and bias in another of ``dtypes`` than x (:attr:`ConvCall.param_dtype`; shrinks to none).
+    ``long_seq_len`` past 64 also draws, one call in :data:`~gdn_equiv.strategies.values.LONG_ODDS`, a
+    sequence past the time tiles (:func:`~gdn_equiv.strategies.values.long_length`; one row and at most
+    :data:`~gdn_equiv.strategies.values.LONG_MAX_CHANNELS` channels, packed beside short ones when varlen).
+    ``values``: the value kinds (:data:`~gdn_equiv.strategies.values.VALUE_KINDS`) a call's tensors may
+    carry; randn two calls in three when it is among them (:func:`~gdn_equiv.strategies.values.value_kinds`).
 
     ``capabilities``: only calls inside them (the joint capabilities of the backends a property runs,
     :func:`gdn_equiv.model.backends.capabilities`): their dtypes, widths, activations, channel multiple,
@@ -232,6 +246,7 @@ def conv_calls(
         activations=tuple(_nonempty_activations(activations)),
         mixed_precision=mixed_precision,  # weight and bias share param_dtype: one dtype, as bias_dtype_of_weight asks
         channel_multiple=caps.channel_step,  # a contiguous x has time stride D: a multiple of the stride one too
+        values=tuple(values),
     )
     return drawn.filter(lambda call: call.refusal(caps) is None) if caps.declared else drawn
 
@@ -268,21 +283,34 @@ def _conv_calls(
     activations: tuple[str | None, ...],
     mixed_precision: bool,
     channel_multiple: int,
+    values: tuple[str, ...],
 ) -> ConvCall:
     W = draw(st.integers(*widths))
     use_varlen = draw(st.booleans()) if varlen is None else varlen
+    # tile edges up to the first time tile at any shape; past it, a long call (one row, few channels)
+    edge_len = None if long_seq_len is None else min(long_seq_len, _values.TIME_TILES[0] + 1)
+    reach = long_seq_len if long_seq_len is not None and max_seq_len > 1 else 0
+    long = reach > _values.TIME_TILES[0] and draw(st.integers(0, _values.LONG_ODDS - 1)) == 0
     if use_varlen:
         lens = tuple(draw(_packed_lens(max_seq_len)))
+        if long:  # one long sequence packed among the short ones
+            at = draw(st.integers(0, len(lens)))
+            lens = (*lens[:at], _values.long_length(draw, reach), *lens[at:])
         B, T = 1, sum(lens)
+    elif long:
+        lens, B, T = (), 1, _values.long_length(draw, reach)
     else:
-        lens, B, T = (), draw(st.integers(1, 2)), _length(draw, W, max_seq_len, long_seq_len)
+        lens, B, T = (), draw(st.integers(1, 2)), _length(draw, W, max_seq_len, edge_len)
     dtype = draw(sampled(dtypes))
     others = [d for d in dtypes if d != dtype]
     param_dtype = draw(sampled(others)) if mixed_precision and others and draw(st.integers(0, 3)) == 3 else None
+    D = _channels(draw, min_channels, max_channels, wide_channels, channel_multiple)
+    if long and D > _values.LONG_MAX_CHANNELS:  # its cost is in T
+        D = max(channel_multiple, _values.LONG_MAX_CHANNELS // channel_multiple * channel_multiple, min_channels)
     return ConvCall(
         B=B,
         T=T,
-        D=_channels(draw, min_channels, max_channels, wide_channels, channel_multiple),
+        D=D,
         W=W,
         dtype=dtype,
         param_dtype=param_dtype,
@@ -293,6 +321,7 @@ def _conv_calls(
         seq_lens=lens,
         seed=draw(st.integers(0, 2**16)),
         layouts=_layouts(draw, layouts),
+        values=draw(_values.value_kinds(values)),
     )
 
 

@@ -22,6 +22,7 @@ from gdn_equiv.model.sampling import sampled
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 from .layers import fact_reasons, layer_configs, unbreakable_conditions
+from .values import value_kinds
 
 __all__ = ["CALL_REASONS", "REASONS", "attention_mask_lens", "cu_seqlens_for", "examples", "seq_lens"]
 
@@ -446,7 +447,7 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
     pad_side = "right"
     if kind == "cu_seqlens" and draw(st.integers(0, 3)) == 3:
         # packed decoding: one new token per sequence (SPEC §2's step path under cu_seqlens)
-        lens = (1,) * draw(st.integers(1, p.max_seqs or 4))
+        lens = (1,) * draw(st.integers(1, min(p.max_seqs or 4, p.max_seq_len)))  # within the token budget too
         seq_len = len(lens)
     elif kind == "cu_seqlens":
         lens = draw(cu_seqlens_for(seq_len, max_seqs=p.max_seqs))
@@ -469,6 +470,7 @@ def _examples(draw: st.DrawFn, p: _ExampleParams) -> Example:
         use_cache=writes,
         grad=draw(_flag(p.grad, 0.5)),
         train=draw(_flag(p.train, 0.5)),
+        conv_values=draw(value_kinds()),  # the fused conv call's values, checked alone by the P7 conv rows
     )
     if fuzzing():
         target(float(batch * seq_len), label="examples: tokens")

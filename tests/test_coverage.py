@@ -99,6 +99,8 @@ def test_a_plain_forward_call_is_labelled_in_every_conv_dimension_but_grad_with(
         "conv.block_edge": ("at-edge",),
         "conv.length": ("T<W-1",),
         "conv.tile_edge": ("off-tile",),
+        "conv.reach": ("T<=64",),
+        "conv.values": ("randn",),
         "conv.initial_state": ("off",),
         "conv.final_state": ("requested",),
         "conv.varlen": ("dense",),
@@ -140,6 +142,8 @@ def test_a_packed_call_with_gradients_is_labelled_per_sequence_and_per_layout() 
         "conv.block_edge": {"at-edge"},  # D - 1 = 16
         "conv.length": {"T<W-1", "T=W-1", "T=W", "W<T<=2W", "T>2W"},  # 0, 3, 4, 6, 15
         "conv.tile_edge": {"at-tile"},  # 15
+        "conv.reach": {"T<=64"},
+        "conv.values": {"randn"},
         "conv.initial_state": {"on"},
         "conv.final_state": {"not-requested"},
         "conv.varlen": {"cu_seqlens+empty"},
@@ -751,3 +755,30 @@ def test_a_gate_run_has_one_run_id_in_every_process() -> None:
     """Set by the plugin at configure time, before xdist starts its workers (they inherit it)."""
     run = os.environ.get(C.RUN_ID_ENV, "")
     assert run[:8].isdigit() and "-" in run, run
+
+
+@pytest.mark.parametrize(
+    ("T", "lens", "region"),
+    [
+        (64, (), "T<=64"),
+        (65, (), "64<T<=128"),
+        (128, (), "64<T<=128"),
+        (129, (), "128<T<=256"),
+        (257, (), "T>256"),
+        (70, (3, 0, 67), "64<T<=128"),
+    ],
+)
+def test_a_call_is_labelled_by_its_longest_sequence_against_the_time_tiles(T, lens, region) -> None:
+    """Issue #49: a packed call reaches past a tile when one of its sequences does."""
+    call = ConvCall(B=1, T=T, D=3, W=4, seq_lens=lens)
+    assert C.conv_call_regions(call, grad=False, final_state=True)["conv.reach"] == (region,)
+
+
+def test_a_call_is_labelled_by_the_values_it_carries() -> None:
+    """Issue #52: one region per value kind, the strategies' kinds restated by the harness."""
+    from gdn_equiv.strategies.values import VALUE_KINDS
+
+    assert C.VALUE_KINDS == VALUE_KINDS
+    for kind in VALUE_KINDS:
+        call = ConvCall(B=1, T=3, D=2, W=2, values=kind)
+        assert C.conv_call_regions(call, grad=False, final_state=True)["conv.values"] == (kind,)

@@ -44,6 +44,7 @@ FIXTURES = {
     "gdn_families": ("gated_deltanet",),
     "fusing_families": ("gated_deltanet",),
     "layer_target": "gdn_equiv",
+    "allow_missed_fusion": False,
 }
 #: the gate tests that compare a backend with torch on every drawn call: a kernel wrong inside fails each
 AGAINST_TORCH = (

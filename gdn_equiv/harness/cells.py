@@ -177,4 +177,4 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> Non
     varlen_state = caps.varlen_initial_state
     for cell in all_cells():
         if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None:
-            check_cell(cell_call(rng, base, cell, widths), cell, backend, device)
+            check_cell(cell_call(rng, base, cell, widths, channel_step=caps.channel_step), cell, backend, device)

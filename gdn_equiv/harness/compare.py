@@ -271,19 +271,74 @@ def assert_equivalent(
     paths: tuple[str, str] = ("actual", "expected"),
     exact: bool = True,
     dtype: torch.dtype | None = None,
+    extra_atol: float = 0.0,
     context: Any = None,
 ) -> Report:
-    """Exact comparison, or the table's tolerance for ``dtype`` (default: the tensors' dtype)."""
+    """Exact comparison, or the table's tolerance for ``dtype`` (default: the tensors' dtype) with
+    ``extra_atol`` added to its atol (the rounding of the compute dtype at the terms' scale, where they
+    are far from the unit-sized values the table was set for)."""
     rtol, atol = EXACT
     if not exact:
         ref = expected if expected is not None else actual
         rtol, atol = tolerance(dtype or (ref.dtype if ref is not None else torch.float32))
+        atol += extra_atol
     report = compare(actual, expected, name=name, paths=paths, rtol=rtol, atol=atol)
     for reports in _OBSERVERS:
         reports.append(report)
     if not report.ok:
         raise Mismatch(report.message(context), report)
     return report
+
+
+def extreme_allowance(reference: Tensor | None, *, summed_over_tokens: bool) -> float:
+    """What the table's atol is widened by for a call with extreme values (issue #52), whose terms are far from
+    the unit-sized ones the table was set for; ``S`` is ``reference``'s greatest finite magnitude (1 at least).
+    A sum of a few taps (y, a state) gets fp32's rounding of them at that scale, ``8 * eps(fp32) * S``: it stays
+    far under fp16's and bf16's own rounding, so a sum rounded to fp16 on the way is still caught. A sum over
+    the tokens (a weight or bias gradient: up to B*T terms, in tiles) gets the table's atol read at that
+    scale, ``atol * S``, as its unit-sized sums get ``atol``."""
+    if reference is None:
+        return 0.0
+    r = reference.detach()
+    finite = r[torch.isfinite(r)].abs()
+    scale = max(1.0, float(finite.max())) if finite.numel() else 1.0
+    if summed_over_tokens:
+        return tolerance(reference.dtype)[1] * scale
+    return 8 * torch.finfo(torch.float32).eps * scale
+
+
+def assert_zero_signs(
+    actual: Tensor | None,
+    expected: Tensor | None,
+    *,
+    name: str = "tensor",
+    paths: tuple[str, str] = ("actual", "expected"),
+    context: Any = None,
+) -> None:
+    """Where ``expected`` is a zero, ``actual`` is a zero of the same sign. For tensors that copy inputs
+    (a conv's final state, the step's new state): ``==`` and every tolerance count ``-0.0`` equal to
+    ``0.0``, so a kernel that drops the sign of a copied ``-0.0`` (issue #52) shows only here. Nothing
+    to compare (a ``None`` or a shape apart) is left to the value comparison that runs beside it."""
+    if actual is None or expected is None or actual.shape != expected.shape:
+        return
+    a, e = actual.detach().cpu(), expected.detach().cpu()
+    zero = e == 0
+    bad = zero & ((a != 0) | (torch.signbit(a) != torch.signbit(e)))
+    n = int(bad.sum())
+    if n:
+        index = _unravel(int(bad.flatten().to(torch.int8).argmax()), a.shape)
+        report = Report(
+            name,
+            paths,
+            False,
+            a.numel(),
+            n,
+            problem=f"{n} / {int(zero.sum())} zeros of {paths[1]} are not the same signed zero in {paths[0]} "
+            f"(first at index {index}: {float(a[index])!r} vs {float(e[index])!r})",
+        )
+        for reports in _OBSERVERS:
+            reports.append(report)
+        raise Mismatch(report.message(context), report)
 
 
 #: Whether a leaf must be bitwise equal: one answer for all, or one per leaf path (``"grad.q_conv1d.weight"``).

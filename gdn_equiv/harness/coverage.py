@@ -78,6 +78,13 @@ RUN_ID_ENV = "GDN_EQUIV_RUN_ID"
 CHANNEL_BUCKETS = ((16, "1-16"), (64, "17-64"), (256, "65-256"), (1024, "257-1024"))
 #: time tiles kernels use (16..128 in fla and causal-conv1d; 256 on a GPU run)
 TILES = (16, 32, 64, 128, 256)
+#: the time tiles a GPU's kernels use (fla's conv chunk 64, this project's 64/128-row chunks), and the
+#: regions of the longest sequence of a call against them (:func:`_reach`)
+TIME_TILES = (64, 128, 256)
+REACH_REGIONS = ("T<=64", "64<T<=128", "128<T<=256", "T>256")
+#: the value kinds of a conv call (gdn_equiv.strategies.values.VALUE_KINDS, restated: harness code does not
+#: import the strategies)
+VALUE_KINDS = ("randn", "huge", "subnormal", "negative-zero", "cancel", "constant")
 #: the joint label's dimension, per kind
 JOINT = {"conv": "conv.call", "layer": "layer.example"}
 #: per kind, the dimensions whose pairs of regions the report counts
@@ -145,6 +152,12 @@ def dimensions() -> tuple[Dimension, ...]:
         Dimension(
             "conv.tile_edge", f"T within 1 of a time tile ({', '.join(map(str, TILES))})", ("at-tile", "off-tile")
         ),
+        Dimension(
+            "conv.reach",
+            f"longest sequence against the time tiles ({', '.join(map(str, TIME_TILES))}; issue #49)",
+            REACH_REGIONS,
+        ),
+        Dimension("conv.values", "values the call's tensors carry (issue #52)", VALUE_KINDS),
         Dimension("conv.initial_state", "initial state passed", ("on", "off")),
         Dimension("conv.final_state", "final state requested", ("requested", "not-requested")),
         Dimension("conv.varlen", "packed sequences (cu_seqlens)", ("dense", "cu_seqlens", "cu_seqlens+empty")),
@@ -207,6 +220,13 @@ def _length(T: int, W: int) -> str:
     return "W<T<=2W" if T <= 2 * W else "T>2W"
 
 
+def _reach(T: int) -> str:
+    for tile, region in zip(TIME_TILES, REACH_REGIONS, strict=False):
+        if tile >= T:
+            return region
+    return REACH_REGIONS[-1]
+
+
 def conv_call_regions(call: ConvCall, *, grad: bool, final_state: bool) -> dict[str, tuple[str, ...]]:
     """The regions of one conv call, by dimension name; a dimension can hold several (one per sequence
     of a packed call for ``conv.length``, one per layout drawn). ``grad``: the property differentiates
@@ -223,6 +243,8 @@ def conv_call_regions(call: ConvCall, *, grad: bool, final_state: bool) -> dict[
         "conv.block_edge": ("at-edge" if _power_of_two(call.D) or _power_of_two(call.D - 1) else "off-edge",),
         "conv.length": tuple(dict.fromkeys(_length(T, call.W) for T in lengths)),
         "conv.tile_edge": ("at-tile" if any(abs(T - t) <= 1 for T in lengths for t in TILES) else "off-tile",),
+        "conv.reach": (_reach(max(lengths)),),
+        "conv.values": (getattr(call, "values", "randn"),),
         "conv.initial_state": ("on" if call.initial_state else "off",),
         "conv.final_state": ("requested" if final_state else "not-requested",),
         "conv.varlen": (varlen,),

@@ -571,3 +571,121 @@ IGNORES_INITIAL_STATE = Backend(
     description="ignores the initial state of a call (planted; fla-cuda on the H100)",
     capabilities=Capabilities(contiguous_bias=True),
 )
+
+
+# values (issue #52), and lengths (issue #49) ----------------------------------------------------------
+# Backends right on randn-like values of up to a few dozen tokens, wrong past the first time tile or near a
+# dtype's limits. gdn_equiv.strategies.values draws the calls that reach them; tests/test_values.py runs the
+# gate's properties on each and expects red (and torch green on the same draws).
+
+
+def _fp16_past_64(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """A kernel whose second time tile (tokens 64 on) stores fp16 outputs 1% too large: every call of up to
+    64 tokens, and every fp32/bf16 call, is right (issue #49's escaped defect)."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    if x.dtype != torch.float16 or x.shape[1] <= 64:
+        return y, final
+    return torch.cat([y[:, :64], y[:, 64:] * 1.01], dim=1), final
+
+
+def _sequences(x: Any, initial_state: Any, cu_seqlens: Any) -> list[tuple[Any, Any]]:
+    """``(x_s [1|B, T_s, D], state_s [.., D, W] | None)`` per sequence (one span for a dense call)."""
+    from itertools import pairwise  # here: this block is appended whole (other helpers append theirs)
+
+    if cu_seqlens is None:
+        return [(x, initial_state)]
+    bounds = [int(b) for b in cu_seqlens.tolist()]
+    return [
+        (x[:, s:e], None if initial_state is None else initial_state[i : i + 1])
+        for i, (s, e) in enumerate(pairwise(bounds))
+    ]
+
+
+def _fp16_sum(x: Any, weight: Any, bias: Any, activation: Any, state: Any) -> Any:
+    """The taps of one sequence summed in fp16: each product in fp32, every partial sum rounded to fp16."""
+    B, T, D = x.shape
+    W = weight.shape[-1]
+    history = x.new_zeros(B, W - 1, D) if state is None else state[..., 1:].to(x.dtype).transpose(1, 2)
+    window = torch.cat([history, x], dim=1).float()  # [B, W-1+T, D]
+    acc = None
+    for j in range(W):
+        p = window[:, j : j + T] * weight[:, j].float()
+        acc = p if acc is None else acc + p
+        acc = acc.half().float()
+    assert acc is not None
+    if bias is not None:
+        acc = (acc + bias.float()).half().float()
+    return tb._activate(acc, activation).to(x.dtype)
+
+
+def _fp16_accumulate(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """fp16 calls accumulate their taps in fp16 (fp32 products, every partial sum rounded to fp16): past
+    fp16's largest value a partial sum overflows to inf where the fp32 sum is finite (issue #52)."""
+    _, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    if x.dtype != torch.float16:
+        return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    ys = [_fp16_sum(xs, weight, bias, activation, s) for xs, s in _sequences(x, initial_state, cu_seqlens)]
+    return torch.cat(ys, dim=1), final
+
+
+def _flushed(t: Any) -> Any:
+    """``t`` with its subnormal values (in its own dtype) flushed to zero."""
+    if t is None:
+        return None
+    return torch.where(t.abs() < torch.finfo(t.dtype).tiny, torch.zeros_like(t), t)
+
+
+def _flush_subnormals(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """Subnormal inputs, weights and states read as zero, and subnormal outputs stored as zero (a GPU's
+    flush-to-zero mode): right on every value at or above each dtype's smallest normal one."""
+    y, final = tb.forward(
+        _flushed(x),
+        _flushed(weight),
+        _flushed(bias),
+        activation,
+        _flushed(initial_state),
+        output_final_state,
+        cu_seqlens,
+    )
+    if final is not None:  # the state still holds the inputs as given: the flush is in the arithmetic
+        final = tb.forward(x, weight, bias, activation, initial_state, True, cu_seqlens)[1]
+    return _flushed(y), final
+
+
+def _flush_subnormals_update(x: Any, state: Any, weight: Any, bias: Any, activation: Any) -> Any:
+    y, _ = tb.update(_flushed(x), _flushed(state), _flushed(weight), _flushed(bias), activation)
+    return _flushed(y), tb.update(x, state, weight, bias, activation)[1]
+
+
+def _drops_negative_zero(
+    x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
+) -> Any:
+    """The final state written as ``state + 0.0`` (a zero-initialised buffer accumulated into): every value
+    right, and a copied ``-0.0`` stored as ``+0.0``."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return y, None if final is None else final + 0.0
+
+
+def _drops_negative_zero_update(x: Any, state: Any, weight: Any, bias: Any, activation: Any) -> Any:
+    y, new_state = tb.update(x, state, weight, bias, activation)
+    return y, new_state + 0.0
+
+
+#: ``--gdn-backend gdn_equiv.harness.planted:FP16_PAST_64`` (and the others by their names) in a fresh process
+FP16_PAST_64 = Backend("planted-fp16-past-64", forward=_fp16_past_64, update=tb.update)
+FP16_ACCUMULATE = Backend("planted-fp16-accumulate", forward=_fp16_accumulate, update=tb.update)
+FLUSH_SUBNORMALS = Backend("planted-flush-subnormals", forward=_flush_subnormals, update=_flush_subnormals_update)
+DROPS_NEGATIVE_ZERO = Backend(
+    "planted-drops-negative-zero", forward=_drops_negative_zero, update=_drops_negative_zero_update
+)
+#: name -> a conv backend wrong only past the first time tile or near a dtype's limits
+VALUE_BACKENDS: dict[str, Backend] = {
+    b.name: b for b in (FP16_PAST_64, FP16_ACCUMULATE, FLUSH_SUBNORMALS, DROPS_NEGATIVE_ZERO)
+}
+BACKENDS.update(VALUE_BACKENDS)

@@ -50,9 +50,28 @@ CORE_ACTIVATIONS: tuple[str | None, ...] = ("silu", "swish", None)
 # ---- activations --------------------------------------------------------------------------------
 
 
+class _Silu(torch.autograd.Function):
+    """``x / (exp(-x) + 1)`` with the derivative written out, ``g * (s * (1 + x * (1 - s)))``, ``s = 1 / (exp(-x) + 1)``
+    (the Triton kernels' spelling). Autograd's own derivative of the quotient divides ``x * exp(-x)`` by
+    ``(exp(-x) + 1)^2``: ``inf / inf``, NaN, wherever ``exp(-x)`` overflows (fp32 pre-activations below
+    about -88.7), where silu's derivative is 0 (found by the extreme values of issue #52)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        return x / (torch.exp(-x) + 1)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        s = 1 / (torch.exp(-x) + 1)
+        return g * (s * (1 + x * (1 - s)))
+
+
 def silu(x: Tensor) -> Tensor:
-    """``x * sigmoid(x)`` as ``x / (exp(-x) + 1)``: offset-independent (see the module docstring)."""
-    return x / (torch.exp(-x) + 1)
+    """``x * sigmoid(x)`` as ``x / (exp(-x) + 1)``: offset-independent (see the module docstring); its
+    derivative stays finite where ``exp(-x)`` overflows (:class:`_Silu`)."""
+    return _Silu.apply(x)
 
 
 def relu(x: Tensor) -> Tensor:

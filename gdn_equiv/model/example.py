@@ -52,6 +52,10 @@ class Example:
     use_cache: bool = False
     grad: bool = True
     train: bool = False
+    #: the values of the layer's fused conv call where the P7 conv rows check that call on its own
+    #: (``gdn_equiv.strategies.values.VALUE_KINDS``: randn, or an extreme; issue #52); the layer's own
+    #: input stays randn times ``scale``
+    conv_values: str = "randn"
 
     def __post_init__(self) -> None:
         config_cls = get_family(self.family).config_cls
@@ -104,7 +108,8 @@ class Example:
         return (
             f"Example(family={self.family}, dtype={self.dtype}, B={self.batch}, T={self.seq_len}, "
             f"varlen={self.varlen}{self.seq_lens or ''}, cache={self.cache}, use_cache={self.use_cache}, "
-            f"grad={self.grad}, train={self.train}, scale={self.scale}, seed={self.seed}, config: {fields_})"
+            f"grad={self.grad}, train={self.train}, scale={self.scale}, seed={self.seed}, "
+            f"{'' if self.conv_values == 'randn' else f'conv_values={self.conv_values}, '}config: {fields_})"
         )
 
 

@@ -38,7 +38,9 @@ def combination_calls(backend: str) -> st.SearchStrategy:
     caps = capabilities([backend, "torch"])
     widths = _widths(backend)
     base = conv_calls(widths=widths, varlen=False, max_seq_len=1, layouts=LAYOUTS, max_channels=40, capabilities=caps)
-    return conv_cells(base, widths=widths, varlen_initial_state=caps.varlen_initial_state)
+    return conv_cells(
+        base, widths=widths, varlen_initial_state=caps.varlen_initial_state, channel_step=caps.channel_step
+    )
 
 
 #: each combination test runs as this many tests, one per part: every part draws every cell (descriptions

@@ -49,8 +49,10 @@ from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.backends import capabilities
+from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.strategies import ConvCall, conv_calls, outside_calls
 from gdn_equiv.strategies.convs import LAYOUTS, breakable_limits
+from gdn_equiv.strategies.values import swept_lengths, swept_values
 
 # first: one conv call of each kind against torch, cheap and broad: every worker starts on them (time to red)
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first(2)]
@@ -186,6 +188,73 @@ def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, 
     share = splits[part::EDGE_PARTS] or [splits[part % len(splits)]]
     note(f"{call!r}, splits {share} of {splits}")
     check_block_edges(call, share, gdn_backend, device)
+
+
+def sweep_dtypes(backend: str) -> tuple[str, ...]:
+    """The dtypes a sweep runs in: every one of fp32/fp16/bf16 both the backend and torch take (a backend that
+    declares none of them: the ones it declares, fp64)."""
+    caps = capabilities([backend, "torch"])
+    return caps.dtypes_among(("float32", "float16", "bfloat16")) or caps.dtypes_among(DTYPE_NAMES)
+
+
+def sweep_reach(backend: str) -> int:
+    """How long a length sweep goes: the conformance reach, and past 64 and 128 for Triton kernels in the
+    interpreter (whose reach keeps the other calls short)."""
+    return conformance_reach(backend).get("long_seq_len", 129)
+
+
+def run_sweep(calls: list[ConvCall], backend: str, device: str, checks: tuple) -> None:
+    """Every call of a sweep inside the capabilities (a call outside them is the refusal property's), each
+    labelled and checked by each of ``checks``."""
+    caps = capabilities([backend, "torch"])
+    inside = [c for c in calls if c.refusal(caps) is None]
+    assert inside, f"no call of the sweep is inside {backend!r}'s capabilities: {calls[0]}"
+    for call in inside:
+        label_conv_call(call, grad=True, final_state=True)
+        for check in checks:
+            isolation.call(check, call, backend, device)
+
+
+# each example sweeps 3 dtypes x (3 lengths + 1 packed) calls: a fifth of the profile's examples
+@settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
+@given(data=st.data())
+def test_backend_matches_torch_past_every_time_tile_in_every_dtype(data, gdn_backend, device):
+    """Issue #49: a drawn call (one row, up to 16 channels) moved just past each time tile in reach (65, 129,
+    257 tokens: fla's 64-token chunk, the Triton kernels' 64- and 128-row chunks) and packed after a short
+    sequence, in every dtype: y, the final state and every gradient == torch's, within §6. A kernel wrong only
+    for fp16 past 64 tokens is caught by every example, not by the few random draws that are long and fp16."""
+    against_torch(gdn_backend)
+    call = _draw_call(data, gdn_backend, varlen=False, max_seq_len=4)
+    count_example()
+    note(repr(call))
+    caps = capabilities([gdn_backend, "torch"])
+    sweep = swept_lengths(
+        call,
+        dtypes=sweep_dtypes(gdn_backend),
+        reach=sweep_reach(gdn_backend),
+        varlen_initial_state=caps.varlen_initial_state,
+        channel_step=caps.channel_step,
+    )
+    run_sweep(sweep, gdn_backend, device, (check_forward, check_gradients))
+
+
+# each example sweeps 3 dtypes x 5 value kinds: a fifth of the profile's examples
+@settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
+@given(data=st.data())
+def test_backend_matches_torch_at_every_value_extreme_in_every_dtype(data, gdn_backend, device):
+    """Issue #52: a drawn call carrying each extreme of ``gdn_equiv.strategies.values`` in turn (sums near the
+    dtype's largest value, subnormal inputs, signed zeros, cancelling taps, constant runs), in every dtype:
+    y, the final state (its zeros' signs too), every gradient and the step == torch's. A kernel that sums in
+    fp16, flushes subnormals or drops a -0.0 is caught by every example."""
+    against_torch(gdn_backend)
+    call = _draw_call(data, gdn_backend, varlen=False, max_seq_len=12, max_channels=16)
+    count_example()
+    note(repr(call))
+    swept = swept_values(call, dtypes=sweep_dtypes(gdn_backend))
+    run_sweep(swept, gdn_backend, device, (check_forward, check_gradients))
+    for c in swept:
+        if c.refusal(capabilities([gdn_backend, "torch"])) is None:
+            isolation.call(check_update, dataclasses.replace(c, initial_state=True), gdn_backend, device)
 
 
 @settings(deadline=None)

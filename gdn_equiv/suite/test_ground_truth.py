@@ -10,6 +10,8 @@ packed), the single-step update, and the gradients of x, weight, bias and initia
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given, note, settings
@@ -27,9 +29,11 @@ from gdn_equiv.harness.ground_truth import (  # tests/ plant defects and run the
 )
 from gdn_equiv.harness.testing import count_example, randn
 from gdn_equiv.model.backends import capabilities
+from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.model.example import Example, build_layer
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies import ConvCall, conv_calls
+from gdn_equiv.strategies.values import swept_lengths, swept_values
 
 # first: cheap and broad (one conv call of each kind against fp64): every worker starts on them (time to red)
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first(3)]
@@ -89,6 +93,61 @@ def test_backend_update_matches_fp64_ground_truth(data, gdn_backend, device):
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
     isolation.call(check_update, call, gdn_backend, device)  # in a worker under --gdn-isolate
+
+
+def _sweep(calls: list[ConvCall], backend: str, device: str, *, update: bool = False) -> None:
+    """Each call of a sweep inside the backend's capabilities: forward and gradients (and the step)."""
+    caps = capabilities([backend])
+    inside = [c for c in calls if c.refusal(caps) is None]
+    assert inside, f"no call of the sweep is inside {backend!r}'s capabilities: {calls[0]}"
+    for call in inside:
+        label_conv_call(call, grad=True, final_state=True)
+        isolation.call(check_forward, call, backend, device)
+        isolation.call(check_gradients, call, backend, device)
+        if update:
+            isolation.call(check_update, dataclasses.replace(call, initial_state=True), backend, device)
+
+
+def _dtypes(backend: str) -> tuple[str, ...]:
+    """fp32/fp16/bf16 where the backend takes them (one that declares none of them: the ones it declares)."""
+    caps = capabilities([backend])
+    return caps.dtypes_among(("float32", "float16", "bfloat16")) or caps.dtypes_among(DTYPE_NAMES)
+
+
+# each example sweeps 3 dtypes x (3 lengths + 1 packed) calls: a fifth of the profile's examples
+@settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
+@given(data=st.data())
+def test_backend_matches_fp64_ground_truth_past_every_time_tile_in_every_dtype(data, gdn_backend, device):
+    """Issue #49: a drawn call (one row, up to 16 channels) moved just past each time tile in reach (65, 129,
+    257 tokens) and packed after a short sequence, in every dtype: y, the final state and the gradients ==
+    the fp64 truth's, within §6. A kernel wrong only for fp16 past 64 tokens is caught by every example."""
+    call = draw_call(data, gdn_backend, varlen=False, max_seq_len=4)
+    count_example()
+    note(repr(call))
+    reach = conformance_reach(gdn_backend).get("long_seq_len", 129)
+    caps = capabilities([gdn_backend])
+    sweep = swept_lengths(
+        call,
+        dtypes=_dtypes(gdn_backend),
+        reach=reach,
+        varlen_initial_state=caps.varlen_initial_state,
+        channel_step=caps.channel_step,
+    )
+    _sweep(sweep, gdn_backend, device)
+
+
+# each example sweeps 3 dtypes x 5 value kinds: a fifth of the profile's examples
+@settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
+@given(data=st.data())
+def test_backend_matches_fp64_ground_truth_at_every_value_extreme_in_every_dtype(data, gdn_backend, device):
+    """Issue #52: a drawn call carrying each extreme value kind in turn (sums near the dtype's largest value,
+    subnormal inputs, signed zeros, cancelling taps, constant runs), in every dtype: y, the final state (its
+    zeros' signs too), the gradients and the step == the fp64 truth's (an output that overflows the dtype is
+    that infinity in both; the atol widened by fp32's rounding at the truth's scale)."""
+    call = draw_call(data, gdn_backend, varlen=False, max_seq_len=12, max_channels=16)
+    count_example()
+    note(repr(call))
+    _sweep(swept_values(call, dtypes=_dtypes(gdn_backend)), gdn_backend, device, update=True)
 
 
 # ---- the reference layer itself, against SPEC §2 written out independently ---------------------------

@@ -108,7 +108,7 @@ def verdict(probe: Any, differences: list[Difference], *, allow_missed: bool) ->
 
 
 def _table_test(record: registry.PropertyRecord) -> Any:
-    def test(gdn_family: str, gdn_target: str, fla_core: str, request: pytest.FixtureRequest) -> None:
+    def test(gdn_family: str, gdn_target: str, fla_core: str, allow_missed_fusion: bool) -> None:
         probe = probe_of(gdn_target, gdn_family, fla_core)
         if probe is None:
             pytest.skip(f"{Outcome.NOT_APPLICABLE}: target {gdn_target!r} offers no guard probe (drawn states only)")
@@ -119,7 +119,7 @@ def _table_test(record: registry.PropertyRecord) -> Any:
         held = ", ".join(f"{name}: {a} asked, {u} not holdable" for name, (a, u) in counts.items())
         print(f"{record.name} on {probe.name}: {asked} states ({held}); {len(differences)} differ: "
               f"{dict(Counter(probe.gap_kind(d) for d in differences))}")  # fmt: skip
-        outcome, text = verdict(probe, differences, allow_missed=request.config.getoption("gdn_allow_missed_fusion"))
+        outcome, text = verdict(probe, differences, allow_missed=allow_missed_fusion)
         if outcome == Outcome.PASSED:
             return
         if outcome == "xfailed":

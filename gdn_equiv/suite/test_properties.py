@@ -124,26 +124,26 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
         families: tuple[str, ...],
         device: str,
         target: str | Target,
-        request: pytest.FixtureRequest,
+        allow_missed_fusion: bool,
     ) -> None:
         reason = record.not_applicable(backend)  # a row that cannot be asked here (a backend against itself)
         if ledger.asked(reason) is not None:
             pytest.skip(f"{ledger.Outcome.NOT_APPLICABLE}: {reason}")
         example, must_apply = data.draw(premise(record.name, backend, families, _name(target)))
         kwargs = dict(record.upstream_gate_kwargs) if _upstream(target) else {}
-        if record.allows_missed_fusion and request.config.getoption("gdn_allow_missed_fusion"):
+        if record.allows_missed_fusion and allow_missed_fusion:
             kwargs["allow_missed"] = True
         run_example(record.check, example, device, target, may_not_apply=not must_apply, **kwargs)
 
     # the fixtures pytest passes, by name in the signature
     if record.needs_fusion:
 
-        def test(data, gdn_backend, fusing_families, device, layer_target, request):
-            run(data, gdn_backend, fusing_families, device, layer_target, request)
+        def test(data, gdn_backend, fusing_families, device, layer_target, allow_missed_fusion):
+            run(data, gdn_backend, fusing_families, device, layer_target, allow_missed_fusion)
     else:
 
-        def test(data, gdn_backend, gdn_families, device, layer_target, request):
-            run(data, gdn_backend, gdn_families, device, layer_target, request)
+        def test(data, gdn_backend, gdn_families, device, layer_target, allow_missed_fusion):
+            run(data, gdn_backend, gdn_families, device, layer_target, allow_missed_fusion)
 
     assert record.gate_test is not None
     test.__name__ = test.__qualname__ = record.gate_test

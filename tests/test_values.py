@@ -1,0 +1,195 @@
+"""Extreme values (issue #52) and lengths past the time tiles (issue #49): the gate's sweep properties red on
+planted backends wrong only there, green on correct kernels, and the strategies reaching every region.
+
+The planted backends (:mod:`gdn_equiv.harness.planted`, ``# values``) are right on randn-like values of
+up to 64 tokens: fp16 outputs 1% off from token 64 on, taps summed in fp16, subnormals flushed to zero, a
+copied ``-0.0`` stored as ``+0.0``. Each sweep property moves its drawn call to every extreme (or past
+every tile) in every dtype, so it is red on its first example, not when a random draw happens to land
+there. Pure torch: cheap on a CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+
+from gdn_equiv.harness import conformance as C
+from gdn_equiv.harness import ground_truth as G
+from gdn_equiv.harness import planted
+from gdn_equiv.harness.compare import Mismatch
+from gdn_equiv.harness.testing import first_hit
+from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import torch_backend as tb
+from gdn_equiv.strategies import ConvCall
+from gdn_equiv.strategies.values import LONG_MAX_CHANNELS, VALUE_KINDS
+from gdn_equiv.suite import test_conformance as conformance
+from gdn_equiv.suite import test_ground_truth as ground_truth
+
+VALUE_SWEEPS = {
+    "conformance": conformance.test_backend_matches_torch_at_every_value_extreme_in_every_dtype,
+    "ground-truth": ground_truth.test_backend_matches_fp64_ground_truth_at_every_value_extreme_in_every_dtype,
+}
+LENGTH_SWEEPS = {
+    "conformance": conformance.test_backend_matches_torch_past_every_time_tile_in_every_dtype,
+    "ground-truth": ground_truth.test_backend_matches_fp64_ground_truth_past_every_time_tile_in_every_dtype,
+}
+#: planted value defect -> the value kind that shows it (and fp16 only where the defect is fp16's)
+VALUE_DEFECTS = {
+    "planted-fp16-accumulate": ("huge", "float16"),
+    "planted-flush-subnormals": ("subnormal", None),
+    "planted-drops-negative-zero": ("negative-zero", None),
+}
+
+
+def _mismatches(exc: BaseException) -> list[BaseException]:
+    """The failures a Hypothesis run raised: one, or a group of distinct ones."""
+    group = getattr(exc, "exceptions", None)
+    return list(group) if group is not None else [exc]
+
+
+def few(prop, examples: int = 2):
+    """The gate's property ``prop`` (its body and its strategy) for ``examples`` generated examples, no
+    shrinking, no database: a sweep is red on its first example, so a red run costs one example here."""
+    inner = prop.hypothesis.inner_test
+    quick = settings(
+        max_examples=examples,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    return quick(given(data=st.data())(inner))
+
+
+def _red(prop, backend: Backend) -> list[BaseException]:
+    with registered(backend), pytest.raises(Exception) as info:
+        few(prop)(gdn_backend=backend.name, device="cpu")
+    found = _mismatches(info.value)
+    assert all(isinstance(e, Mismatch) for e in found), found
+    return found
+
+
+@pytest.mark.parametrize("sweep", sorted(VALUE_SWEEPS))
+@pytest.mark.parametrize("defect", sorted(VALUE_DEFECTS))
+def test_the_gates_value_sweep_is_red_on_each_planted_value_defect(sweep, defect) -> None:
+    """The gate's value sweep (conformance against torch, and against the fp64 truth) on each planted value
+    defect: red, with the defect's own value kind in the failing call."""
+    kind, dtype = VALUE_DEFECTS[defect]
+    found = _red(VALUE_SWEEPS[sweep], planted.BACKENDS[defect])
+    assert any(f"values='{kind}'" in str(e) for e in found), [str(e)[:400] for e in found]
+    if dtype is not None:
+        assert any(f"dtype='{dtype}'" in str(e) for e in found), [str(e)[:400] for e in found]
+
+
+@pytest.mark.parametrize("sweep", sorted(LENGTH_SWEEPS))
+def test_the_gates_length_sweep_is_red_on_fp16_past_64_tokens(sweep) -> None:
+    """Issue #49's escaped defect (fp16 outputs off from token 64 on): red on the length sweep's first example."""
+    found = _red(LENGTH_SWEEPS[sweep], planted.FP16_PAST_64)
+    assert any("dtype='float16'" in str(e) for e in found), [str(e)[:400] for e in found]
+
+
+# ---- no false alarm: correct kernels at the same extremes ---------------------------------------------
+
+
+def _conv1d_fp32(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """A correct kernel that sums in another order than torch's backend: ``F.conv1d`` in fp32 per sequence
+    (its own summation and weight-gradient reductions), the states as copies."""
+    _, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    W = weight.shape[-1]
+    w = weight.float().unsqueeze(1)  # once: each sequence's weight gradient summed in fp32, rounded once
+    b = None if bias is None else bias.float()
+    ys = []
+    for xs, state in planted._sequences(x, initial_state, cu_seqlens):
+        B, _, D = xs.shape
+        history = xs.new_zeros(B, D, W - 1) if state is None else state[..., 1:].to(xs.dtype)
+        seq = torch.cat([history, xs.transpose(1, 2)], dim=-1).float()  # [B, D, W-1+T]
+        y = F.conv1d(seq, w, b, groups=D).transpose(1, 2)
+        ys.append(tb._activate(y, activation).to(x.dtype))
+    return torch.cat(ys, dim=1), final
+
+
+CONV1D_FP32 = Backend("correct-conv1d-fp32", forward=_conv1d_fp32, update=tb.update)
+
+
+@pytest.mark.parametrize("sweeps", [VALUE_SWEEPS, LENGTH_SWEEPS], ids=["values", "lengths"])
+def test_the_sweeps_are_green_on_correct_kernels(sweeps) -> None:
+    """A kernel that sums in its own order (F.conv1d in fp32) against torch and the fp64 truth: no false alarm
+    at the extremes (an overflowing fp16 sum is the same infinity on every side; bf16/fp32 sums stay inside
+    fp32's range in every order). torch against the truth is the gate's own test (test_ground_truth)."""
+    with registered(CONV1D_FP32):
+        for prop in sweeps.values():
+            few(prop, 3)(gdn_backend=CONV1D_FP32.name, device="cpu")
+
+
+# ---- which value catches which defect ----------------------------------------------------------------
+
+
+def _caught(backend: str, call: ConvCall) -> bool:
+    try:
+        G.check_forward(call, backend, "cpu")
+        G.check_gradients(call, backend, "cpu")
+        C.check_forward(call, backend, "cpu")
+    except Mismatch:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("defect", sorted(VALUE_DEFECTS))
+def test_each_value_defect_agrees_with_the_reference_on_randn_values(defect) -> None:
+    """Why the value dimension is needed: on a randn call (40 tokens, in every dtype) each planted value defect
+    agrees with torch and the fp64 truth, and on the same call at its own extreme it does not. (fp16
+    accumulation can also show on randn values, where cancelling taps round past fp16's tolerance: the
+    length sweeps' hundreds of tokens caught it in a dev run.)"""
+    kind, dtype = VALUE_DEFECTS[defect]
+    base = ConvCall(B=2, T=40, D=8, W=4, bias=True, initial_state=True, seed=11)
+    with registered(planted.BACKENDS[defect]):
+        for d in ("float32", "float16", "bfloat16"):
+            assert not _caught(defect, dataclasses.replace(base, dtype=d)), (defect, d)
+        assert _caught(defect, dataclasses.replace(base, dtype=dtype or "float32", values=kind))
+
+
+# ---- reach of the strategies --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", VALUE_KINDS)
+def test_the_conformance_calls_carry_every_value_kind(kind) -> None:
+    find(conformance.conformance_calls("torch"), lambda c: c.values == kind, settings=first_hit())
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_the_conformance_calls_reach_past_the_tiles_at_small_shapes(varlen) -> None:
+    """A drawn call past 128 tokens (dense, or one sequence of a packed call), on a CPU: one row, a few channels."""
+
+    def long(c: ConvCall) -> bool:
+        return max(c.seq_lens or (c.T,)) > 128
+
+    call = find(conformance.conformance_calls("torch", varlen=varlen), long, settings=first_hit())
+    assert call.B == 1 and call.D <= LONG_MAX_CHANNELS, call
+
+
+def test_the_update_calls_stay_one_token_short() -> None:
+    """A step property draws ``max_seq_len=1``: no long call there (its labels would claim a reach it never ran)."""
+    strategy = conformance.conformance_calls("torch", varlen=False, initial_state=True, max_seq_len=1)
+    with pytest.raises(NoSuchExample):
+        find(strategy, lambda c: c.T > 65, settings=first_hit(200))
+
+
+def test_the_layers_conv_call_carries_the_examples_drawn_values() -> None:
+    """The layer property rows that check a layer's fused conv call alone (P7-conv-conformance and the fp64
+    ground truth at the layer) draw its values too: ``Example.conv_values``, every kind reached."""
+    from gdn_equiv.harness.conformance import conv_call_of
+    from gdn_equiv.strategies import examples
+
+    for kind in VALUE_KINDS:
+        example = find(
+            examples(fusable=True),
+            lambda e, kind=kind: e.conv_values == kind and e.config.use_short_conv,
+            settings=first_hit(),
+        )
+        assert conv_call_of(example)[0].values == kind
