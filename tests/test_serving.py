@@ -22,7 +22,8 @@ from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.engines import EngineOps, engine_adapters
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.serving.records import SERVING
-from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases
+from gdn_equiv.serving.surface import REFERENCE_SURFACES
+from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases, surface_calls
 from gdn_equiv.suite.test_serving import *  # noqa: F403
 
 #: the case strategy each property's teeth search draws from (the gate's own)
@@ -35,6 +36,8 @@ CASES: dict[str, Any] = {
     "check_s5_prefix_cache": prefix_cases(),
     "check_s6_dispatch": st.integers(1, 3).flatmap(lambda n: batches(min_len=n, max_len=n)),
     "check_s7_packed_qkv": packed_cases(bias=None),
+    "check_s0_surface": surface_calls(REFERENCE_SURFACES),
+    "check_s0_outside": surface_calls(REFERENCE_SURFACES, outside=True),
 }
 
 

@@ -342,3 +342,10 @@ def check_s7_packed_qkv(adapter: EngineAdapter, case: PackedCase) -> None:
                 paths=paths,
                 context=ctx,
             )
+
+
+# S0 over each engine version's whole declared surface, and outside it (defined with the surfaces; here so every
+# driver finds every serving property by name in this module)
+from gdn_equiv.serving.surface import check_s0_outside, check_s0_surface  # noqa: E402
+
+__all__ += ["check_s0_outside", "check_s0_surface"]
