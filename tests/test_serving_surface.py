@@ -1,6 +1,7 @@
 """The engines' whole argument surface (SPEC §11, issue #50): the declared surfaces as data, the strategy that
-draws every read/write pair apart, S0-surface and S0-outside, and their teeth (one planted engine per class of
-what valid, aliased, narrow calls never show), found by Hypothesis from the gate's own strategies."""
+draws every read/write pair apart, S0-surface and S0-outside on the reference, the reference by hand, and the
+serving counterpart of issue #49's meta-test. The teeth (one planted engine per class of what valid, aliased,
+narrow calls never show) are ``tests/test_serving.py``'s, through ``PLANTED``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from gdn_equiv.serving import properties as S
 from gdn_equiv.serving import surface as su
 from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.engines import EngineOps, release_dirs
-from gdn_equiv.serving.planted import PLANTED, SURFACE_CLASSES
 from gdn_equiv.strategies.pools import surface_calls, surface_cases
 
 
@@ -32,16 +32,6 @@ def _fails(prop: Any, adapter: Any) -> Any:
         return False
 
     return predicate
-
-
-@pytest.mark.teeth
-@pytest.mark.parametrize("defect", sorted(SURFACE_CLASSES))
-def test_each_surface_planted_engine_is_caught_by_its_property(defect: str) -> None:
-    cls, props = PLANTED[defect]
-    for prop in props:
-        strategy = surface_calls(su.REFERENCE_SURFACES, outside=prop == "check_s0_outside")
-        case = find(strategy, _fails(getattr(S, prop), cls()), settings=first_hit(300))
-        print(f"{defect} ({SURFACE_CLASSES[defect]}) caught by {prop}: {case.short()}")
 
 
 @pytest.mark.parametrize("outside", [False, True])

@@ -2,8 +2,8 @@
 caught by the properties named in :data:`PLANTED` (``tests/test_serving.py`` requires the catch, and the drivers'
 tests run them through the plug-in door, ``--serving-engine gdn_equiv.serving.planted:<class>``).
 
-The first six are what the metamorphic S1-S7 let through (an engine compared only with itself): only S0, the
-engine against the reference, must catch them.
+The first ones are what S1-S7 would let through if each compared the engine only with itself (zeros, identity,
+a dropped bias): each of S1-S7 carries its own comparison with the reference, so they catch them too.
 
 Nothing is patched: the defect is the adapter's own code, as an engine's kernel would hold it.
 """
@@ -400,14 +400,18 @@ class AnswersOutside(_SurfaceEngine):
 
 
 S0 = "check_s0_reference"
+_S1_S7 = ("check_s1_pool_equals_alone", "check_s2_untouched", "check_s3_handoff", "check_s4_speculation",
+          "check_s5_prefix_cache", "check_s6_dispatch", "check_s7_packed_qkv")  # fmt: skip
 SU = "check_s0_surface"
 
 #: planted adapter -> the properties (function names in :mod:`gdn_equiv.serving.properties`) that must catch it
 PLANTED: dict[str, tuple[type[ReferenceAdapter], tuple[str, ...]]] = {
-    Zeros.name: (Zeros, (S0,)),
+    # an engine that computes nothing, returns its input or drops its bias: S1-S7 each carry their own comparison
+    # with the reference, so each catches them too (S5 compares states only: zeros are caught, input and bias not)
+    Zeros.name: (Zeros, (S0, *_S1_S7)),
     NoOpPrefill.name: (NoOpPrefill, (S0,)),
-    Identity.name: (Identity, (S0,)),
-    BiasDropped.name: (BiasDropped, (S0,)),
+    Identity.name: (Identity, (S0, *(p for p in _S1_S7 if p != "check_s5_prefix_cache"))),
+    BiasDropped.name: (BiasDropped, (S0, *(p for p in _S1_S7 if p != "check_s5_prefix_cache"))),
     SkipsSequence0.name: (SkipsSequence0, (S0, "check_s1_pool_equals_alone")),
     StateOneSlotOff.name: (StateOneSlotOff, (S0, "check_s2_untouched")),
     KeepsRejectedDrafts.name: (KeepsRejectedDrafts, (S0, "check_s4_speculation")),
