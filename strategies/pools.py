@@ -204,6 +204,7 @@ def surface_cases(
     update = surface.op == "update"
     k = draw(st.integers(1, max_k)) if update else 1
     circular = update and surface.circular and addr == SLOTS and outside is None and draw(st.booleans())
+    circular = circular or outside == "circular"
     spec = update and surface.accepted and addr != POSITIONAL and not circular and draw(st.booleans())
     spec = spec or outside in ("count-0", "count-k+1")
     if spec:
@@ -291,7 +292,7 @@ def surface_calls(surfaces: Sequence[OpSurface], *, outside: bool = False) -> st
             for s in surfaces
             for kind in s.outside
             for a in s.addressing
-            if not (kind == "index" and a == POSITIONAL)
+            if not (kind == "index" and a == POSITIONAL) and not (kind == "circular" and a != SLOTS)
         ]
     else:
         options = [surface_cases(s) for s in surfaces]

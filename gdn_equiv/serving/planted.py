@@ -232,7 +232,7 @@ class _SurfaceDefect(SurfaceOp):
         return case, self.surface.layout
 
     def call(self, case: SurfaceCase, t: dict) -> Tensor:
-        if case.outside is not None and case.outside != "width":
+        if case.outside is not None and case.outside not in surface.ANSWERABLE:
             raise ValueError(f"{case.outside}: outside the surface of {self.surface.key}")
         wrong, layout = self.planted(case)
         out = surface.expected(wrong, t, self.surface.reserved, layout)

@@ -89,7 +89,9 @@ class OpSurface:
 
 #: what may be asked outside a surface: a width past the op's, an accepted count of 0 or k+1, a state narrower
 #: than W-1, an index past the pool
-OUTSIDE = ("width", "count-0", "count-k+1", "narrow-state", "index")
+OUTSIDE = ("width", "count-0", "count-k+1", "narrow-state", "index", "circular")
+#: outside kinds whose right answer the reference defines (a wider kernel; a circular state as documented)
+ANSWERABLE = ("width", "circular")
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,7 @@ def check_s0_outside(adapter: Any, case: SurfaceCase) -> None:
         if not str(exc).strip():
             raise Silent(f"{ctx}: raised {type(exc).__name__} with no message", _report(ctx)) from exc
         return
-    if case.outside != "width":
+    if case.outside not in ANSWERABLE:
         raise Silent(f"{ctx}: answered a call outside its surface ({case.outside}) without raising", _report(ctx))
     check_s0_surface(adapter, replace(case, outside=None))
 
@@ -491,11 +493,13 @@ _GDN = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:QwenGatedDe
 
 def _vllm_surfaces(version: str) -> list[OpSurface]:
     """vLLM's ops: 0.28.0-0.32.0 take the prefix-cache (APC) arguments (2-D block tables); 0.33.0 dropped them;
-    0.34.0 declares widths 2-7 (a ValueError outside). The CPU ops: the torch prefill (one index tensor or none,
+    0.34.0 declares widths 2-7 (a ValueError outside); 0.28.0-0.33.0 check none (taps up to 5 in the prefill, 6
+    in the update; wider ones drawn as outside). The CPU ops: the torch prefill (one index tensor or none,
     pads by ``pad_slot_id`` compared with the slot, any width) and the torch update (the batch's states)."""
     apc = version in ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
     refuses_width = version == "0.34.0"
-    widths = (2, 7) if refuses_width else (2, 4)
+    # 0.28.0-0.33.0 check no width: their prefill kernel has taps for widths up to 5, their update up to 6
+    fn_widths, upd_widths = ((2, 7), (2, 7)) if refuses_width else ((2, 5), (2, 6))
     tail = ("metadata", "validate_data")
     fn_args = _VLLM_FN + (_VLLM_APC if apc else ()) + tail
     upd_args = _VLLM_UPD + (("block_idx_last_scheduled_token", "initial_state_idx") if apc else ())
@@ -515,13 +519,13 @@ def _vllm_surfaces(version: str) -> list[OpSurface]:
                   ("x", "conv_state", "weight", "bias", "activation"), (POSITIONAL,), (2, 8), max_extra=3,
                   layout=SHIFT_REGISTER, outside=("narrow-state",)),
         OpSurface("vllm", version, "gpu", "prefill", f"{tri}:causal_conv1d_fn",
-                  f"{_GDN}._forward_core; {_MIXER}" if apc else f"{_GDN}._forward_core", fn_args, gpu_addr, widths,
+                  f"{_GDN}._forward_core; {_MIXER}" if apc else f"{_GDN}._forward_core", fn_args, gpu_addr, fn_widths,
                   block_n=256, max_extra=3, pad_id=0, reserved=1, block_sizes=(8, 16) if apc else (),
-                  outside=("width",) if refuses_width else ()),
+                  outside=("width",)),
         OpSurface("vllm", version, "gpu", "update", f"{tri}:causal_conv1d_update",
                   f"{_GDN}._forward_core_decode_spec_fused_norm / _forward_core_decode_non_spec", upd_args, gpu_addr,
-                  widths, block_n=256, max_extra=3, accepted=True, pad_id=0, reserved=1,
-                  outside=(("width",) if refuses_width else ()) + ("count-0", "count-k+1")),
+                  upd_widths, block_n=256, max_extra=3, accepted=True, pad_id=0, reserved=1,
+                  outside=("width", "count-0", "count-k+1")),
     ]  # fmt: skip
 
 
@@ -530,10 +534,13 @@ _SGLANG_GDN = "sglang/srt/layers/attention/linear/gdn_backend.py:GDNAttnBackend"
 
 
 def _sglang_surfaces(version: str) -> list[OpSurface]:
-    """sglang's Triton ops: the prefill (``seq_lens_cpu``; 0.5.23's ``block_table`` unused by its callers), the
+    """sglang's Triton ops: the prefill (``seq_lens_cpu``; 0.5.22-0.5.23's ``block_table`` unused by its callers), the
     update with draft windows (``intermediate_state_indices`` apart from ``conv_state_indices``), counts
-    (``num_accept_tokens``) and ``cache_seqlens`` (documented: a circular buffer). Its update computes widths
-    2-4 and says nothing about wider ones (the kernel loads a fifth column and never uses it)."""
+    (``num_accept_tokens``), and ``cache_seqlens`` outside (documented as a circular buffer, but its
+    ``validate_data`` says "not implemented yet": drawn outside, where the documented answer or a raise is
+    required; the kernel never reads it). Its update computes widths
+    2-4 and says nothing about wider ones (the kernel loads a fifth column and never uses it); its prefill has
+    taps up to width 5. Neither checks a width: wider ones are drawn as outside (raise or answer right)."""
     fn_args: tuple[str, ...] = (
         "x",
         "weight",
@@ -548,8 +555,8 @@ def _sglang_surfaces(version: str) -> list[OpSurface]:
         "validate_data",
         "kwargs",
     )
-    # block_table (unused by its callers) seen in 0.5.23's signature, not in 0.5.17's; 0.5.18-0.5.22 as 0.5.17
-    fn_args += ("block_table",) if version == "0.5.23" else ()
+    # block_table (unused by its callers): in 0.5.22 and 0.5.23, not in 0.5.17-0.5.21 (their signatures, checked)
+    fn_args += ("block_table",) if version in ("0.5.22", "0.5.23") else ()
     upd_args = (
         "x",
         "conv_state",
@@ -570,12 +577,12 @@ def _sglang_surfaces(version: str) -> list[OpSurface]:
     )
     return [
         OpSurface("sglang", version, "gpu", "prefill", f"{SGLANG_OPS}:causal_conv1d_fn",
-                  f"{_SGLANG_GDN}._forward_mis_segments", fn_args, (SLOTS,), (2, 4), block_n=256, max_extra=3,
+                  f"{_SGLANG_GDN}._forward_mis_segments", fn_args, (SLOTS,), (2, 5), block_n=256, max_extra=3,
                   pad_id=-1, outside=("width",)),
         OpSurface("sglang", version, "gpu", "update", f"{SGLANG_OPS}:causal_conv1d_update",
                   f"{_SGLANG_GDN}.forward_extend (is_target_verify) / forward_decode", upd_args, (SLOTS, WINDOWS),
-                  (2, 4), block_n=256, max_extra=3, accepted=True, circular=True, pad_id=-1,
-                  outside=("width", "count-0", "count-k+1"),
+                  (2, 4), block_n=256, max_extra=3, accepted=True, pad_id=-1,
+                  outside=("width", "count-0", "count-k+1", "circular"),
                   notes=("retrieve_* (EAGLE tree masks) not drawn: tree verification is not a conv-window contract",)),
     ]  # fmt: skip
 
@@ -608,7 +615,7 @@ class _RefusingReference(SurfaceOp):
     """The reference as an engine that refuses, with a message, every call outside its surface."""
 
     def call(self, case: SurfaceCase, t: dict[str, Any]) -> Tensor:
-        if case.outside is not None and case.outside != "width":
+        if case.outside is not None and case.outside not in ANSWERABLE:
             raise ValueError(f"{case.outside}: outside the surface of {self.surface.key}")
         return super().call(case, t)
 
