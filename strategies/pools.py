@@ -294,8 +294,8 @@ def surface_calls(surfaces: Sequence[OpSurface], *, outside: bool = False) -> st
             for a in s.addressing
             if not (kind == "index" and a == POSITIONAL) and not (kind == "circular" and a != SLOTS)
         ]
-    else:
-        options = [surface_cases(s) for s in surfaces]
+    else:  # one branch per addressing of each op: a rare one (draft windows, block tables) is as likely as slots
+        options = [surface_cases(s, addressing=a) for s in surfaces for a in s.addressing]
     if not options:
         raise InvalidArgument("no surface (or nothing declared outside one) to draw from")
     return st.one_of(options)
