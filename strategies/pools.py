@@ -251,7 +251,10 @@ def surface_cases(
             num_slots = max(num_slots, n)
         order = iter(draw(st.permutations(range(num_slots))))
         num_windows = named + draw(st.integers(0, max_spare)) if addr == WINDOWS else 0
-        win_order = iter(draw(st.permutations(range(num_windows)))) if addr == WINDOWS else iter(())
+        windows = draw(st.permutations(range(num_windows))) if addr == WINDOWS else []
+        if windows and draw(st.booleans()):  # half the time a window row is rotated away from the state rows' order
+            windows = windows[1:] + windows[:1]
+        win_order = iter(windows)
         L = width - 1 + extra
         for i, pad in enumerate(is_pad):
             tokens = (draw(st.integers(1, k)) if varlen else k) if update else draw(st.integers(1, long))

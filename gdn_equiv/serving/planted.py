@@ -254,9 +254,7 @@ class _WindowsAtStateRow(_SurfaceDefect):
     def planted(self, case):
         if case.addressing != surface.WINDOWS:
             return case, self.surface.layout
-        rows = tuple(
-            r if r.read is None or r.read >= case.num_windows else replace(r, window=r.read) for r in case.rows
-        )
+        rows = tuple(r if r.read is None else replace(r, window=r.read % case.num_windows) for r in case.rows)
         return replace(case, rows=rows), self.surface.layout
 
 
