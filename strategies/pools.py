@@ -181,6 +181,7 @@ def surface_cases(
     *,
     addressing: str | None = None,
     outside: str | None = None,
+    spec: bool | None = None,
     max_rows: int = 4,
     max_tokens: int = 5,
     max_k: int = 4,
@@ -191,7 +192,8 @@ def surface_cases(
     location drawn on its own from the pool (block tables: initial, first and last blocks apart or equal; draft
     windows: rows apart from the state rows or the same numbers), counts ``1..k`` and circular positions where
     declared. ``outside`` (one of the surface's :attr:`OpSurface.outside`) makes the one change that takes the
-    call outside. Shrinks to one row of one token, D1, the narrowest width, state W-1, slot 0."""
+    call outside; ``spec`` forces accepted counts on or off where the op takes them (None: either). Shrinks to
+    one row of one token, D1, the narrowest width, state W-1, slot 0."""
     addr = draw(st.sampled_from(surface.addressing)) if addressing is None else addressing
     lo_w, hi_w = surface.widths
     if outside == "width":
@@ -202,10 +204,11 @@ def surface_cases(
         width = draw(st.integers(lo_w, hi_w))
     dim = draw(channel_counts(surface.block_n or 256))
     update = surface.op == "update"
-    k = draw(st.integers(1, max_k)) if update else 1
+    k = draw(st.sampled_from(range(1, max_k + 1))) if update else 1
     circular = update and surface.circular and addr == SLOTS and outside is None and draw(st.booleans())
     circular = circular or outside == "circular"
-    spec = update and surface.accepted and addr != POSITIONAL and not circular and draw(st.booleans())
+    can_count = update and surface.accepted and addr != POSITIONAL and not circular
+    spec = can_count and (draw(st.booleans()) if spec is None else spec)
     spec = spec or outside in ("count-0", "count-k+1")
     if spec:
         k = max(k, 2) if outside == "count-k+1" else k
@@ -263,7 +266,7 @@ def surface_cases(
                 continue
             slot = i if addr == POSITIONAL else next(order)
             has_state = True if update else draw(st.booleans())
-            accepted = draw(st.integers(1, k)) if spec else 1
+            accepted = draw(st.sampled_from(range(1, k + 1))) if spec else 1  # spread over 1..k, shrinks to 1
             seqlen = draw(st.integers(0, 2 * L)) if circular else None
             rows.append(Row(tokens, slot, slot, has_state, next(win_order, None), accepted, seqlen=seqlen))
     if outside in ("count-0", "count-k+1"):
@@ -298,7 +301,12 @@ def surface_calls(surfaces: Sequence[OpSurface], *, outside: bool = False) -> st
             if not (kind == "index" and a == POSITIONAL) and not (kind == "circular" and a != SLOTS)
         ]
     else:  # one branch per addressing of each op: a rare one (draft windows, block tables) is as likely as slots
+        # and where an op takes accepted counts, one more branch that always passes them
         options = [surface_cases(s, addressing=a) for s in surfaces for a in s.addressing]
+        options += [
+            surface_cases(s, addressing=a, spec=True) for s in surfaces if s.accepted for a in s.addressing
+            if a != POSITIONAL
+        ]  # fmt: skip
     if not options:
         raise InvalidArgument("no surface (or nothing declared outside one) to draw from")
     return st.one_of(options)
