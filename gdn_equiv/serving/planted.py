@@ -386,12 +386,15 @@ class PadEndsBatch(_SurfaceEngine):
 
 
 class _AnswersOutside(SurfaceOp):
-    pass
+    def call(self, case: SurfaceCase, t: dict) -> Tensor:
+        if case.outside is not None:  # no check of the call: whatever it computes, it says nothing
+            return torch.zeros_like(t["x"])
+        return super().call(case, t)
 
 
 class AnswersOutside(_SurfaceEngine):
     """Outside the surface: a count of 0 or k+1, a state narrower than W-1 or an index past the pool answered
-    without a word (the reference's own arithmetic, or whatever the indices reach)."""
+    without a word (zeros, the pool left as it was)."""
 
     name = "planted-answers-outside"
     defect = _AnswersOutside
