@@ -175,3 +175,35 @@ def test_each_declared_surface_names_every_argument_its_function_takes() -> None
                     checked += 1
     if not checked:
         pytest.skip("no engine release extracted here (scripts/fetch_engines.sh)")
+
+
+@pytest.mark.parametrize(("engine", "version"), [("vllm", "0.30.0"), ("vllm", "0.34.0"), ("sglang", "0.5.23")])
+def test_the_gpu_drivers_pass_each_op_only_arguments_its_version_declares(
+    engine: str, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Triton ops run only on a device; here a stand-in op (zeros of x's shape) checks what the drivers hand
+    it on every drawn call: keyword arguments its surface declares, and outputs shaped as the rows' tokens."""
+    monkeypatch.setattr(su, "_DEVICE", "cpu")
+    for s in su.surfaces()[(engine, version)]:
+        if s.path == "gpu":
+            _drive_with_a_stand_in(s)
+
+
+def _drive_with_a_stand_in(s: su.OpSurface) -> None:
+    passed: set[str] = set()
+
+    def stand_in(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        passed.update(kwargs)
+        return torch.zeros_like(x)
+
+    op = su.EngineSurfaceOp(s, lambda: stand_in)
+
+    @settings(max_examples=15, deadline=None, database=None)
+    @given(surface_calls([s]))
+    def drive(case: su.SurfaceCase) -> None:
+        t = su.tensors(case, s.reserved)
+        t["activation"] = case.activation
+        assert op.call(case, t).shape == t["x"].shape, case.short()
+
+    drive()
+    assert passed and passed <= set(s.args), (s.key, passed - set(s.args))

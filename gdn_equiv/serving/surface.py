@@ -401,10 +401,14 @@ def _apc(case: SurfaceCase, device: str) -> dict[str, Any]:
             "block_idx_last_scheduled_token": col(2)}  # fmt: skip
 
 
+#: where the Triton ops run (their ``gpu`` path; tests hand the drivers a stand-in op on the CPU)
+_DEVICE = "cuda"
+
+
 def _triton_prefill(fn: Any, s: OpSurface, case: SurfaceCase, t: dict[str, Any]) -> Tensor:
     """``causal_conv1d_fn(x [D, T] channels last, weight, bias, conv_states, query_start_loc, [seq_lens_cpu],
     cache_indices, has_initial_state, activation, ...)`` with its version's prefix-cache arguments where drawn."""
-    dev = "cuda"
+    dev = _DEVICE
     pool = t["pool"].to(dev)
     starts = torch.tensor(_starts(case), dtype=torch.int32, device=dev)
     kwargs: dict[str, Any] = {
@@ -429,7 +433,7 @@ def _triton_update(fn: Any, s: OpSurface, case: SurfaceCase, t: dict[str, Any]) 
     """``causal_conv1d_update``: x ``[N, D, k]`` (vLLM with counts: varlen ``[tokens, D]`` with ``query_start_loc``
     and ``max_query_len``); ``conv_state_indices`` (a 2-D table with its APC arguments); sglang's
     ``intermediate_conv_window``/``intermediate_state_indices`` and ``cache_seqlens`` where drawn."""
-    dev = "cuda"
+    dev = _DEVICE
     pool, windows = t["pool"].to(dev), t["windows"].to(dev)
     N, k = len(case.rows), case.k
     kwargs: dict[str, Any] = {"conv_state_indices": _table(s, case, dev)}
