@@ -233,10 +233,12 @@ def surface_cases(
             tokens = (draw(st.integers(1, k)) if varlen else k) if update else draw(st.integers(1, long))
             computed = draw(st.integers(0, 2 * block)) if not update else 0
             bounds = 0 if update else sum((computed + m) % block == 0 for m in range(1, tokens))
-            size = bounds + 1 + draw(st.integers(0, 1))
+            size = bounds + 1 + draw(st.integers(0, 2))
             first = draw(st.integers(0, size - bounds - 1))
             last = first + bounds
             allowed = [p for p in range(size) if not first <= p < last]
+            if len(allowed) > 1 and draw(st.booleans()):  # half the time the read block apart from the write block
+                allowed = [p for p in allowed if p != last]
             init = draw(st.sampled_from(allowed))
             per_row.append((pad, tokens, computed, size, (init, first, last)))
         total = sum(size for pad, _, _, size, _ in per_row if not pad)
