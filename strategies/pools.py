@@ -214,7 +214,7 @@ def surface_cases(
         k = max(k, 2) if outside == "count-k+1" else k
         k = min(k, surface.max_extra + 1)
     min_extra = k - 1 if spec else 0
-    extra = draw(st.integers(min_extra, max(min_extra, surface.max_extra)))
+    extra = draw(st.sampled_from(range(min_extra, max(min_extra, surface.max_extra) + 1)))
     if outside == "narrow-state":
         extra = -1
     n = draw(st.integers(1, max_rows))
@@ -228,16 +228,17 @@ def surface_cases(
     named = n - sum(is_pad)
     rows: list[Row] = []
     if addr == BLOCK_TABLE:
+        apart = draw(st.booleans())  # the whole call: each row's read block apart from its write block, or free
         per_row = []
         for pad in is_pad:
             tokens = (draw(st.integers(1, k)) if varlen else k) if update else draw(st.integers(1, long))
             computed = draw(st.integers(0, 2 * block)) if not update else 0
             bounds = 0 if update else sum((computed + m) % block == 0 for m in range(1, tokens))
-            size = bounds + 1 + draw(st.integers(0, 2))
+            size = bounds + 1 + (draw(st.integers(1, 2)) if apart else draw(st.integers(0, 2)))
             first = draw(st.integers(0, size - bounds - 1))
             last = first + bounds
             allowed = [p for p in range(size) if not first <= p < last]
-            if len(allowed) > 1 and draw(st.booleans()):  # half the time the read block apart from the write block
+            if len(allowed) > 1 and apart:
                 allowed = [p for p in allowed if p != last]
             init = draw(st.sampled_from(allowed))
             per_row.append((pad, tokens, computed, size, (init, first, last)))

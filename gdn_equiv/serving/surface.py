@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -666,11 +666,3 @@ def declared(adapter: Any) -> list[OpSurface]:
 def signature_args(op: SurfaceOp) -> tuple[str, ...]:
     """The parameters of the engine function behind ``op`` (its release's source), to hold the declaration to."""
     return tuple(inspect.signature(op.function()).parameters)
-
-
-@dataclass(frozen=True)
-class SurfaceRow:
-    """A line of the argument-surface table (the docs and the closing note print these)."""
-
-    surface: OpSurface
-    drawn: tuple[str, ...] = field(default=())
