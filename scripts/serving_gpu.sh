@@ -9,6 +9,7 @@
 # The device has no network and needs only .engines (1.5 MB) carried; torch and triton are its own:
 #   run(command='timeout 570 sh scripts/serving_gpu.sh 30 25 "$OUT"', carry=['.engines'], timeout_s=600)
 # ENGINES="reference" (or any paths, comma-free, space separated) tries it on a CPU.
+# The whole-surface column (issue #50): SURFACE=1 timeout 570 sh scripts/serving_gpu.sh 40 150 "$OUT" 540
 # Exit status: 1 when a row is not green, else the worst of the paths' (3: nothing could run).
 N=${1:-30}
 SECONDS_PER_ROW=${2:-25}
@@ -21,6 +22,13 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/triton-serving}"
 export N SECONDS_PER_ROW OUT PATH_SECONDS
 (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || echo "no nvidia-smi") > "$OUT/device.txt"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/device.txt"
+# SURFACE=1: the whole-surface rows (S0-surface, S0-outside; issue #50) on every release's gpu path instead
+if [ "${SURFACE:-0}" = 1 ] && [ -z "${ENGINES:-}" ]; then
+    ENGINES=$(python3 -c '
+from gdn_equiv.serving.engines import EngineOps, engine_adapters
+print(" ".join(a.name for a in engine_adapters() if isinstance(a, EngineOps) and a.release and a.path == "gpu"))')
+fi
+export SURFACE
 if [ -z "${ENGINES:-}" ]; then
     ENGINES=$(python3 -c '
 from gdn_equiv.serving.engines import EngineOps, engine_adapters
@@ -29,7 +37,8 @@ print(" ".join(a.name for a in engine_adapters()
 fi
 : > "$OUT/exits.txt"
 for engine in $ENGINES; do echo "$engine"; done | xargs -P 14 -n 1 sh -c '
-    case "$0" in *-short-conv) props=S0,S4 ;; *) props=S0,S1,S2,S3,S4,S5,S6,S7 ;; esac
+    case "$0" in *-short-conv) props=S0,S4 ;; *) props=S0-reference,S1,S2,S3,S4,S5,S6,S7 ;; esac
+    [ "${SURFACE:-0}" = 1 ] && props=S0-surface,S0-outside
     timeout "$PATH_SECONDS" python3 scripts/serving_search.py "$0" "$N" --properties "$props" --seconds "$SECONDS_PER_ROW" \
         --json "$OUT/$0.json" > "$OUT/$0.log" 2>&1
     echo "$0 exit $?" >> "$OUT/exits.txt"'

@@ -43,6 +43,8 @@ def search(engine: str, record: Any, budget: int, seconds: float = float("inf"))
     row: dict[str, Any] = {"engine": engine, "version": a.version, "property": prop_name}
     if prop is S.check_s4_speculation and not getattr(a, "speculative", True):
         return {**row, "result": "cannot run here", "why": a.not_speculative, "cases": 0, "seconds": 0.0}
+    if prop in (S.check_s0_surface, S.check_s0_outside) and (why_not := record.not_applicable(engine)) is not None:
+        return {**row, "result": "cannot run here", "why": why_not, "cases": 0, "seconds": 0.0}
     strategy = record.strategy(engine).map(lambda d: d.example.case)
     ran, skipped, first_hit, why = [0], [0], [0], [""]
     start = time.perf_counter()
@@ -116,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("engines", help="comma list of engine paths (reference, vllm-cpu-torch, vllm-gpu, ...)")
     parser.add_argument("examples", type=int, help="cases per property row")
-    parser.add_argument("--properties", default=None, help="comma list of S<n> to run (default: S0-S7)")
+    parser.add_argument(
+        "--properties", default=None, help="comma list of S<n> or full names (S0-surface) to run (default: all)"
+    )
     parser.add_argument("--json", default=None, help="write the rows here")
     parser.add_argument("--seconds", type=float, default=float("inf"), help="per row: then it is not reached")
     args = parser.parse_args(argv)
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         out.setdefault("paths", {})[engine] = {"version": a.version, "runs": runs, "callers": _callers(a)}
         for record in SERVING:
             name = record.name
-            if wanted is not None and name.split("-")[0] not in wanted:
+            if wanted is not None and name.split("-")[0] not in wanted and name not in wanted:
                 continue
             if reason is not None:
                 row = {"engine": engine, "version": a.version, "property": name, "result": "cannot run here"}

@@ -8,13 +8,25 @@ slots, pad entries, continued sequences and slot permutations are all reachable 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.serving.cases import Batch, ConvSpec, HandoffCase, PackedCase, PrefixCase, SpecCase
+from gdn_equiv.serving.surface import BLOCK_TABLE, POSITIONAL, SLOTS, WINDOWS, OpSurface, Row, SurfaceCase
 
-__all__ = ["batches", "conv_specs", "handoff_cases", "packed_cases", "prefix_cases", "spec_cases"]
+__all__ = [
+    "batches",
+    "channel_counts",
+    "conv_specs",
+    "handoff_cases",
+    "packed_cases",
+    "prefix_cases",
+    "spec_cases",
+    "surface_calls",
+    "surface_cases",
+]
 
 _ACTIVATIONS: tuple[str | None, ...] = (None, "silu")
 
@@ -152,3 +164,152 @@ def packed_cases(
     sizes = tuple(draw(st.integers(1, max_part)) for _ in range(3))
     spec = draw(conv_specs(min_dim=sum(sizes), max_dim=sum(sizes), bias=bias, dtypes=dtypes))
     return PackedCase(draw(batches(conv=st.just(spec))), sizes)
+
+
+def channel_counts(block: int | None = 256, max_small: int = 8) -> st.SearchStrategy[int]:
+    """``1..max_small`` channels, or one of a kernel's channel-block edges (``block - 1``, ``block``, ``block + 1``,
+    ``2 * block + 1``): the block-edge sweep. Shrinks to 1."""
+    edges = () if block is None else (block - 1, block, block + 1, 2 * block + 1)
+    small = st.integers(1, max_small)
+    return st.one_of(small, st.sampled_from(edges)) if edges else small
+
+
+@st.composite
+def surface_cases(
+    draw: st.DrawFn,
+    surface: OpSurface,
+    *,
+    addressing: str | None = None,
+    outside: str | None = None,
+    spec: bool | None = None,
+    max_rows: int = 4,
+    max_tokens: int = 5,
+    max_k: int = 4,
+    max_spare: int = 2,
+) -> SurfaceCase:
+    """One call on ``surface`` (an op's declared surface): its addressing, a width in its range, channels across
+    its block edges, a state ``W-1..W-1+max_extra`` wide, pads anywhere between rows, and every read and write
+    location drawn on its own from the pool (block tables: initial, first and last blocks apart or equal; draft
+    windows: rows apart from the state rows or the same numbers), counts ``1..k`` and circular positions where
+    declared. ``outside`` (one of the surface's :attr:`OpSurface.outside`) makes the one change that takes the
+    call outside; ``spec`` forces accepted counts on or off where the op takes them (None: either). Shrinks to
+    one row of one token, D1, the narrowest width, state W-1, slot 0."""
+    addr = draw(st.sampled_from(surface.addressing)) if addressing is None else addressing
+    lo_w, hi_w = surface.widths
+    if outside == "width":
+        width = draw(st.integers(hi_w + 1, hi_w + 2))
+    elif outside == "narrow-state":
+        width = draw(st.integers(max(lo_w, 3), max(hi_w, 3)))
+    else:
+        width = draw(st.integers(lo_w, hi_w))
+    dim = draw(channel_counts(surface.block_n or 256))
+    update = surface.op == "update"
+    k = draw(st.sampled_from(range(1, max_k + 1))) if update else 1
+    circular = update and surface.circular and addr == SLOTS and outside is None and draw(st.booleans())
+    circular = circular or outside == "circular"
+    can_count = update and surface.accepted and addr != POSITIONAL and not circular
+    spec = can_count and (draw(st.booleans()) if spec is None else spec)
+    spec = spec or outside in ("count-0", "count-k+1")
+    if spec:
+        k = max(k, 2) if outside == "count-k+1" else k
+        k = min(k, surface.max_extra + 1)
+    min_extra = k - 1 if spec else 0
+    extra = draw(st.sampled_from(range(min_extra, max(min_extra, surface.max_extra) + 1)))
+    if outside == "narrow-state":
+        extra = -1
+    n = draw(st.integers(1, max_rows))
+    pads = addr != POSITIONAL and surface.pad_id is not None
+    is_pad = [pads and draw(st.integers(0, 3)) == 3 for _ in range(n)]
+    if all(is_pad):
+        is_pad[draw(st.integers(0, n - 1))] = False
+    varlen = spec and surface.engine != "sglang"
+    block = draw(st.sampled_from(surface.block_sizes)) if addr == BLOCK_TABLE and not update else 0
+    long = max(max_tokens, 2 * block + 1) if addr == BLOCK_TABLE and not update else max_tokens
+    named = n - sum(is_pad)
+    rows: list[Row] = []
+    if addr == BLOCK_TABLE:
+        apart = draw(st.booleans())  # the whole call: each row's read block apart from its write block, or free
+        per_row = []
+        for pad in is_pad:
+            tokens = (draw(st.integers(1, k)) if varlen else k) if update else draw(st.integers(1, long))
+            computed = draw(st.integers(0, 2 * block)) if not update else 0
+            bounds = 0 if update else sum((computed + m) % block == 0 for m in range(1, tokens))
+            size = bounds + 1 + (draw(st.integers(1, 2)) if apart else draw(st.integers(0, 2)))
+            first = draw(st.integers(0, size - bounds - 1))
+            last = first + bounds
+            allowed = [p for p in range(size) if not first <= p < last]
+            if len(allowed) > 1 and apart:
+                allowed = [p for p in allowed if p != last]
+            init = draw(st.sampled_from(allowed))
+            per_row.append((pad, tokens, computed, size, (init, first, last)))
+        total = sum(size for pad, _, _, size, _ in per_row if not pad)
+        num_slots = total + draw(st.integers(0, max_spare))
+        order = iter(draw(st.permutations(range(num_slots))))
+        for pad, tokens, computed, size, blocks in per_row:
+            table = tuple(next(order) for _ in range(size)) if not pad else (0,) * size
+            rows.append(
+                Row(tokens, None if pad else table[blocks[0]], None if pad else table[blocks[2]],
+                    draw(st.booleans()), blocks=blocks, table=table, computed=computed)
+            )  # fmt: skip
+    else:
+        num_slots = max(named, 1) + (0 if (addr == POSITIONAL and update) else draw(st.integers(0, max_spare)))
+        if addr == POSITIONAL:
+            num_slots = max(num_slots, n)
+        order = iter(draw(st.permutations(range(num_slots))))
+        num_windows = named + draw(st.integers(0, max_spare)) if addr == WINDOWS else 0
+        windows = draw(st.permutations(range(num_windows))) if addr == WINDOWS else []
+        if windows and draw(st.booleans()):  # half the time a window row is rotated away from the state rows' order
+            windows = windows[1:] + windows[:1]
+        win_order = iter(windows)
+        L = width - 1 + extra
+        for i, pad in enumerate(is_pad):
+            tokens = (draw(st.integers(1, k)) if varlen else k) if update else draw(st.integers(1, long))
+            if pad:
+                rows.append(Row(tokens, None, None))
+                continue
+            slot = i if addr == POSITIONAL else next(order)
+            has_state = True if update else draw(st.booleans())
+            accepted = draw(st.sampled_from(range(1, k + 1))) if spec else 1  # spread over 1..k, shrinks to 1
+            seqlen = draw(st.integers(0, 2 * L)) if circular else None
+            rows.append(Row(tokens, slot, slot, has_state, next(win_order, None), accepted, seqlen=seqlen))
+    if outside in ("count-0", "count-k+1"):
+        i = draw(st.sampled_from([j for j, r in enumerate(rows) if r.read is not None]))
+        rows[i] = replace(rows[i], accepted=0 if outside == "count-0" else k + 1)
+    if outside == "index":
+        i = draw(st.sampled_from([j for j, r in enumerate(rows) if r.read is not None]))
+        if addr == BLOCK_TABLE:
+            r = rows[i]
+            assert r.blocks is not None
+            table = tuple(num_slots if j == r.blocks[0] else b for j, b in enumerate(r.table))
+            rows[i] = replace(r, read=num_slots, table=table)
+        else:
+            rows[i] = replace(rows[i], read=num_slots, write=num_slots)
+    return SurfaceCase(
+        surface.op, addr, dim, width, tuple(rows), num_slots, extra, k, spec, circular, block,
+        num_windows if addr == WINDOWS else 0, draw(st.sampled_from(("float32", "float16", "bfloat16"))),
+        draw(st.booleans()), draw(st.sampled_from(_ACTIVATIONS)), draw(st.integers(0, 2**16)), outside,
+    )  # fmt: skip
+
+
+def surface_calls(surfaces: Sequence[OpSurface], *, outside: bool = False) -> st.SearchStrategy[SurfaceCase]:
+    """Calls on any of ``surfaces`` (an engine version's ops), or with ``outside`` calls outside each one's
+    declared surface (one of its :attr:`OpSurface.outside` kinds)."""
+    if outside:
+        # an index past the pool needs an op that reads one
+        options = [
+            surface_cases(s, outside=kind, addressing=a)
+            for s in surfaces
+            for kind in s.outside
+            for a in s.addressing
+            if not (kind == "index" and a == POSITIONAL) and not (kind == "circular" and a != SLOTS)
+        ]
+    else:  # one branch per addressing of each op: a rare one (draft windows, block tables) is as likely as slots
+        # and where an op takes accepted counts, one more branch that always passes them
+        options = [surface_cases(s, addressing=a) for s in surfaces for a in s.addressing]
+        options += [
+            surface_cases(s, addressing=a, spec=True) for s in surfaces if s.accepted for a in s.addressing
+            if a != POSITIONAL
+        ]  # fmt: skip
+    if not options:
+        raise InvalidArgument("no surface (or nothing declared outside one) to draw from")
+    return st.one_of(options)

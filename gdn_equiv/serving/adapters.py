@@ -15,11 +15,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from gdn_equiv.harness.properties import NotApplicable
 from gdn_equiv.serving import pool as ref
 
 Tensor = torch.Tensor
 
-__all__ = ["EngineAdapter", "ReferenceAdapter", "ReferencePool", "uniform_decode"]
+__all__ = ["EngineAdapter", "NotExercised", "ReferenceAdapter", "ReferencePool", "uniform_decode"]
+
+
+class NotExercised(NotApplicable):
+    """The case holds nothing this property can compare (ledger: ``not exercised``; the runner counts it as
+    not applicable). Here, below the properties, the engines and the surfaces, which all raise it."""
 
 
 @runtime_checkable

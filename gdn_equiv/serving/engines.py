@@ -30,8 +30,7 @@ from typing import Any
 
 import torch
 
-from gdn_equiv.serving.adapters import EngineAdapter, ReferenceAdapter
-from gdn_equiv.serving.properties import NotExercised
+from gdn_equiv.serving.adapters import EngineAdapter, NotExercised, ReferenceAdapter
 
 Tensor = torch.Tensor
 
@@ -269,7 +268,7 @@ def _shim_value(value: Any) -> Any:
 
 
 @functools.cache
-def _load(engine: str, version: str, relpath: str, root: str | None) -> Any:
+def load_ops_file(engine: str, version: str, relpath: str, root: str | None) -> Any:
     """An ops file of one release (``root``: its side-by-side folder; ``None``: the installed distribution),
     loaded alone under a private name with its version's shims in ``sys.modules`` for the duration (restored
     after). The engine's code is read where it was extracted or installed, never copied."""
@@ -411,7 +410,7 @@ class EngineOps(ReferenceAdapter):
 
     def _resolve(self, spec: str) -> Any:
         relpath, _, attr = spec.partition(":")
-        return getattr(_load(self.engine, self.version, relpath, self.root), attr)
+        return getattr(load_ops_file(self.engine, self.version, relpath, self.root), attr)
 
     def _keeps_every_draft(self) -> bool:
         """vLLM's ShortConv before #50272: a conv state W-1 wide, and verify steps fed as decode (no counts)."""

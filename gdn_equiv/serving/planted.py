@@ -2,18 +2,22 @@
 caught by the properties named in :data:`PLANTED` (``tests/test_serving.py`` requires the catch, and the drivers'
 tests run them through the plug-in door, ``--serving-engine gdn_equiv.serving.planted:<class>``).
 
-The first six are what the metamorphic S1-S7 let through (an engine compared only with itself): only S0, the
-engine against the reference, must catch them.
+The first ones are what S1-S7 would let through if each compared the engine only with itself (zeros, identity,
+a dropped bias): each of S1-S7 carries its own comparison with the reference, so they catch them too.
 
 Nothing is patched: the defect is the adapter's own code, as an engine's kernel would hold it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from gdn_equiv.serving import pool as ref
+from gdn_equiv.serving import surface
 from gdn_equiv.serving.adapters import ReferenceAdapter
+from gdn_equiv.serving.surface import SurfaceCase, SurfaceOp
 
 Tensor = torch.Tensor
 
@@ -216,14 +220,199 @@ class AdapterTypeError(ReferenceAdapter):
         raise TypeError("causal_conv1d_fn() got an unexpected keyword argument 'pad_slot_idx'")
 
 
+# ---- planted on the whole surface (SPEC §11, "the whole surface"): each op of the in-house reference's declared
+# surface (:data:`gdn_equiv.serving.surface.REFERENCE_SURFACES`) with one defect that valid, aliased, narrow calls
+# never show: caught by S0-surface only where the strategy draws the location, width, count or pad apart
+
+
+class _SurfaceDefect(SurfaceOp):
+    """The reference op with one defect: :meth:`planted` turns the case into what the defective op computes."""
+
+    def planted(self, case: SurfaceCase) -> tuple[SurfaceCase, str]:
+        return case, self.surface.layout
+
+    def call(self, case: SurfaceCase, t: dict) -> Tensor:
+        if case.outside is not None and case.outside not in surface.ANSWERABLE:
+            raise ValueError(f"{case.outside}: outside the surface of {self.surface.key}")
+        wrong, layout = self.planted(case)
+        out = surface.expected(wrong, t, self.surface.reserved, layout)
+        t["pool"].copy_(out["pool"])
+        t["windows"].copy_(out["windows"])
+        return out["y"]
+
+
+class _SurfaceEngine(ReferenceAdapter):
+    """The reference adapter whose surface ops are the reference's but for :attr:`defect` on every op."""
+
+    defect: type[SurfaceOp] = SurfaceOp
+
+    def surface_ops(self) -> dict[str, SurfaceOp]:
+        return {f"{s.op}/{a}": self.defect(s) for s in surface.REFERENCE_SURFACES for a in s.addressing}
+
+
+class _WindowsAtStateRow(_SurfaceDefect):
+    def planted(self, case):
+        if case.addressing != surface.WINDOWS:
+            return case, self.surface.layout
+        rows = tuple(r if r.read is None else replace(r, window=r.read % case.num_windows) for r in case.rows)
+        return replace(case, rows=rows), self.surface.layout
+
+
+class WindowsAtStateRow(_SurfaceEngine):
+    """Aliasing: the verify step writes each row's draft windows at its state row (``conv_state_indices``), not
+    at ``intermediate_state_indices``: right whenever the two are the same tensor, as sglang's caller passes them."""
+
+    name = "planted-windows-at-state-row"
+    defect = _WindowsAtStateRow
+
+
+class _ReadsWriteBlock(_SurfaceDefect):
+    def planted(self, case):
+        if case.addressing != surface.BLOCK_TABLE:
+            return case, self.surface.layout
+        rows = tuple(r if r.blocks is None else replace(r, blocks=(r.blocks[2], *r.blocks[1:])) for r in case.rows)
+        return replace(case, rows=rows), self.surface.layout
+
+
+class ReadsWriteBlock(_SurfaceEngine):
+    """Aliasing (prefix caching): the initial state is read from the block the call writes
+    (``block_idx_last_scheduled_token``), not from ``initial_state_idx``'s: right when they are one block."""
+
+    name = "planted-reads-write-block"
+    defect = _ReadsWriteBlock
+
+
+class _SkipsBoundaryBlocks(_SurfaceDefect):
+    def planted(self, case):
+        return (
+            replace(case, block_size=10**9) if case.addressing == surface.BLOCK_TABLE else case
+        ), self.surface.layout
+
+
+class SkipsBoundaryBlocks(_SurfaceEngine):
+    """Prefix-cache arguments: the blocks between the first and last scheduled ones never get their boundary
+    states (only the final state is written)."""
+
+    name = "planted-skips-boundary-blocks"
+    defect = _SkipsBoundaryBlocks
+
+
+class _WideStateShifts(_SurfaceDefect):
+    def planted(self, case):
+        wide = case.op == "update" and case.extra > 0 and not case.spec and not case.circular
+        return case, (surface.SHIFT_REGISTER if wide else self.surface.layout)
+
+
+class WideStateShifts(_SurfaceEngine):
+    """Wide states: a one-token decode on a state wider than ``W-1`` shifts the whole buffer and reads its last
+    ``W-1`` columns, where the window is its first ``W-1`` (right on states exactly ``W-1`` wide)."""
+
+    name = "planted-wide-state-shifts"
+    defect = _WideStateShifts
+
+
+class _IgnoresCacheSeqlens(_SurfaceDefect):
+    def planted(self, case):
+        return replace(case, circular=False), self.surface.layout
+
+
+class IgnoresCacheSeqlens(_SurfaceEngine):
+    """Circular states: ``cache_seqlens`` accepted and ignored (the state read and written as a plain window)."""
+
+    name = "planted-ignores-cache-seqlens"
+    defect = _IgnoresCacheSeqlens
+
+
+class _ChannelsPastBlock(_SurfaceDefect):
+    def call(self, case, t):
+        before = t["pool"].clone()
+        y = super().call(case, t)
+        y[:, 256:] = 0
+        t["pool"][:, 256:] = before[:, 256:]
+        return y
+
+
+class ChannelsPastBlock(_SurfaceEngine):
+    """Channel blocks: one program per row, no grid over channel blocks: channels past the first 256 never
+    computed nor stored."""
+
+    name = "planted-channels-past-block"
+    defect = _ChannelsPastBlock
+
+
+class _WidthFiveAsFour(_SurfaceDefect):
+    def call(self, case, t):
+        if case.width < 5:
+            return super().call(case, t)
+        w = t["weight"].clone()
+        w[:, : case.width - 4] = 0  # the kernel's taps stop at four
+        return super().call(case, dict(t, weight=w))
+
+
+class WidthFiveAsFour(_SurfaceEngine):
+    """Widths: a kernel written for widths up to 4 given a wider one computes with its last four taps."""
+
+    name = "planted-width-five-as-four"
+    defect = _WidthFiveAsFour
+
+
+class _CountsIgnored(_SurfaceDefect):
+    def planted(self, case):
+        return replace(case, rows=tuple(replace(r, accepted=1) for r in case.rows)), self.surface.layout
+
+
+class CountsIgnored(_SurfaceEngine):
+    """Counts: the accepted count is read as 1 (the window always at offset 0): right while every count is 1."""
+
+    name = "planted-counts-ignored"
+    defect = _CountsIgnored
+
+
+class _PadEndsBatch(_SurfaceDefect):
+    def planted(self, case):
+        rows, seen = [], False
+        for r in case.rows:
+            seen = seen or r.read is None
+            rows.append(replace(r, read=None, write=None) if seen else r)
+        return replace(case, rows=tuple(rows)), self.surface.layout
+
+
+class PadEndsBatch(_SurfaceEngine):
+    """Pads between rows: the first pad ends the batch (rows after it neither computed nor stored): right while
+    pads only trail."""
+
+    name = "planted-pad-ends-batch"
+    defect = _PadEndsBatch
+
+
+class _AnswersOutside(SurfaceOp):
+    def call(self, case: SurfaceCase, t: dict) -> Tensor:
+        if case.outside is not None:  # no check of the call: whatever it computes, it says nothing
+            return torch.zeros_like(t["x"])
+        return super().call(case, t)
+
+
+class AnswersOutside(_SurfaceEngine):
+    """Outside the surface: a count of 0 or k+1, a state narrower than W-1 or an index past the pool answered
+    without a word (zeros, the pool left as it was)."""
+
+    name = "planted-answers-outside"
+    defect = _AnswersOutside
+
+
 S0 = "check_s0_reference"
+_S1_S7 = ("check_s1_pool_equals_alone", "check_s2_untouched", "check_s3_handoff", "check_s4_speculation",
+          "check_s5_prefix_cache", "check_s6_dispatch", "check_s7_packed_qkv")  # fmt: skip
+SU = "check_s0_surface"
 
 #: planted adapter -> the properties (function names in :mod:`gdn_equiv.serving.properties`) that must catch it
 PLANTED: dict[str, tuple[type[ReferenceAdapter], tuple[str, ...]]] = {
-    Zeros.name: (Zeros, (S0,)),
+    # an engine that computes nothing, returns its input or drops its bias: S1-S7 each carry their own comparison
+    # with the reference, so each catches them too (S5 compares states only: zeros are caught, input and bias not)
+    Zeros.name: (Zeros, (S0, *_S1_S7)),
     NoOpPrefill.name: (NoOpPrefill, (S0,)),
-    Identity.name: (Identity, (S0,)),
-    BiasDropped.name: (BiasDropped, (S0,)),
+    Identity.name: (Identity, (S0, *(p for p in _S1_S7 if p != "check_s5_prefix_cache"))),
+    BiasDropped.name: (BiasDropped, (S0, *(p for p in _S1_S7 if p != "check_s5_prefix_cache"))),
     SkipsSequence0.name: (SkipsSequence0, (S0, "check_s1_pool_equals_alone")),
     StateOneSlotOff.name: (StateOneSlotOff, (S0, "check_s2_untouched")),
     KeepsRejectedDrafts.name: (KeepsRejectedDrafts, (S0, "check_s4_speculation")),
@@ -233,6 +422,30 @@ PLANTED: dict[str, tuple[type[ReferenceAdapter], tuple[str, ...]]] = {
     SnapshotOffByOneBlock.name: (SnapshotOffByOneBlock, (S0, "check_s5_prefix_cache")),
     ShortPrefillDropsHistory.name: (ShortPrefillDropsHistory, (S0, "check_s3_handoff")),
     FastGuardAdmitsFresh.name: (FastGuardAdmitsFresh, ("check_s6_dispatch",)),
+    WindowsAtStateRow.name: (WindowsAtStateRow, (SU,)),
+    ReadsWriteBlock.name: (ReadsWriteBlock, (SU,)),
+    SkipsBoundaryBlocks.name: (SkipsBoundaryBlocks, (SU,)),
+    WideStateShifts.name: (WideStateShifts, (SU,)),
+    IgnoresCacheSeqlens.name: (IgnoresCacheSeqlens, (SU,)),
+    ChannelsPastBlock.name: (ChannelsPastBlock, (SU,)),
+    WidthFiveAsFour.name: (WidthFiveAsFour, (SU,)),
+    CountsIgnored.name: (CountsIgnored, (SU,)),
+    PadEndsBatch.name: (PadEndsBatch, (SU,)),
+    AnswersOutside.name: (AnswersOutside, ("check_s0_outside",)),
+}
+
+#: the class of issue #50's list each surface-planted engine stands for
+SURFACE_CLASSES: dict[str, str] = {
+    WindowsAtStateRow.name: "aliasing (draft windows apart from state rows)",
+    ReadsWriteBlock.name: "aliasing (prefix-cache read block apart from write block)",
+    SkipsBoundaryBlocks.name: "prefix-cache arguments (boundary blocks)",
+    WideStateShifts.name: "wide states",
+    IgnoresCacheSeqlens.name: "circular states (cache_seqlens)",
+    ChannelsPastBlock.name: "channel blocks (D past 256)",
+    WidthFiveAsFour.name: "widths (past 4)",
+    CountsIgnored.name: "accepted counts (past 1)",
+    PadEndsBatch.name: "pads between rows",
+    AnswersOutside.name: "outside the surface (no refusal)",
 }
 
 

@@ -2,8 +2,9 @@
 
 S0 is the anchor: the engine against the in-house pool reference
 (:class:`~gdn_equiv.serving.adapters.ReferenceAdapter`), every output and every state it leaves, within the
-tolerance table. S1-S7 each run the adapter's own ops twice in two ways §11 says must agree (so an engine that
-computes nothing could pass them; S0 cannot be passed so), and raise
+tolerance table. S1-S7 each run the adapter's own ops twice in two ways §11 says must agree, and each also
+compares one of its two runs with the reference (``_anchor``; S5 its snapshots), so none stands on S0 alone: an
+engine that computes nothing, returns its input or drops its bias fails every one of them. They raise
 :class:`gdn_equiv.harness.compare.Mismatch` (through :func:`gdn_equiv.harness.compare.assert_equivalent`) with both
 paths named and the case printed; :class:`NotExercised` where the case has nothing the property can compare.
 Outputs of pad sequences are never compared (engines leave them unspecified).
@@ -16,8 +17,7 @@ from typing import Any
 import torch
 
 from gdn_equiv.harness.compare import assert_equivalent
-from gdn_equiv.harness.properties import NotApplicable
-from gdn_equiv.serving.adapters import EngineAdapter, ReferenceAdapter
+from gdn_equiv.serving.adapters import EngineAdapter, NotExercised, ReferenceAdapter
 from gdn_equiv.serving.cases import Batch, HandoffCase, PackedCase, PrefixCase, SpecCase, draft_tokens, materialize
 
 Tensor = torch.Tensor
@@ -33,11 +33,6 @@ __all__ = [
     "check_s6_dispatch",
     "check_s7_packed_qkv",
 ]
-
-
-class NotExercised(NotApplicable):
-    """The case holds nothing this property can compare (ledger: ``not exercised``; the runner counts it as
-    not applicable)."""
 
 
 def _prefill(adapter: EngineAdapter, t: dict[str, Any], states: Tensor, **kw: Any) -> tuple[Tensor, Any]:
@@ -71,6 +66,20 @@ def _against(
     first = adapter.first_slot
     got, want = adapter.states(pool)[first:], ReferenceAdapter().states(ref_pool)[first:]
     assert_equivalent(got, want, name=f"pool states after {what} (slot {first} on)", paths=paths, context=ctx)
+
+
+def _anchor(
+    adapter: EngineAdapter, t: dict[str, Any], y: Tensor, pool: Any, named: list[int], ctx: str, what: str
+) -> None:
+    """Each of S1-S7 carries its own comparison with the reference (so none stands on S0 alone): the engine's
+    prefill of this property's batch, ``y`` and ``pool``, = the reference's prefill of the same call (outputs of
+    the named sequences within §6, every state bitwise)."""
+    ref = ReferenceAdapter()
+    ref.pad_slot = adapter.pad_slot
+    ref_pool = ref.new_pool(t["states"], max_step=1)
+    args = (t["starts"], t["slots"], t["has_state"])
+    y_ref = ref.prefill(ref_pool, t["x"], t["weight"], t["bias"], t["activation"], *args)
+    _against(adapter, ref_pool, pool, y, y_ref, [_rows(t, i) for i in named], f"{what} (against the reference)", ctx)
 
 
 def check_s0_reference(adapter: EngineAdapter, case: SpecCase) -> None:
@@ -118,6 +127,7 @@ def check_s1_pool_equals_alone(adapter: EngineAdapter, batch: Batch) -> None:
     if not batch.named():
         raise NotExercised("every sequence is a pad")
     y, pool = _prefill(adapter, t, t["states"])
+    _anchor(adapter, t, y, pool, batch.named(), _ctx(adapter, batch), "the batch's prefill")
     after = adapter.states(pool)
     first = adapter.first_slot
     for i in batch.named():
@@ -168,9 +178,10 @@ def check_s2_untouched(adapter: EngineAdapter, case: SpecCase) -> None:
     pool = adapter.new_pool(t["states"], max_step=case.k)
     before_storage = [s.clone() for s in adapter.storage(pool)]
     before = _inputs_snapshot(t)
-    adapter.prefill(pool, t["x"], t["weight"], t["bias"], t["activation"], t["starts"], t["slots"], t["has_state"])
+    y = adapter.prefill(pool, t["x"], t["weight"], t["bias"], t["activation"], t["starts"], t["slots"], t["has_state"])
     _assert_inputs_unchanged(before, t, ctx + " (prefill)")
     checked = _assert_rows_untouched(adapter, before_storage, pool, named, ctx + " (prefill)")
+    _anchor(adapter, t, y, pool, batch.named(), ctx, "the prefill")
     drafts = draft_tokens(batch, case.k)
     # a path without speculative steps keeps every token (its S4 row says why)
     accepted = torch.tensor(case.accepted, dtype=torch.int32) if getattr(adapter, "speculative", True) else None
@@ -209,6 +220,7 @@ def check_s3_handoff(adapter: EngineAdapter, case: HandoffCase) -> None:
     }
     y1, pool1 = _prefill(adapter, one, t["states"])
     ctx = _ctx(adapter, case)
+    _anchor(adapter, one, y1, pool1, named, ctx, "the one prefill")
     exact = adapter.handoff_exact
     paths = ("prefill then steps", "one prefill")
     for i in named:
@@ -239,7 +251,8 @@ def check_s4_speculation(adapter: EngineAdapter, case: SpecCase) -> None:
     nxt = draft_tokens(batch, 1, salt=99)
     w, b, act, slots = t["weight"], t["bias"], t["activation"], t["slots"]
     # verified: prefill, verify k drafts keeping accepted[i], then one more token
-    _, spec = _prefill(adapter, t, t["states"], max_step=case.k)
+    y0, spec = _prefill(adapter, t, t["states"], max_step=case.k)
+    _anchor(adapter, t, y0, spec, named, _ctx(adapter, case), "the prefill before the verify step")
     adapter.step(spec, drafts, w, b, act, slots, torch.tensor(case.accepted, dtype=torch.int32))
     spec_state = adapter.states(spec).clone()
     y_spec = adapter.step(spec, nxt, w, b, act, slots)
@@ -275,6 +288,8 @@ def check_s5_prefix_cache(adapter: EngineAdapter, case: PrefixCase) -> None:
     snaps = adapter.snapshots(t["x"], t["weight"], t["bias"], t["activation"], state, case.block_size)
     blocks = case.length // case.block_size
     ctx = _ctx(adapter, case)
+    want = ReferenceAdapter().snapshots(t["x"], t["weight"], t["bias"], t["activation"], state, case.block_size)
+    assert_equivalent(snaps, want, name="snapshots", paths=("engine", "reference"), context=ctx)
     if snaps.shape[0] != blocks:
         raise AssertionError(f"{ctx}: {snaps.shape[0]} snapshots for {blocks} whole blocks of {case.block_size}")
     for b in range(blocks):
@@ -300,6 +315,7 @@ def check_s6_dispatch(adapter: EngineAdapter, batch: Batch) -> None:
     y_fast, fast = _prefill(adapter, t, t["states"], path="fast", max_step=max(batch.lens))
     y_general, general = _prefill(adapter, t, t["states"], path="general")
     ctx = _ctx(adapter, batch)
+    _anchor(adapter, t, y_general, general, batch.named(), ctx, "the general path")
     paths = ("fast path", "general path")
     for i in batch.named():
         assert_equivalent(
@@ -319,6 +335,7 @@ def check_s7_packed_qkv(adapter: EngineAdapter, case: PackedCase) -> None:
     args = (t["starts"], t["slots"], t["has_state"])
     y = adapter.packed_prefill(pool, t["x"], t["weight"], t["bias"], t["activation"], *args, case.sizes)
     ctx = _ctx(adapter, case)
+    _anchor(adapter, t, y, pool, batch.named(), ctx, "the packed call")
     lo = 0
     for name, size in zip("qkv", case.sizes, strict=True):
         ch = slice(lo, lo + size)
@@ -342,3 +359,10 @@ def check_s7_packed_qkv(adapter: EngineAdapter, case: PackedCase) -> None:
                 paths=paths,
                 context=ctx,
             )
+
+
+# S0 over each engine version's whole declared surface, and outside it (defined with the surfaces; here so every
+# driver finds every serving property by name in this module)
+from gdn_equiv.serving.surface import check_s0_outside, check_s0_surface  # noqa: E402
+
+__all__ += ["check_s0_outside", "check_s0_surface"]

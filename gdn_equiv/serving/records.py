@@ -26,6 +26,7 @@ from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.planted import PLANTED
+from gdn_equiv.serving.surface import declared
 from gdn_equiv.strategies import pools
 
 __all__ = [
@@ -84,6 +85,7 @@ from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.serving.cases import *  # noqa: F403 (the case's classes, for its repr)
 from gdn_equiv.serving.properties import {function}
 from gdn_equiv.serving.records import adapter
+from gdn_equiv.serving.surface import Row, SurfaceCase  # noqa: F401 (the surface cases' classes, for their repr)
 
 CASE = {case}
 
@@ -222,6 +224,12 @@ class ServingRecord:
         a = adapter(engine) if why is None else None
         if a is not None and self.function == "check_s4_speculation" and not getattr(a, "speculative", True):
             why = f"{engine}: {getattr(a, 'not_speculative', 'its step takes no accepted count')}"
+        if a is not None and self.function in ("check_s0_surface", "check_s0_outside"):
+            surfaces = declared(a)
+            if not surfaces:
+                why = f"{engine}: no op surface declared for this path (its ops are the default path's)"
+            elif self.function == "check_s0_outside" and not any(s.outside for s in surfaces):
+                why = f"{engine}: its ops declare nothing outside their surface"
         return why
 
     def strategy(self, engine: str) -> st.SearchStrategy[Draw]:
@@ -267,5 +275,9 @@ SERVING: list[ServingRecord] = [
          "check_s6_dispatch", _uniform_or_free),
         (7, "packed-qkv", "one call over q|k|v channels = the three convs, biases included, bitwise",
          "check_s7_packed_qkv", lambda a: pools.packed_cases()),
+        (0, "surface", "every op on its version's whole declared surface = the reference; every location it "
+         "does not write bitwise unchanged", "check_s0_surface", lambda a: pools.surface_calls(declared(a))),
+        (0, "outside", "every op called outside its declared surface raises with a message or answers right",
+         "check_s0_outside", lambda a: pools.surface_calls(declared(a), outside=True)),
     ]
 ]  # fmt: skip
