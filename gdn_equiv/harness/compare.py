@@ -65,6 +65,31 @@ EXACT = (0.0, 0.0)
 #: 0.26, 90th percentile 0.42, worst 0.96 and **1.26, a false alarm** (1 in 1,500; its tensor was not
 #: recorded); another search (up to 3,000 examples) had 4 over 0.8, the worst 0.94 on ``dA_log`` (2
 #: elements), none over 1. With so few elements the least accurate of 17 runs is a noisy estimate.
+#: **Input gradients (2026-12-07).** Until then the jitter moved module outputs and parameter gradients
+#: only, not the gradient each module hands back to its inputs: the backward's data path rounded exactly
+#: as the plain run's in every variant. A fresh-clone CI run then failed fla 0.6.0's (correct) layer on
+#: ``db_proj.weight``: ``Example(gated_deltanet, fp32, B2 T1, seed 417, head_dim 4, 2 heads, conv_size 3,
+#: conv bias, allow_neg_eigval, no gate)``, fla's conv defaults, fla 8.65e-7 from the truth, bar 8.09e-7
+#: (ours 4.04e-7). At T=1 the output RMS norm undoes any scaling of the core's output, so beta's gradient
+#: is only what the norm's backward leaves after cancelling terms ~1,000 times larger (truth <= 2.2e-3,
+#: from the norm's eps): its error is the rounding of that cancellation, which no variant varied. Not an
+#: fla defect: fla was 1.76x the worst of 201 of our runs there (plain + 200 jittered), and passed or
+#: failed with which 16 seeds were drawn (66% of random subsets failed); our RMSNorm in fla's layer: 4.8e-7,
+#: fla's RMSNorm in ours: 2.5e-7, no single module of fla's is less accurate. With input gradients jittered
+#: too (:func:`gdn_equiv.model.example.ulp_jitter`'s ``input_grads``), fla there is 0.40x the worst of 201
+#: runs, and the subsets' failure rate 0. The output's bar is unchanged (the forward is jittered as
+#: before); only gradients' bars widen. Measured with ``tools/accuracy_spread.py float32 150 6`` (150
+#: derandomized fp32 examples, T <= 6, the same examples for both jitters; ratio as above, over 2 = a
+#: false alarm): ``conv`` stand-in, plain + 16, before worst 1.71 (90th percentile 0.80, 2 over 1),
+#: after worst 1.30 (0.53, 1 over 1); ``norm`` stand-in (our RMSNorm written ``x / sqrt(...)``, a correct
+#: norm whose backward rounds in another order, as fla's), before worst 1.71 (0.80, 6 over 1), after
+#: worst 1.11 (0.56, 1 over 1); no false alarm either way in 150. Teeth kept: tests/test_accuracy.py's
+#: planted conv defects (bf16 arithmetic, a dropped bias) and a gradient-only one (the norm's input
+#: gradient handed on in bf16, the output bitwise ours) are caught at the first generated example;
+#: tests/test_faithful.py's four planted reference edits (wrong head grouping, v conv without activation,
+#: gate before the norm, LightNet's norm eps) are found by the gate's own strategy (31 s for the four);
+#: test_accuracy's fixed 15-example sample still fails a bar half as wide (worst 1.01 before, 1.28 after).
+#: The CI example is a fixed test (tests/test_faithful.py), so it runs, and must pass, in every run.
 ACCURACY_FACTOR = 2.0
 
 
