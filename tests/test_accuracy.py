@@ -3,11 +3,11 @@ shown on the CPU with our own layer standing in for it: it accepts a correct imp
 rounds differently and catches planted precision and bias defects.
 
 The bar (:func:`gdn_equiv.model.example.accuracy_runs`): our reference in the same dtype, plain and with
-rounding jitter (one unit at the scale of its terms) on every module output
-(:func:`gdn_equiv.model.example.ulp_jitter`); the least accurate of those against the fp64 twin, times
+rounding jitter (one unit at the scale of its terms) on every module output, parameter gradient and
+input gradient (:func:`gdn_equiv.model.example.ulp_jitter`); the least accurate of those against the fp64 twin, times
 :data:`gdn_equiv.harness.compare.ACCURACY_FACTOR` (:func:`gdn_equiv.harness.compare.assert_as_accurate`). The
 stand-in is the reference layer with its convs on another backend: ``F.conv1d`` (a correct conv that
-sums in the library's order), or a planted defect.
+sums in the library's order), or a planted defect (in the forward, or in the backward only).
 """
 
 from __future__ import annotations

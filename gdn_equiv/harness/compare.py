@@ -39,7 +39,7 @@ EXACT = (0.0, 0.0)
 #: run of the reference from the same weights and inputs, the other implementation's greatest error may
 #: be at most ``ACCURACY_FACTOR`` times the greatest error of the *least accurate* of several same-dtype
 #: reference runs (plain, and :data:`gdn_equiv.model.example.ROUNDING_VARIANTS` runs in which every module
-#: output and every parameter gradient is jittered by one unit at the scale of its terms,
+#: output, parameter gradient and input gradient is jittered by one unit at the scale of its terms,
 #: :func:`gdn_equiv.model.example.ulp_jitter`;
 #: :func:`least_accurate` picks it), plus one unit of the dtype at the truth's scale (``eps * max|truth|``).
 #: Why an ensemble: one reference run is a single draw of rounding noise, and the layer amplifies ulp
