@@ -83,13 +83,19 @@ EXACT = (0.0, 0.0)
 #: false alarm): ``conv`` stand-in, plain + 16, before worst 1.71 (90th percentile 0.80, 2 over 1),
 #: after worst 1.30 (0.53, 1 over 1); ``norm`` stand-in (our RMSNorm written ``x / sqrt(...)``, a correct
 #: norm whose backward rounds in another order, as fla's), before worst 1.71 (0.80, 6 over 1), after
-#: worst 1.11 (0.56, 1 over 1); no false alarm either way in 150. Teeth kept: tests/test_accuracy.py's
+#: worst 1.11 (0.56, 1 over 1); no false alarm either way in 150. fla 0.6.0 itself on the gate's own
+#: examples (``tools/faithful_spread.py``, derandomized, share of the bar, 1 = at it): 60 with fla's conv
+#: defaults, worst 0.61 before (``dk_conv1d.weight``, T=1), 0.35 after (median 0.19, 0.16); 40 with our
+#: conv facts, worst 0.61 before, 0.33 after (median 0.20, 0.16). Teeth kept: tests/test_accuracy.py's
 #: planted conv defects (bf16 arithmetic, a dropped bias) and a gradient-only one (the norm's input
 #: gradient handed on in bf16, the output bitwise ours) are caught at the first generated example;
 #: tests/test_faithful.py's four planted reference edits (wrong head grouping, v conv without activation,
 #: gate before the norm, LightNet's norm eps) are found by the gate's own strategy (31 s for the four);
 #: test_accuracy's fixed 15-example sample still fails a bar half as wide (worst 1.01 before, 1.28 after).
-#: The CI example is a fixed test (tests/test_faithful.py), so it runs, and must pass, in every run.
+#: The CI example is a fixed test (tests/test_faithful.py), so it runs, and must pass, in every run. What
+#: is left to the draw: a correct implementation past the bar on some drawn example; the bar is
+#: statistical, and the margins above (nothing past 0.65 of it in 250 correct runs, fla's at 0.35) make
+#: that rare, not impossible.
 ACCURACY_FACTOR = 2.0
 
 
