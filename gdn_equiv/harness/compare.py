@@ -95,8 +95,7 @@ EXACT = (0.0, 0.0)
 #: The CI example is a fixed test (tests/test_faithful.py), so it runs, and must pass, in every run. What
 #: is left to the draw: a correct implementation past the bar on some drawn example; the bar is
 #: statistical, and the margins above (two correct stand-ins on 150 examples at most 0.65 of it, fla on
-#: 100 at most 0.35) make
-#: that rare, not impossible.
+#: 100 at most 0.35) make that rare, not impossible.
 ACCURACY_FACTOR = 2.0
 
 
