@@ -85,7 +85,7 @@ EXACT = (0.0, 0.0)
 #: norm whose backward rounds in another order, as fla's), before worst 1.71 (0.80, 6 over 1), after
 #: worst 1.11 (0.56, 1 over 1); no false alarm either way in 150. bf16 (``bfloat16 40 6``), both
 #: stand-ins: worst 0.73 before, 0.44 after (90th percentile 0.53, 0.27): the gradients' bar is wider
-#: there, and the bf16 planted defect below is still caught at once. fla 0.6.0 itself on the gate's own
+#: there, and a bf16 layer's planted dropped bias (below) is still caught at once. fla 0.6.0 itself on the gate's own
 #: examples (``tools/faithful_spread.py``, derandomized, share of the bar, 1 = at it): 60 with fla's conv
 #: defaults, worst 0.61 before (``dk_conv1d.weight``, T=1), 0.35 after (median 0.19, 0.16); 40 with our
 #: conv facts, worst 0.61 before, 0.33 after (median 0.20, 0.16). Teeth kept: tests/test_accuracy.py's
