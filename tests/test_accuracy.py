@@ -3,15 +3,16 @@ shown on the CPU with our own layer standing in for it: it accepts a correct imp
 rounds differently and catches planted precision and bias defects.
 
 The bar (:func:`gdn_equiv.model.example.accuracy_runs`): our reference in the same dtype, plain and with
-rounding jitter (one unit at the scale of its terms) on every module output
-(:func:`gdn_equiv.model.example.ulp_jitter`); the least accurate of those against the fp64 twin, times
+rounding jitter (one unit at the scale of its terms) on every module output, parameter gradient and
+input gradient (:func:`gdn_equiv.model.example.ulp_jitter`); the least accurate of those against the fp64 twin, times
 :data:`gdn_equiv.harness.compare.ACCURACY_FACTOR` (:func:`gdn_equiv.harness.compare.assert_as_accurate`). The
 stand-in is the reference layer with its convs on another backend: ``F.conv1d`` (a correct conv that
-sums in the library's order), or a planted defect.
+sums in the library's order), or a planted defect (in the forward, or in the backward only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 from collections.abc import Callable, Iterator
@@ -98,13 +99,16 @@ def _examples(dtype: str) -> st.SearchStrategy[Example]:
     return drawn()
 
 
-def _judge(example: Example, backend: str) -> None:
-    """The stand-in (reference weights, convs on ``backend``) against the bar, output and every gradient."""
+def _judge(example: Example, backend: str, edit: Callable[[torch.nn.Module], Any] | None = None) -> None:
+    """The stand-in (reference weights, convs on ``backend``, then ``edit``) against the bar, output and
+    every gradient."""
     reference = build_layer(example, GatedDeltaNet)
     other = copy.deepcopy(reference)
     for module in other.modules():
         if isinstance(module, ShortConv):
             module.backend = backend
+    if edit is not None:
+        edit(other)
     backward = unit_cotangent_backward(example.seed)
     refs, truth = accuracy_runs(reference, lambda: materialize(example, reference), backward, seed=example.seed)
     assert_run_as_accurate(run_layer(other, materialize(example, reference), backward), refs, truth)
@@ -136,6 +140,38 @@ def test_planted_defects_are_caught(dtype: str, backend: str) -> None:
         @given(example=_examples(dtype))
         def judged(example: Example) -> None:
             _judge(example, backend)
+
+        judged()
+
+
+class _Bf16Gradient(torch.autograd.Function):
+    """The identity forward; backward, the incoming gradient rounded through bf16."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.to(torch.bfloat16).to(grad.dtype)
+
+
+def _bf16_norm_backward(layer: torch.nn.Module) -> None:
+    """Planted defect: the output norm's backward hands its input gradient on in bf16 (a kernel that
+    stores it so); the output stays bitwise the reference's."""
+    layer.o_norm.register_forward_pre_hook(lambda module, args: (_Bf16Gradient.apply(args[0]), *args[1:]))
+
+
+def test_a_gradient_only_defect_is_caught() -> None:
+    """The bar's jitter of input gradients (:func:`gdn_equiv.model.example.ulp_jitter`) widens only the
+    gradients' bars; a defect in the backward's data path, which leaves the output as it was, is still
+    found on generated fp32 examples."""
+    with pytest.raises(Mismatch, match=r"^d"):
+
+        @settings(deadline=None, max_examples=15, phases=["generate"])
+        @given(example=_examples("float32"))
+        def judged(example: Example) -> None:
+            _judge(example, "acc_fconv", _bf16_norm_backward)
 
         judged()
 
@@ -178,3 +214,26 @@ def test_ulp_jitter_moves_module_outputs_by_about_one_ulp_and_leaves_no_hook() -
     assert not torch.equal(plain, jittered)
     torch.testing.assert_close(jittered, plain, rtol=1e-5, atol=1e-5)
     assert torch.equal(run_layer(layer, inputs)[0], plain)
+
+
+def test_ulp_jitter_moves_input_gradients_unless_told_not_to() -> None:
+    """The backward's data path rounds too (a norm's input gradient cancels terms far larger than itself):
+    a jittered module's input gradient moves by about a unit at its scale; ``input_grads=False`` (the bar
+    before 2026-12-07) leaves it as the plain run's (a linear map's dx does not see its output's jitter)."""
+    linear = torch.nn.Linear(8, 4, bias=False)
+    x, dy = torch.randn(3, 8, generator=torch.Generator().manual_seed(0)), torch.ones(3, 4)
+
+    def dx(**jitter: Any) -> torch.Tensor:
+        xi = x.clone().requires_grad_(True)
+        context = ulp_jitter(linear, seed=5, **jitter) if jitter else contextlib.nullcontext()
+        with context:
+            (linear(xi) * dy).sum().backward()
+        assert xi.grad is not None
+        return xi.grad
+
+    plain = dx()
+    assert torch.equal(dx(input_grads=False), plain)
+    moved = (dx(input_grads=True) - plain).abs()
+    eps, rms = torch.finfo(torch.float32).eps, float(plain.square().mean().sqrt())
+    assert float(moved.max()) > 0
+    assert float(moved.max()) <= 2 * eps * max(float(plain.abs().max()), rms)

@@ -149,8 +149,22 @@ def fp64_twin(layer: torch.nn.Module) -> torch.nn.Module:
     return twin
 
 
+class _JitterGrad(torch.autograd.Function):
+    """The identity forward; backward, the incoming gradient through ``jitter`` (:func:`ulp_jitter`'s input
+    gradients)."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, jitter: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        ctx.jitter = jitter
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return ctx.jitter(grad), None
+
+
 @contextlib.contextmanager
-def ulp_jitter(layer: torch.nn.Module, seed: int) -> Iterator[None]:
+def ulp_jitter(layer: torch.nn.Module, seed: int, *, input_grads: bool = True) -> Iterator[None]:
     """Inside the block, the output of every leaf module of ``layer`` that holds parameters (projections,
     convs, norms), and the gradient of each of their parameters, moves by ``s * eps * max(|t|, rms(t))``
     (``eps`` of its dtype, ``s = ±1`` per element from ``seed``, ``rms`` over the tensor's finite
@@ -159,8 +173,13 @@ def ulp_jitter(layer: torch.nn.Module, seed: int) -> Iterator[None]:
     terms*, not of its result: where terms cancel (a conv output or a weight gradient near zero), the
     difference is many units of the result (``F.conv1d`` vs our conv, fp32: up to 10^4 units of the
     output in 1 of 500 elements), which a purely relative ``t * (1 + s * eps)`` never moves, and the
-    layer amplifies (the q/k L2 norm). The tensor's rms stands in for the terms' size. A handful of such
-    runs show how far *correct* implementations of the layer in that dtype spread around the fp64 truth
+    layer amplifies (the q/k L2 norm). The tensor's rms stands in for the terms' size. With
+    ``input_grads`` (the default) the gradient each such module passes back to its inputs moves the same
+    way, as if its backward kernel's data path had summed in another order: a norm's input gradient
+    cancels terms far larger than itself, and where the loss barely depends on a tensor (beta at T=1,
+    which the output norm undoes) its gradient is nothing but that cancellation (``input_grads=False`` is
+    the bar before 2026-12-07, kept for ``tools/accuracy_spread.py``). A handful of such runs show how far
+    *correct* implementations of the layer in that dtype spread around the fp64 truth
     (see :data:`gdn_equiv.harness.compare.ACCURACY_FACTOR`)."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -179,8 +198,15 @@ def ulp_jitter(layer: torch.nn.Module, seed: int) -> Iterator[None]:
             return (jitter(out[0]), *out[1:])
         return out
 
+    def pre_hook(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(
+            _JitterGrad.apply(a, jitter) if isinstance(a, torch.Tensor) and a.requires_grad else a for a in args
+        )
+
     leaves = [m for m in layer.modules() if next(m.children(), None) is None and list(m.parameters(recurse=False))]
     handles: list[Any] = [m.register_forward_hook(hook) for m in leaves]
+    if input_grads:
+        handles += [m.register_forward_pre_hook(pre_hook) for m in leaves]
     # the backward kernels' results too: each parameter gradient as if summed in another order
     handles += [p.register_hook(jitter) for m in leaves for p in m.parameters(recurse=False) if p.requires_grad]
     try:
@@ -232,15 +258,17 @@ def accuracy_runs(
     *,
     seed: int = 0,
     variants: int = ROUNDING_VARIANTS,
+    input_grads: bool = True,
 ) -> tuple[list[Run], Run]:
     """The bar for another implementation's accuracy: our ``reference`` run plain and ``variants`` times
     under :func:`ulp_jitter`, and its fp64 twin (the truth), each on fresh ``inputs()``. Judge with
-    :func:`gdn_equiv.harness.compare.least_accurate` and :func:`gdn_equiv.harness.compare.assert_as_accurate`."""
+    :func:`gdn_equiv.harness.compare.least_accurate` and :func:`gdn_equiv.harness.compare.assert_as_accurate`.
+    ``input_grads``: :func:`ulp_jitter`'s."""
     truth = run_layer(fp64_twin(reference), inputs().in_fp64(), backward)
     runs = [run_layer(reference, inputs(), backward)]
     for k in range(variants):
         fresh = inputs()  # outside the jitter: a cached prefix is the plain reference's
-        with ulp_jitter(reference, seed=seed * 31 + k):
+        with ulp_jitter(reference, seed=seed * 31 + k, input_grads=input_grads):
             runs.append(run_layer(reference, fresh, backward))
     return runs, truth
 
