@@ -114,7 +114,9 @@ class ConvCall:
             weight = weight.to(params)
             bias = None if bias is None else bias.to(params)
         state = randn(self.num_seqs, self.D, self.W) if self.initial_state else None
-        x, weight, bias, state = _values.extreme_values(self.values, x, weight, bias, state, seed=self.seed)
+        x, weight, bias, state = _values.extreme_values(
+            self.values, x, weight, bias, state, seed=self.seed, activation=self.activation
+        )
         cu = None
         if self.seq_lens:
             cu = torch.tensor([0, *self.seq_lens], dtype=torch.int64).cumsum(0).to(torch.int32).to(device)

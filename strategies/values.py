@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 from hypothesis import strategies as st
 
+from gdn_equiv.model.conv_ops import apply_activation
 from gdn_equiv.model.sampling import sampled
 
 if TYPE_CHECKING:
@@ -132,11 +133,34 @@ def _per_channel(t: Tensor, values: Tensor, dim: int) -> Tensor:
     return values.view(shape).expand(t.shape).to(t.dtype).clone()
 
 
+def activation_room(activation: str | None, budget: float) -> float:
+    """How large the conv's sums may be so that ``activation`` (its registered reference maths, in fp64) stays
+    within ``budget`` at either sign: ``budget`` itself for silu, relu or none; for an activation that grows
+    faster than its input (relu2 squares the sum), the largest power of two found by halving the exponent.
+    ``huge`` values aim the sums at a dtype's limit; such an activation would carry them past it, where any
+    kernel's fp32 arithmetic (torch's too) meets inf * 0 in the gradients: no question about the kernel."""
+    room = budget
+    while room > 1.0:
+        probe = torch.tensor([room, -room], dtype=torch.float64)
+        if bool((apply_activation(probe, activation).abs() <= budget).all()):
+            return room
+        room = 2.0 ** math.floor(math.log2(room) / 2)  # squares grow fast: halve the exponent, a power of two
+    return room
+
+
 def extreme_values(
-    kind: str, x: Tensor, weight: Tensor, bias: Tensor | None, state: Tensor | None, *, seed: int
+    kind: str,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    state: Tensor | None,
+    *,
+    seed: int,
+    activation: str | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """``x [B,T,D]``, ``weight [D,W]``, ``bias [D]``, ``state [N,D,W]`` (randn-like, each in its dtype) with
-    the values of ``kind`` (:data:`VALUE_KINDS`), same shapes and dtypes; ``randn`` returns them as they are."""
+    the values of ``kind`` (:data:`VALUE_KINDS`), same shapes and dtypes; ``randn`` returns them as they are.
+    ``activation``: the call's, whose growth bounds the ``huge`` sums (:func:`activation_room`)."""
     if kind == "randn":
         return x, weight, bias, state
     if kind not in VALUE_KINDS:
@@ -152,6 +176,7 @@ def extreme_values(
         # half of it. Every value has bf16's 8-bit mantissa: products and sums of up to five such taps are
         # exact in fp32, whatever the order, so a correct kernel meets the fp64 truth to its last rounding
         budget = 2.0 * out_max if x.dtype == torch.float16 else 0.25 * out_max
+        budget = min(budget, activation_room(activation, budget))
         x_mag = min(budget / W, 0.9 * out_max)
         x, weight = _magnitudes(gen, x, x_mag, short=True), _magnitudes(gen, weight, 1.0, short=True)
         if bias is not None:

@@ -193,3 +193,21 @@ def test_the_layers_conv_call_carries_the_examples_drawn_values() -> None:
             settings=first_hit(),
         )
         assert conv_call_of(example)[0].values == kind
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_huge_sums_stay_where_a_squaring_activation_keeps_them_finite(dtype: str) -> None:
+    """``huge`` aims the conv's sums at the dtype's limit; relu2 squares them. Without the activation's room
+    (``activation_room``) a bf16 call's sums squared past fp32's range, torch's own gradient met inf * 0 and
+    the README's first command failed torch against the fp64 truth (CI: ``ConvCall(B=1, T=2, D=6, W=2,
+    bfloat16, relu2, seq_lens=(1, 1), seed=1, values='huge')``). Correct torch meets the truth on such calls."""
+    from gdn_equiv.harness import ground_truth
+
+    for seed in range(12):
+        for T, lens in ((2, (1, 1)), (9, ()), (12, (5, 7))):
+            call = ConvCall(
+                B=1, T=T, D=6, W=2, dtype=dtype, bias=seed % 2 == 0, activation="relu2", initial_state=False,
+                seq_lens=lens, seed=seed, layouts=(), param_dtype=None, values="huge",
+            )  # fmt: skip
+            ground_truth.check_forward(call, "torch", "cpu")
+            ground_truth.check_gradients(call, "torch", "cpu")
