@@ -69,6 +69,7 @@ def _suite_test(monkeypatch: pytest.MonkeyPatch, name: str, drawn: st.SearchStra
         fixtures.setdefault("fusing_families", ("gated_deltanet",))
     else:
         fixtures.setdefault("gdn_families", ("gated_deltanet",))
+    fixtures.setdefault("allow_missed_fusion", False)
     return getattr(suite, name)(gdn_backend="torch", device="cpu", **fixtures)
 
 
@@ -121,6 +122,7 @@ def test_a_property_test_whose_every_example_is_inapplicable_fails_not_exercised
         "fusing_families": ("gated_deltanet",),
         "device": "cpu",
         "layer_target": "gdn_equiv",
+        "allow_missed_fusion": False,
     }
     monkeypatch.setattr(suite, "premise", lambda *a, **k: refused)
     not_exercised = r"not exercised: none of the \d+ examples met the premise; the last reason: guard does not fuse: G3"
