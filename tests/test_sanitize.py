@@ -182,3 +182,59 @@ def test_the_planted_out_of_bounds_kernel_is_bitwise_the_clean_one() -> None:
         oob = planted.SANITIZER_OOB.forward(x, weight, bias, "silu", None, False, None)[0]
         assert torch.equal(clean, oob)
         torch.testing.assert_close(clean, torch_backend.forward(x, weight, bias, "silu", None, False, None)[0])
+
+
+def test_memcheck_pads_every_allocation_so_a_read_just_past_a_tensor_is_outside_all(tmp_path: Path) -> None:
+    """On the H200 the planted one-past-the-edge read passed memcheck clean: the next tensor began where x
+    ended. memcheck's ``--padding`` is asked for memcheck (and only there: the other tools do not take it)."""
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text("#!/bin/sh\n")
+    for tool in isolation.SANITIZER_TOOLS:
+        cmd = isolation.SanitizedPool(tool, executable=str(exe)).command(tmp_path / "l", tmp_path / "q", tmp_path / "r")
+        assert ("--padding" in cmd) == (tool == "memcheck"), cmd
+        if tool == "memcheck":
+            assert int(cmd[cmd.index("--padding") + 1]) >= 16
+
+
+def _sass(edge: int, race: int) -> str:
+    """The planted kernel compiled for sm_90 (Triton's own ptxas, no GPU) and disassembled."""
+    import subprocess
+    import tempfile
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        ptxas = get_ptxas(90).path
+    except Exception as exc:  # a Triton build without the NVIDIA toolchain
+        pytest.skip(f"no ptxas in this Triton: {exc}")
+    from gdn_equiv.harness import _sanitizer_kernels as kernels
+
+    fn = kernels.planted_conv_fwd_kernel
+    if not hasattr(fn, "cache_key"):  # decorated under the interpreter (a CPU session): compile its Python source
+        from triton.runtime.jit import JITFunction
+
+        fn = JITFunction(fn.fn)
+    consts = {"W": 4, "HAS_BIAS": True, "BD": 64, "EDGE": edge, "RACE": race}
+    signature = {n: "constexpr" if n in consts else ("*fp32" if n.endswith("_ptr") else "i32") for n in fn.arg_names}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=consts)
+    target = GPUTarget("cuda", 90, 32)
+    options = triton.compiler.make_backend(target).parse_options({"num_warps": 4})
+    ptx = triton.compile(src, target=target, options=options.__dict__).asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "k.ptx").write_text(ptx)
+        subprocess.run([ptxas, "-arch=sm_90a", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"], check=True)
+        nvdisasm = str(Path(ptxas).with_name("nvdisasm"))
+        return subprocess.run([nvdisasm, "-c", f"{tmp}/k.cubin"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.slow
+def test_the_planted_race_keeps_its_shared_load_in_the_machine_code() -> None:
+    """On the H200 the planted race passed racecheck clean: ptxas had dropped its shared-memory load (its value
+    fed a select the compiler could fold). The racing store and load must both be in the SASS, no barrier
+    between; the clean build has neither."""
+    race, clean = _sass(0, 1), _sass(0, 0)
+    assert "STS" in race and "LDS" in race and "BAR" not in race, race
+    assert "STS" not in clean and "LDS" not in clean

@@ -9,7 +9,8 @@ lanes: the causal ``W``-tap sum in fp32 (the bias added after it), activation le
   to zero: bitwise the ``EDGE = 0`` result, and at the tensor's last row a read past its allocation
   (compute-sanitizer memcheck: "Invalid __global__ read").
 - ``RACE = 1`` stores each thread's accumulator to a shared-memory buffer and loads another warp's slot
-  with no barrier between (inline PTX), then discards what it read: bitwise the ``RACE = 0`` result, and
+  with no barrier between (inline PTX), then stores what it read under a runtime condition that never holds
+  (so the compiler keeps the load): bitwise the ``RACE = 0`` result, and
   a read-after-write hazard between warps (compute-sanitizer racecheck). PTX only: it does not run under
   Triton's interpreter.
 """
@@ -73,5 +74,8 @@ def planted_conv_fwd_kernel(
         raced = tl.inline_asm_elementwise(
             RACE_PTX, "=r,r", [acc.to(tl.int32, bitcast=True)], dtype=tl.int32, is_pure=False, pack=1
         )
-        acc = tl.where(d < 0, raced.to(tl.float32, bitcast=True), acc)  # never taken: the read is discarded
+        # the racing read must be used where the compiler cannot prove it unused (ptxas dropped the shared
+        # load when its value fed a select on d < 0, a condition it could fold: no load, no race, racecheck
+        # clean on the H200): stored under T < 0, a runtime condition that never holds
+        tl.store(y_ptr + b * sy_b + t * sy_t + d, raced.to(tl.float32, bitcast=True), mask=valid & (T < 0))
     tl.store(y_ptr + b * sy_b + t * sy_t + d, acc, mask=valid)

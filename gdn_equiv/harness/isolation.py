@@ -335,6 +335,10 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     process.communicate()
 
 
+#: bytes of padding compute-sanitizer's memcheck puts after every CUDA allocation (``--padding``)
+MEMCHECK_PADDING = 512
+
+
 class SanitizedPool(WorkerPool):
     """Each call in a fresh process under ``compute-sanitizer --tool TOOL`` (``executable``: the
     sanitizer, found by :func:`sanitizer_executable` unless given). The sanitizer's error exit is a
@@ -359,10 +363,15 @@ class SanitizedPool(WorkerPool):
         self.reports = 0
 
     def command(self, log: Path, request: Path, reply: Path) -> list[str]:
+        # memcheck flags an address outside every allocation; tensors lie back to back (x of 2,560 bytes ends
+        # where the next begins), so a read one element past x lands in a live allocation and passed clean on
+        # the H200 (2026-12-07). Padding after every allocation puts such a read outside all of them.
+        padding = ["--padding", str(MEMCHECK_PADDING)] if self.tool == "memcheck" else []
         return [
             self.executable,
             "--tool",
             self.tool,
+            *padding,
             "--error-exitcode",
             str(SANITIZER_EXIT),
             "--log-file",
