@@ -211,3 +211,17 @@ def test_huge_sums_stay_where_a_squaring_activation_keeps_them_finite(dtype: str
             )  # fmt: skip
             ground_truth.check_forward(call, "torch", "cpu")
             ground_truth.check_gradients(call, "torch", "cpu")
+
+
+def test_the_truth_takes_relus_registered_slope_at_zero() -> None:
+    """Signed zeros make a relu call's pre-activations exactly zero, where relu's derivative is a convention:
+    the registered definition (``where(y < 0, 0, y)``, slope 1 at +-0) is the contract every kernel meets. The
+    truth took F.relu's (slope 0) and failed torch on every dx (CI: 6 of 6, 0.72 apart)."""
+    from gdn_equiv.harness import ground_truth
+
+    for seed in range(8):
+        call = ConvCall(
+            B=1, T=1 + seed % 3, D=6, W=2, dtype="float32", bias=False, activation="relu", initial_state=False,
+            seq_lens=(), seed=seed, layouts=(), param_dtype=None, values="negative-zero",
+        )  # fmt: skip
+        ground_truth.check_gradients(call, "torch", "cpu")
