@@ -208,6 +208,21 @@ def _context() -> Any:
     return ctx
 
 
+def _settle(reply: Any, where: str) -> Any:
+    """A worker's answer (``("ok", value, reports)`` or ``("raised", exc, traceback, reports)``) as if the call
+    ran here: its comparisons' reports handed to this process' observers, its value returned or its exception
+    raised with the worker's traceback noted (``where``: which process raised it)."""
+    *result, reports = reply
+    for observer in compare._OBSERVERS:  # the reports the worker's comparisons made, as if made here
+        observer.extend(reports)
+    if result[0] == "ok":
+        return result[1]
+    _, exc, text = result
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"raised in {where}:\n{text}")
+    raise exc
+
+
 def _how(exitcode: int | None) -> str:
     if exitcode is not None and exitcode < 0:
         try:
@@ -291,15 +306,7 @@ class WorkerPool:
         except (EOFError, OSError):
             self.deaths += 1
             raise WorkerDied(f"the worker running the example {_how(self._discard(kill=True))}: {what}") from None
-        *result, reports = reply
-        for observer in compare._OBSERVERS:  # the reports the worker's comparisons made, as if made here
-            observer.extend(reports)
-        if result[0] == "ok":
-            return result[1]
-        _, exc, text = result
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"raised in the worker process:\n{text}")
-        raise exc
+        return _settle(reply, "the worker process")
 
     def close(self) -> None:
         self._discard(kill=True)
@@ -427,15 +434,8 @@ class SanitizedPool(WorkerPool):
                     f"the process running the example under compute-sanitizer {_how(process.returncode)}: {what}\n"
                     f"{tail}"
                 )
-            *result, reports = pickle.loads(reply.read_bytes())
-        for observer in compare._OBSERVERS:
-            observer.extend(reports)
-        if result[0] == "ok":
-            return result[1]
-        _, exc, trace = result
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"raised in the process under compute-sanitizer:\n{trace}")
-        raise exc
+            answer = pickle.loads(reply.read_bytes())
+        return _settle(answer, "the process under compute-sanitizer")
 
     def close(self) -> None:
         pass  # no process outlives its call

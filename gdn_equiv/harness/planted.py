@@ -478,7 +478,7 @@ SANITIZER_RACE = Backend(
     forward=_planted_triton_forward(edge=0, race=1),
     update=tb.update,
     unavailable=_race_unavailable,
-    description="a shared-memory read-after-write race between warps, its value discarded (planted, racecheck)",
+    description="a shared-memory read-after-write race between warps, its value never written (planted, racecheck)",
 )
 #: torch's conv that prints :data:`SANITIZER_MARKER` where the OOB kernel would read past its edge (T >= 3)
 SANITIZER_MARKED = Backend(
