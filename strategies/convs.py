@@ -103,8 +103,8 @@ class ConvCall:
         gen = torch.Generator().manual_seed(self.seed)
         dtype = DTYPES[self.dtype]
 
-        def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
-            return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype).to(device)
+        def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:  # made on the CPU: the same values on any device
+            return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
 
         x = randn(self.B, self.T, self.D)
         weight = randn(self.D, self.W, scale=0.5)
@@ -117,6 +117,9 @@ class ConvCall:
         x, weight, bias, state = _values.extreme_values(
             self.values, x, weight, bias, state, seed=self.seed, activation=self.activation
         )
+        x, weight = x.to(device), weight.to(device)
+        bias = None if bias is None else bias.to(device)
+        state = None if state is None else state.to(device)
         cu = None
         if self.seq_lens:
             cu = torch.tensor([0, *self.seq_lens], dtype=torch.int64).cumsum(0).to(torch.int32).to(device)

@@ -225,3 +225,15 @@ def test_the_truth_takes_relus_registered_slope_at_zero() -> None:
             seq_lens=(), seed=seed, layouts=(), param_dtype=None, values="negative-zero",
         )  # fmt: skip
         ground_truth.check_gradients(call, "torch", "cpu")
+
+
+@pytest.mark.parametrize("kind", VALUE_KINDS)
+def test_a_calls_tensors_all_sit_on_the_device_asked_whatever_their_values(kind: str) -> None:
+    """Each value kind's tensors land on the device the test asked for (the meta device stands in for a GPU
+    here): on an H100 the extreme values had stayed on the CPU beside a CUDA bias, and every such example
+    failed the sanitized gate with "bias is on cuda:0 but x is on cpu"."""
+    call = ConvCall(B=1, T=9, D=3, W=3, dtype="float32", bias=True, initial_state=True, values=kind)
+    tensors = call.tensors("meta")
+    placed = {name: str(t.device) for name, t in tensors.items() if t is not None and name != "cu_seqlens"}
+    assert set(placed) == {"x", "weight", "bias", "initial_state"}
+    assert set(placed.values()) == {"meta"}, placed
