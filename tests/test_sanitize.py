@@ -238,3 +238,29 @@ def test_the_planted_race_keeps_its_shared_load_in_the_machine_code() -> None:
     race, clean = _sass(0, 1), _sass(0, 0)
     assert "STS" in race and "LDS" in race and "BAR" not in race, race
     assert "STS" not in clean and "LDS" not in clean
+
+
+def test_the_gates_forward_check_reaches_the_planted_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conformance forward check asks for the final state; the planted kernels must run for such calls (on
+    the H100 they ran only for calls without one, so the sanitized gate never reached them: 15 examples green
+    under memcheck). Launches of the planted Triton kernel counted, through the gate's own check."""
+    if planted.SANITIZER_OOB.unavailable() is not None:
+        pytest.skip(planted.SANITIZER_OOB.unavailable())
+    from gdn_equiv.harness import _sanitizer_kernels as kernels
+    from gdn_equiv.harness import conformance
+    from gdn_equiv.model.backends import registered
+    from gdn_equiv.strategies import ConvCall
+
+    launches: list[tuple] = []
+    kernel = kernels.planted_conv_fwd_kernel
+
+    class Counted:
+        def __getitem__(self, grid: tuple) -> object:
+            launches.append(grid)
+            return kernel[grid]
+
+    monkeypatch.setattr(kernels, "planted_conv_fwd_kernel", Counted())
+    call = ConvCall(B=1, T=5, D=6, W=3, dtype="float32", bias=True, activation="silu", initial_state=False)
+    with registered(planted.SANITIZER_OOB):
+        conformance.check_forward(call, planted.SANITIZER_OOB.name, "cpu")
+    assert launches == [(1, 5)]

@@ -25,6 +25,7 @@ def bench(backend: str, json_path: Path, args: argparse.Namespace) -> None:
     argv += ["--iters", str(args.iters), "--warmup", str(args.warmup), "--json", str(json_path)]
     argv += ["--plot", str(json_path.with_suffix(".png"))] if args.plot else []
     argv += ["--quick"] if args.device == "cpu" else []
+    argv += ["--timing", args.timing] if args.timing else []
     for shape in args.shape or ():
         argv += ["--shape", shape]
     done = subprocess.run(argv, capture_output=True, text=True)
@@ -51,6 +52,11 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--shape", action="append", help="BxT, repeatable (default: bench's own)")
+    parser.add_argument(
+        "--timing",
+        help="bench prologue's --timing (graph on a GPU: the kernels' device time; eager timings carry the host's "
+        "launch and autograd work, which on an H100 differed by up to 1.4x between two processes of one kernel)",
+    )
     parser.add_argument("--plot", action="store_true", help="keep each run's plot")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

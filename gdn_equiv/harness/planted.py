@@ -394,9 +394,14 @@ def _planted_triton_forward(edge: int, race: int) -> Any:
     def forward(
         x: Any, weight: Any, bias: Any, activation: Any, initial_state: Any, output_final_state: Any, cu_seqlens: Any
     ) -> Any:
-        plain = initial_state is None and not output_final_state and cu_seqlens is None and x.stride(-1) == 1
+        plain = initial_state is None and cu_seqlens is None and x.stride(-1) == 1
         if not plain or _grad_taken(x, weight, bias):  # outside the planted kernel's reach: torch's conv
             return tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+        # y from the planted kernel; a final state asked for (the gate's forward checks ask for it) from torch's
+        # conv: the planted access sits in y's kernel, which the gate's conformance calls must reach (on the
+        # H100 a kernel run only for calls without a final state never ran in the sanitized gate: 15 examples
+        # green under memcheck)
+        final = tb.forward(x, weight, bias, activation, None, True, None)[1] if output_final_state else None
         # lazily: the kernels module imports triton, an optional extra
         from gdn_equiv.harness import _sanitizer_kernels as kernels
 
@@ -409,7 +414,7 @@ def _planted_triton_forward(edge: int, race: int) -> Any:
             y.stride(1), W=W, HAS_BIAS=bias is not None, BD=1 << D.bit_length(), EDGE=edge, RACE=race,
             num_warps=4,
         )  # fmt: skip
-        return apply_activation(y, activation).to(x.dtype), None
+        return apply_activation(y, activation).to(x.dtype), final
 
     return forward
 
