@@ -2,13 +2,27 @@
 folder on PYTHONPATH holding ``sglang/kernels/ops/mamba/causal_conv1d_triton.py`` (``.engines/sglang-<v>``,
 ``scripts/fetch_engines.sh``). Shared by the sglang reproducers; exit 3 where no CUDA device is here."""
 
+import importlib.metadata
+import importlib.util
+import os
 import sys
+import traceback
 import types
 from pathlib import Path
 
 import torch
 
 RELPATH = "sglang/kernels/ops/mamba/causal_conv1d_triton.py"
+
+
+def _could_not_run(kind, value, tb):  # a reproducer that crashes found nothing: never exit 1 (the finding's status)
+    traceback.print_exception(kind, value, tb)
+    print("the reproducer could not run: exit 4 (not a finding)")
+    sys.stdout.flush()
+    os._exit(4)
+
+
+sys.excepthook = _could_not_run
 
 
 def load():
@@ -20,8 +34,6 @@ def load():
         if path.is_file():
             break
     else:
-        import importlib.metadata
-
         path = Path(str(importlib.metadata.distribution("sglang").locate_file(RELPATH)))
     version = path.parents[4].name  # .engines/sglang-<v>/sglang/kernels/ops/mamba/<file>
     sys.modules["sglang.kernels.jit.utils"] = types.SimpleNamespace(is_arch_support_pdl=lambda: False)

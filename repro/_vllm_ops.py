@@ -2,13 +2,27 @@
 installed wheel or from a folder on PYTHONPATH holding ``vllm/model_executor/layers/mamba/ops/causal_conv1d.py``
 (``.engines/vllm-<v>``, ``scripts/fetch_engines.sh``). Exit 3 where no CUDA device is here."""
 
+import importlib.metadata
+import importlib.util
+import os
 import sys
+import traceback
 import types
 from pathlib import Path
 
 import torch
 
 RELPATH = "vllm/model_executor/layers/mamba/ops/causal_conv1d.py"
+
+
+def _could_not_run(kind, value, tb):  # a reproducer that crashes found nothing: never exit 1 (the finding's status)
+    traceback.print_exception(kind, value, tb)
+    print("the reproducer could not run: exit 4 (not a finding)")
+    sys.stdout.flush()
+    os._exit(4)
+
+
+sys.excepthook = _could_not_run
 
 
 def load():
@@ -23,8 +37,6 @@ def load():
         if path.is_file():
             break
     else:
-        import importlib.metadata
-
         path = Path(str(importlib.metadata.distribution("vllm").locate_file(RELPATH)))
     platform = types.SimpleNamespace(is_cpu=lambda: False, is_arch_support_pdl=lambda: False)
     sys.modules["vllm.platforms"] = types.SimpleNamespace(current_platform=platform)
