@@ -446,6 +446,33 @@ def necessity_budget(backend: str) -> int:
     return MISS_BOUND if backend in BUILTIN_BACKENDS else PLUGIN_NECESSITY_STATES
 
 
+def default_dtypes(backends: Sequence[str], dtypes: Sequence[str]) -> list[str]:
+    """The dtypes a run asks where its command names none: ``dtypes`` (fp32, bf16, fp16) each backend declares,
+    or, for a backend that declares none of them (fp64 only), what it declares, as the strategies draw."""
+    asked: list[str] = []
+    for backend in backends:
+        caps = capabilities((backend,))
+        asked += caps.dtypes_among(dtypes) or list(caps.dtypes or dtypes)
+    return list(dict.fromkeys(asked))
+
+
+def declared_dtypes(backends: Sequence[str]) -> str:
+    """Each backend's declared dtypes, for a message: ``name takes a, b; other takes every dtype``."""
+    said = []
+    for backend in backends:
+        declared = capabilities((backend,)).dtypes
+        said.append(f"{backend} takes {', '.join(declared) if declared is not None else 'every dtype'}")
+    return "; ".join(said)
+
+
+def _undeclared(backend: str, dtype: str) -> str | None:
+    """Why a per-dtype row of ``backend`` has nothing to draw in ``dtype`` (``None``: it has)."""
+    declared = capabilities((backend,)).dtypes
+    if dtype == "any" or declared is None or dtype in declared:
+        return None
+    return f"{backend} declares the dtypes {', '.join(declared)}: a {dtype} row has nothing to draw"
+
+
 def asked_rows(
     records: Sequence[PropertyRecord | ServingRecord],
     *,
@@ -466,7 +493,13 @@ def asked_rows(
                     continue
                 reason = record.not_applicable(backend)
                 for dtype in dtypes if record.per_dtype else ("any",):
-                    rows.append((Row(record.name, family, backend, dtype, target), record, reason))
+                    rows.append(
+                        (
+                            Row(record.name, family, backend, dtype, target),
+                            record,
+                            reason or _undeclared(backend, dtype),
+                        )
+                    )
     for engine in engines:
         for record in records:
             if record.serving:

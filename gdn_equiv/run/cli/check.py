@@ -263,6 +263,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
     html = output_file("--html", args.html)
     if html is not None and html_report.missing() is not None:
         raise EnvironmentProblem(str(html_report.missing()))
+    for dtype in args.dtype or ():  # a dtype no asked backend takes would leave its rows nothing to draw
+        if not any(registry.default_dtypes((b,), (dtype,)) == [dtype] for b in backends):
+            raise UsageError(f"--dtype {dtype}: no backend asked takes it ({registry.declared_dtypes(backends)})")
     plan = Plan(
         command=args.command,
         target=args.target,
@@ -270,7 +273,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         backends=backends,
         properties=properties,
         conditions=conditions,
-        dtypes=list(dict.fromkeys(args.dtype or DTYPES)),
+        dtypes=list(dict.fromkeys(args.dtype or registry.default_dtypes(backends, DTYPES))),
         families=families,
         device=device,
         profile=profile,
