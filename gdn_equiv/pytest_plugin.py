@@ -42,7 +42,7 @@ import pytest
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import interpreter, isolation, registry, testing
 from gdn_equiv.harness.coverage import RUN_ID_ENV
-from gdn_equiv.model.backends import fla_backend, get_backend
+from gdn_equiv.model.backends import fla_backend, get_backend, off_device
 from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
 from gdn_equiv.model.families import parse_families
 from gdn_equiv.targets import get_target
@@ -389,7 +389,7 @@ def _runnable_here(config: pytest.Config, targets: list[str], engines: dict[str,
     checked nothing it was asked to check."""
     problems = []
     for name in _names(config, "gdn_backend", "torch"):
-        reason = get_backend(name).unavailable()
+        reason = get_backend(name).unavailable() or off_device(name, "cuda" if _cuda_available() else "cpu")
         if reason is not None:
             problems.append(f"--gdn-backend {name!r} cannot run here: {reason}")
     for name in targets:
