@@ -122,6 +122,7 @@ def run_property(
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
     record: Any = None,
+    derandomize: bool = False,
 ) -> Check:
     """Run one property row for up to ``max_examples`` examples (of ``dtype``, default any, and ``family``).
 
@@ -130,7 +131,7 @@ def run_property(
     ``check.also``. Saved failures of this row replay first (with a ``database``). ``deadline`` (a
     ``time.perf_counter()`` reading) is checked before each example; once it passes the row ends with
     what it has (``check.budget_spent``), unless a failure is being shrunk. ``record`` defaults to the
-    registry's record of ``name``.
+    registry's record of ``name``. ``derandomize``: the same draws on every machine (no database then).
     """
     record = record or get_record(name)
     assert record.check is not None, f"{name} is a search: find_counterexample runs it"
@@ -149,8 +150,8 @@ def run_property(
         @settings(
             max_examples=_round_budget(max_examples, check.examples, bool(known)),
             deadline=None,
-            database=database,
-            derandomize=False,
+            database=None if derandomize else database,  # Hypothesis: a fixed sequence has no database
+            derandomize=derandomize,
             suppress_health_check=list(HealthCheck),
             phases=list(Phase),
         )
@@ -244,6 +245,7 @@ def find_counterexample(
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
     shrink: bool = True,
+    derandomize: bool = False,
 ) -> Check:
     """P6 for one condition, the one search every driver runs: states that break only ``condition``
     where forcing the fused path is wrong.
@@ -318,6 +320,7 @@ def find_counterexample(
                 max_examples=budget,
                 deadline=None,
                 database=None,
+                derandomize=derandomize,
                 suppress_health_check=list(HealthCheck),
                 phases=phases,
             ),
