@@ -123,6 +123,7 @@ def run_property(
     deadline: float | None = None,
     record: Any = None,
     derandomize: bool = False,
+    shrink: bool = True,
 ) -> Check:
     """Run one property row for up to ``max_examples`` examples (of ``dtype``, default any, and ``family``).
 
@@ -132,6 +133,7 @@ def run_property(
     ``time.perf_counter()`` reading) is checked before each example; once it passes the row ends with
     what it has (``check.budget_spent``), unless a failure is being shrunk. ``record`` defaults to the
     registry's record of ``name``. ``derandomize``: the same draws on every machine (no database then).
+    ``shrink=False``: a failure is kept as first drawn (a catch count needs only whether one was drawn).
     """
     record = record or get_record(name)
     assert record.check is not None, f"{name} is a search: find_counterexample runs it"
@@ -153,7 +155,7 @@ def run_property(
             database=None if derandomize else database,  # Hypothesis: a fixed sequence has no database
             derandomize=derandomize,
             suppress_health_check=list(HealthCheck),
-            phases=list(Phase),
+            phases=list(Phase) if shrink else [p for p in Phase if p is not Phase.shrink],
         )
         @given(strategy)
         def prop(draw: Draw) -> None:

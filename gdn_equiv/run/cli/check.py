@@ -17,7 +17,7 @@ from gdn_equiv.harness.interpreter import describe
 from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.families import DEFAULT_FAMILY
-from gdn_equiv.run import fuzz_engines, html_report, runner
+from gdn_equiv.run import fuzz_engines, html_report, runner, serving_paths
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     DTYPES,
@@ -534,8 +534,6 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
 def _say_serving_paths(plan: Plan, rows: list[Check], writer: ReportWriter) -> None:
     """Each engine path asked by ``--serving-engine`` with a row to run: a line (version, runs here, the first
     call's seconds) and ``meta["serving_paths"]`` (:mod:`gdn_equiv.run.serving_paths`)."""
-    from gdn_equiv.run import serving_paths
-
     asked = [p for p in plan.serving_engines if p != "reference"]
     paths = [p for p in asked if any(r.backend == p and r.result != Outcome.NOT_APPLICABLE for r in rows)]
     for path in paths:
