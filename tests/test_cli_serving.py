@@ -7,10 +7,6 @@ computes right) in the report's meta, rows and exit status from check's ledger.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
 
 from gdn_equiv.run import cli, runner
 from gdn_equiv.run.cli import common as cli_common
@@ -18,25 +14,9 @@ from gdn_equiv.run.cli import common as cli_common
 PLANTED = "gdn_equiv.serving.planted:SkipsSequence0"
 
 
-@pytest.fixture
-def gdn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[Callable]:
-    """``gdn(*argv) -> (status, stdout, stderr)``: :func:`cli.main` in ``tmp_path``."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    yield run
-
-
-def test_a_planted_engine_is_caught_with_its_path_said_first(gdn, tmp_path) -> None:
+def test_a_planted_engine_is_caught_with_its_path_said_first(gdn_main, tmp_path) -> None:
     asked = ["--serving-engine", PLANTED, "--property", "S0-reference", "--examples", "30", "--derandomize"]
-    status, out, err = gdn("check", "--device", "cpu", *asked, "--row-seconds", "120", "--json", "out.json")
+    status, out, err = gdn_main("check", "--device", "cpu", *asked, "--row-seconds", "120", "--json", "out.json")
     assert status == cli_common.EXIT_FAILED, out + err
     assert f"FAIL S0-reference[{PLANTED}-any--]" in out, out
     said = json.loads((tmp_path / "out.json").read_text())
@@ -47,24 +27,24 @@ def test_a_planted_engine_is_caught_with_its_path_said_first(gdn, tmp_path) -> N
     assert row["result"] == "FAIL" and row["example"]["engine"] == PLANTED
 
 
-def test_a_bad_engine_name_or_row_seconds_is_refused_before_any_example(gdn, tmp_path) -> None:
+def test_a_bad_engine_name_or_row_seconds_is_refused_before_any_example(gdn_main, tmp_path) -> None:
     for argv, says in [
         (["--serving-engine", "reference,tgi"], "--serving-engine 'tgi': no serving engine 'tgi'"),
         (["--row-seconds", "0"], "--row-seconds must be a finite number of seconds > 0, got 0.0"),
         (["--row-seconds", "nan"], "--row-seconds must be a finite number of seconds > 0, got nan"),
         (["--target", "fla", "--derandomize"], "--derandomize apply to the gdn_equiv target's rows, not --target fla"),
     ]:
-        status, out, err = gdn("check", "--device", "cpu", *argv)
+        status, out, err = gdn_main("check", "--device", "cpu", *argv)
         assert status == cli_common.EXIT_USAGE, (argv, out + err)
         assert says in err.strip().splitlines()[-1], (argv, err)
         assert "ledger:" not in out and not (tmp_path / cli.DEFAULT_REPORT).exists(), argv
 
 
-def test_row_seconds_end_a_row_that_keeps_what_it_ran(gdn, tmp_path) -> None:
+def test_row_seconds_end_a_row_that_keeps_what_it_ran(gdn_main, tmp_path) -> None:
     """100,000 examples cannot run in one second: the row ends on its time, passing on what it compared (SPEC
     §10: at least one applicable example, none failed), and says its budget was spent."""
-    status, out, err = gdn("check", "--device", "cpu", "--property", "S6-dispatch", "--examples", "100000",
-                           "--row-seconds", "1", "--json", "out.json")  # fmt: skip
+    status, out, err = gdn_main("check", "--device", "cpu", "--property", "S6-dispatch", "--examples", "100000",
+                                "--row-seconds", "1", "--json", "out.json")  # fmt: skip
     assert status == cli_common.EXIT_OK, out + err
     [row] = json.loads((tmp_path / "out.json").read_text())["checks"]
     assert row["budget_spent"] and 0 < row["examples"] < 100_000 and row["result"] == "pass", row
