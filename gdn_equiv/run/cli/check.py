@@ -416,7 +416,7 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
                 device=plan.device,
                 family=row.family,
                 deadline=share,
-                derandomize=plan.derandomize,
+                derandomize=plan.derandomize or None,  # else the profile's
             )
         else:
             check = runner.run_property(
