@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -87,3 +87,29 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture
+def gdn_main(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Callable[..., tuple[int, str, str]]]:
+    """``gdn_main(*argv) -> (status, stdout, stderr)``: ``gdn-equiv`` (:func:`gdn_equiv.run.cli.main`) run in
+    ``tmp_path`` without ``HYPOTHESIS_PROFILE``; ``TRITON_INTERPRET`` as it was afterwards (the command sets it
+    on a machine without CUDA)."""
+    from gdn_equiv.run import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    saved = os.environ.get("TRITON_INTERPRET")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    yield run
+    if saved is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = saved

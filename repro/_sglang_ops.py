@@ -1,6 +1,6 @@
 """Load sglang's Triton conv ops file alone (its one sglang import stubbed), from the installed wheel or from a
 folder on PYTHONPATH holding ``sglang/kernels/ops/mamba/causal_conv1d_triton.py`` (``.engines/sglang-<v>``,
-``scripts/fetch_engines.sh``). Shared by the sglang reproducers; exit 3 where no CUDA device is here."""
+``gdn-equiv engines fetch``). Shared by the sglang reproducers; exit 3 where no CUDA device is here."""
 
 import importlib.metadata
 import importlib.util

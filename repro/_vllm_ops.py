@@ -1,6 +1,6 @@
 """Load vLLM's Triton conv ops file alone (its vLLM imports stubbed: the platform, triton, two constants), from the
 installed wheel or from a folder on PYTHONPATH holding ``vllm/model_executor/layers/mamba/ops/causal_conv1d.py``
-(``.engines/vllm-<v>``, ``scripts/fetch_engines.sh``). Exit 3 where no CUDA device is here."""
+(``.engines/vllm-<v>``, ``gdn-equiv engines fetch``). Exit 3 where no CUDA device is here."""
 
 import importlib.metadata
 import importlib.util

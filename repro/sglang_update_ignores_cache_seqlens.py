@@ -1,9 +1,9 @@
 """sglang (0.5.17-0.5.23, the same kernel), Triton decode op: ``causal_conv1d_update(..., cache_seqlens=...)``
-documents a circular conv state ("updated by copying x to the conv_state starting at the index
-cache_seqlens % state_len") but its kernel never reads ``cache_seqlens_ptr``: the call answers as if no
-``cache_seqlens`` were given, without a word (its ``validate_data`` asserts ``cache_seqlens is None``, "not
-implemented yet", but that check is off by default). Issue #50's "outside the surface" property:
-``scripts/serving_search.py sglang-0.5.23-gpu 40 --properties S0-outside`` (kind ``circular``).
+documents a circular conv state ("updated by copying x to the conv_state starting at the index cache_seqlens %
+state_len") but its kernel never reads ``cache_seqlens_ptr``: the call answers as if no ``cache_seqlens`` were
+given, without a word (its ``validate_data`` asserts ``cache_seqlens is None``, "not implemented yet", but that
+check is off by default). Issue #50's "outside the surface" property: ``gdn-equiv check --derandomize
+--serving-engine sglang-0.5.23-gpu --examples 40 --property S0-outside`` (kind ``circular``).
 
 Root cause: the op (``sglang/kernels/ops/mamba/causal_conv1d_triton.py:causal_conv1d_update``), not a caller:
 sglang's GDN callers never pass ``cache_seqlens``. Exit 1 = the output and state ignore ``cache_seqlens`` (a

@@ -1,8 +1,8 @@
 """sglang (0.5.17-0.5.23, the same kernel), Triton decode op: ``causal_conv1d_update`` with a width-5 conv answers
 without a word and wrongly. Its wrapper checks no width; its kernel loads a fifth state column for width 5 but its
 tap loop and state shift have branches for widths 2-4 only, so every tap reads column 0 with weight 0. Issue #50's
-"outside the surface" property: ``scripts/serving_search.py sglang-0.5.23-gpu 40 --properties S0-outside``
-(kind ``width``). sglang's GDN/KDA layers use width 4; the contract is the op's.
+"outside the surface" property: ``gdn-equiv check --derandomize --serving-engine sglang-0.5.23-gpu --examples 40
+--property S0-outside`` (kind ``width``). sglang's GDN/KDA layers use width 4; the contract is the op's.
 
 Root cause: the op (``sglang/kernels/ops/mamba/causal_conv1d_triton.py:_causal_conv1d_update_kernel``). Exit 1 =
 a silent wrong answer; 0 = it raised, or answered right; 3 = no CUDA here.

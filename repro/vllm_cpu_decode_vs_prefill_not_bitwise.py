@@ -1,8 +1,8 @@
-"""vLLM 0.34.0, CPU torch path: a decode batch through its torch update op (``causal_conv1d_update_torch``) is
-not bitwise the same tokens through its prefill op (``causal_conv1d_fn_cpu``) from the same states (SPEC §11
-S6: the fast path = the general path on every input its guard admits). Found by
-``scripts/serving_search.py vllm-cpu-torch``, shrunk: ``Batch(D1 W2 float32 bias=False act=none, S2,
-lens=[1, 1], slots=[0,1], cc, seed=0)`` (two continued sequences of one token; suite slots 0, 1 are vLLM's 1, 2).
+"""vLLM 0.34.0, CPU torch path: a decode batch through its torch update op (``causal_conv1d_update_torch``) is not
+bitwise the same tokens through its prefill op (``causal_conv1d_fn_cpu``) from the same states (SPEC §11 S6: the
+fast path = the general path on every input its guard admits). Found by ``gdn-equiv check --derandomize
+--serving-engine vllm-cpu-torch``, shrunk: ``Batch(D1 W2 float32 bias=False act=none, S2, lens=[1, 1], slots=[0,1],
+cc, seed=0)`` (two continued sequences of one token; suite slots 0, 1 are vLLM's 1, 2).
 
 One fp32 rounding: ``F.conv1d`` over a batch of two sequences rounds the first one's output differently from
 the same sequence alone; one sequence alone agrees. Within SPEC §6's fp32 tolerance; S6 asks for the same bits

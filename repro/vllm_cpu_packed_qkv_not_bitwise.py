@@ -1,7 +1,7 @@
-"""vLLM 0.34.0, CPU torch path: one causal_conv1d_fn_cpu call over packed q|k|v channels is not bitwise the
-three calls over q, k and v (SPEC §11 S7). Found by ``scripts/serving_search.py vllm-cpu-torch``, shrunk:
-``PackedCase(Batch(D3 W4 float32 bias=True act=none, S1, lens=[1], slots=[0], f, seed=0), sizes=[1, 1, 1])``
-(slot 0 of the suite is vLLM's slot 1: slot 0 is its null block).
+"""vLLM 0.34.0, CPU torch path: one causal_conv1d_fn_cpu call over packed q|k|v channels is not bitwise the three calls
+over q, k and v (SPEC §11 S7). Found by ``gdn-equiv check --derandomize --serving-engine vllm-cpu-torch``, shrunk:
+``PackedCase(Batch(D3 W4 float32 bias=True act=none, S1, lens=[1], slots=[0], f, seed=0), sizes=[1, 1, 1])`` (slot 0
+of the suite is vLLM's slot 1: slot 0 is its null block).
 
 The difference is one fp32 rounding (``F.conv1d`` with ``groups=D`` sums a channel's taps in an order that
 depends on how many channels share the call); within SPEC §6's fp32 tolerance, but S7 asks for the same

@@ -1,8 +1,8 @@
-"""vLLM (0.28.0-0.34.0 alike), CPU path: the torch decode op handed a conv state narrower than ``W-1`` answers
-without a word, with fewer outputs than tokens (SPEC §11 "outside its declared surface an op raises with a message
-or answers right"; issue #50). Found by ``scripts/serving_search.py vllm-0.34.0-cpu-torch 100 --properties
-S0-outside``, shrunk: ``SurfaceCase(update/positional D2 W3 float32 bias=False act=none S1 extra=-1 k=2 OUTSIDE
-narrow-state rows=[2:0>0] seed=0)``.
+"""vLLM (0.28.0-0.34.0 alike), CPU path: the torch decode op handed a conv state narrower than ``W-1`` answers without
+a word, with fewer outputs than tokens (SPEC §11 "outside its declared surface an op raises with a message or
+answers right"; issue #50). Found by ``gdn-equiv check --derandomize --serving-engine vllm-0.34.0-cpu-torch
+--examples 100 --property S0-outside``, shrunk: ``SurfaceCase(update/positional D2 W3 float32 bias=False act=none S1
+extra=-1 k=2 OUTSIDE narrow-state rows=[2:0>0] seed=0)``.
 
 Root cause: the op (``vllm/model_executor/layers/mamba/ops/cpu/causal_conv1d.py:causal_conv1d_update_torch``, the
 aarch64 fallback) takes ``state_len = conv_state.shape[-1]`` and never checks ``state_len >= width - 1`` (the

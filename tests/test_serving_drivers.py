@@ -5,7 +5,7 @@ default the in-house reference) and the pytest gate's ``--gdn-serving-engine``.
   run with 3 and one line naming it and why (planted: a vLLM whose version the table does not know, an sglang
   that is not installed); a path that cannot run while another of the engine can is an ``n/a`` row with why.
 - A serving row that fails keeps the shrunk case and writes a reproducer that fails (exit 1) on it.
-- With vLLM 0.34.0's ops extracted (``scripts/extract_engines.sh``) the CPU path's S7 finding is a FAIL row.
+- With vLLM 0.34.0's ops extracted (``gdn-equiv engines fetch``) the CPU path's S7 finding is a FAIL row.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_a_failing_serving_row_keeps_its_shrunk_case_and_writes_a_reproducer_tha
 
 
 @pytest.mark.skipif(
-    not (EXTRACTED / "vllm-0.34.0").is_dir(), reason="vLLM 0.34.0's ops not extracted here (scripts/fetch_engines.sh)"
+    not (EXTRACTED / "vllm-0.34.0").is_dir(), reason="vLLM 0.34.0's ops not extracted here (gdn-equiv engines fetch)"
 )
 def test_vllm_cpu_rows_from_a_release_folder_and_what_cannot_run_says_why(gdn, monkeypatch) -> None:
     """A release beside the others (.engines/vllm-0.34.0/): its CPU path runs S0 (= the reference) and its S4 row

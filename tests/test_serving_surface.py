@@ -160,7 +160,7 @@ def test_a_correct_engine_restricted_to_a_drawn_surface_passes_and_a_wrong_one_f
 
 def test_each_declared_surface_names_every_argument_its_function_takes() -> None:
     """Data against source: every extracted release's op function takes exactly the arguments its surface lists
-    (runs where ``.engines`` holds releases, ``scripts/fetch_engines.sh``)."""
+    (runs where ``.engines`` holds releases, ``gdn-equiv engines fetch``)."""
     checked = 0
     for engine in ("vllm", "sglang"):
         for release in release_dirs(engine):
@@ -174,7 +174,7 @@ def test_each_declared_surface_names_every_argument_its_function_takes() -> None
                     assert set(args) == set(op.surface.args), (op.surface.key, args)
                     checked += 1
     if not checked:
-        pytest.skip("no engine release extracted here (scripts/fetch_engines.sh)")
+        pytest.skip("no engine release extracted here (gdn-equiv engines fetch)")
 
 
 @pytest.mark.parametrize(("engine", "version"), [("vllm", "0.30.0"), ("vllm", "0.34.0"), ("sglang", "0.5.23")])

@@ -22,9 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, reporting, settings, target
-from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
 
 from gdn_equiv.harness import isolation, ledger
 from gdn_equiv.harness import properties as P
@@ -92,6 +90,55 @@ def without_seed_hints() -> Iterator[None]:
         yield
 
 
+class _Found(Exception):
+    """A search's draw met its condition: the failure Hypothesis shrinks, as :func:`hypothesis.find` ends one."""
+
+
+def _round(
+    strategy: st.SearchStrategy[Any],
+    body: Callable[[Any], None],
+    *,
+    max_examples: int,
+    budget_ended: Callable[[], bool],
+    key: bytes | None = None,
+    **options: Any,
+) -> bool:
+    """One round of a driver's search, the loop every driver here runs: ``body`` on up to ``max_examples`` draws
+    of ``strategy`` under Hypothesis (no deadline, every health check off, the other ``options`` as given, the
+    rest the profile's). With a ``key``, the example database is read and written under that digest: one per
+    row and set of kinds already found, so a round that treats a kind as known does not replay the saved example
+    of the round that found it, see it pass and delete it. Before each example (shrinking included) an interrupt
+    that arrived earlier ends the run, and ``budget_ended()`` the round: ``True`` is returned. A failure of
+    ``body`` propagates as Hypothesis raises it."""
+
+    @settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck), **options)
+    @given(strategy)
+    def prop(drawn: Any) -> None:
+        _stop_if_interrupted()
+        if budget_ended():
+            raise _BudgetSpent
+        body(drawn)
+
+    if key is not None:
+        prop.hypothesis.inner_test._hypothesis_internal_add_digest = key  # type: ignore[attr-defined]
+    try:
+        prop()
+    except _BudgetSpent:
+        return True
+    return False
+
+
+def _set(**values: Any) -> dict[str, Any]:
+    """The settings among ``values`` that are not None (the others stay the profile's)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _round_key(base: bytes, known: list[str], *, always: bool = False) -> bytes:
+    """A row's database digest for a round that knows the kinds ``known`` (none: the row's own, unless
+    ``always``)."""
+    return base + ("|known=" + ",".join(sorted(known))).encode() * (always or bool(known))
+
+
 def _kind(error: BaseException) -> str:
     """What makes two failures the same (the key of "known" kinds): a mismatch's kind class (property,
     tensor, diagnosis) or a crash's exception type."""
@@ -122,6 +169,8 @@ def run_property(
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
     record: Any = None,
+    derandomize: bool = False,
+    shrink: bool = True,
 ) -> Check:
     """Run one property row for up to ``max_examples`` examples (of ``dtype``, default any, and ``family``).
 
@@ -130,7 +179,8 @@ def run_property(
     ``check.also``. Saved failures of this row replay first (with a ``database``). ``deadline`` (a
     ``time.perf_counter()`` reading) is checked before each example; once it passes the row ends with
     what it has (``check.budget_spent``), unless a failure is being shrunk. ``record`` defaults to the
-    registry's record of ``name``.
+    registry's record of ``name``. ``derandomize``: the same draws on every machine (no database then).
+    ``shrink=False``: a failure is kept as first drawn (a catch count needs only whether one was drawn).
     """
     record = record or get_record(name)
     assert record.check is not None, f"{name} is a search: find_counterexample runs it"
@@ -143,59 +193,50 @@ def run_property(
     tally = ledger.Tally()
     failing: dict[str, Example] = {}  # kind -> its example, as Hypothesis reports each distinct failure
 
+    def one(draw: Draw) -> None:
+        example = draw.example
+        with observe() as reports:
+            try:
+                decision = ledger.judge(
+                    lambda: isolation.call(fn, example, device=device),  # in a worker when isolation is on
+                    example,
+                    must_apply=draw.must_apply,
+                    tally=tally,
+                    name=name,
+                )
+            except Exception as exc:
+                if _kind(exc) in known:
+                    return  # a kind this row already reported: look for others
+                # the last failing call of a kind is Hypothesis' replay of its shrunk example: the row keeps
+                # that one (the first failing draw is the unshrunk one, seen before any shrinking)
+                failing[_kind(exc)] = example
+                raise
+            finally:
+                check.examples, check.not_applicable = tally.drawn, tally.not_applicable
+        if decision is ledger.MISSED:
+            return
+        check.worst = worst(reports, check.worst)
+        if decision is not None:  # a guard's decision (a serving check returns none)
+            check.reasons[decision.reason_id] += 1
+        if fuzzing():  # toward differences near their tolerance
+            used = [r.tol_used for r in reports if r.tol_used < float("inf")]
+            if used:
+                target(max(used), label=f"{name}: share of its tolerance used")
+
     while True:
         failing.clear()
-
-        @settings(
-            max_examples=_round_budget(max_examples, check.examples, bool(known)),
-            deadline=None,
-            database=database,
-            derandomize=False,
-            suppress_health_check=list(HealthCheck),
-            phases=list(Phase),
-        )
-        @given(strategy)
-        def prop(draw: Draw) -> None:
-            _stop_if_interrupted()
-            if not failing and _spent(deadline):
-                raise _BudgetSpent
-            example = draw.example
-            with observe() as reports:
-                try:
-                    decision = ledger.judge(
-                        lambda: isolation.call(fn, example, device=device),  # in a worker when isolation is on
-                        example,
-                        must_apply=draw.must_apply,
-                        tally=tally,
-                        name=name,
-                    )
-                except Exception as exc:
-                    if _kind(exc) in known:
-                        return  # a kind this row already reported: look for others
-                    # the last failing call of a kind is Hypothesis' replay of its shrunk example: the row keeps
-                    # that one (the first failing draw is the unshrunk one, seen before any shrinking)
-                    failing[_kind(exc)] = example
-                    raise
-                finally:
-                    check.examples, check.not_applicable = tally.drawn, tally.not_applicable
-            if decision is ledger.MISSED:
-                return
-            check.worst = worst(reports, check.worst)
-            if decision is not None:  # a guard's decision (a serving check returns none)
-                check.reasons[decision.reason_id] += 1
-            if fuzzing():  # toward differences near their tolerance
-                used = [r.tol_used for r in reports if r.tol_used < float("inf")]
-                if used:
-                    target(max(used), label=f"{name}: share of its tolerance used")
-
-        # a key per row, and per set of known kinds: a round that treats a kind as known would otherwise
-        # replay the saved example of the round that found it, see it pass and delete it
-        round_key = check.database_key + ("|known=" + ",".join(sorted(known))).encode() * bool(known)
-        prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key
         try:
-            prop()
-        except _BudgetSpent:
-            check.budget_spent = True
+            spent = _round(
+                strategy,
+                one,
+                max_examples=_round_budget(max_examples, check.examples, bool(known)),
+                budget_ended=lambda: not failing and _spent(deadline),
+                key=_round_key(check.database_key, list(known)),
+                database=None if derandomize else database,  # Hypothesis: a fixed sequence has no database
+                derandomize=derandomize,
+                phases=list(Phase) if shrink else [p for p in Phase if p is not Phase.shrink],
+            )
+            check.budget_spent = check.budget_spent or spent
         except Exception as exc:
             if not failing:
                 raise  # no example failed: the strategy or this runner broke, not the code under test
@@ -244,6 +285,7 @@ def find_counterexample(
     family: str = DEFAULT_FAMILY,
     deadline: float | None = None,
     shrink: bool = True,
+    derandomize: bool | None = None,
 ) -> Check:
     """P6 for one condition, the one search every driver runs: states that break only ``condition``
     where forcing the fused path is wrong.
@@ -255,6 +297,7 @@ def find_counterexample(
     plug-in (a report: the condition may be stricter than that kernel needs, never a pass).
     ``not exercised``: no drawn state was applicable. ``FAIL`` as well where the separate (production)
     path fails or kills its worker: a finding about the layer, never evidence for the condition.
+    ``derandomize`` (``check --derandomize``) fixes the draws; None leaves them to the profile.
     """
     record = get_record(necessity_name(condition))
     check = Check(record.name, backend, family=family, function=record.function)
@@ -269,9 +312,6 @@ def find_counterexample(
     tally = ledger.Tally()
 
     def wrong(draw: Draw) -> bool:
-        _stop_if_interrupted()
-        if not found and not broken and _spent(deadline):
-            raise _BudgetSpent
         example = draw.example
         try:
             problem = ledger.judge(
@@ -309,19 +349,26 @@ def find_counterexample(
             found[:] = [problem]
         return problem is not None
 
-    phases = list(Phase) if shrink else [Phase.explicit, Phase.generate]
+    last: list[Draw] = []
+
+    def search(draw: Draw) -> None:  # as hypothesis.find: the first draw that is wrong is shrunk, then kept
+        if wrong(draw):
+            last[:] = [draw]
+            raise _Found
+
     try:
-        example = hypothesis_find(
+        spent = _round(
             record.strategy(backend, family, None, max_seq_len),
-            wrong,
-            settings=settings(
-                max_examples=budget,
-                deadline=None,
-                database=None,
-                suppress_health_check=list(HealthCheck),
-                phases=phases,
-            ),
-        ).example
+            search,
+            max_examples=budget,
+            budget_ended=lambda: not found and not broken and _spent(deadline),
+            database=None,
+            phases=list(Phase) if shrink else [Phase.explicit, Phase.generate],
+            report_multiple_bugs=False,
+            **_set(derandomize=derandomize),
+        )
+    except _Found:
+        example = last[0].example
         if broken and broken[-1][0] == example.to_json():
             error = broken[-1][1]
             check.result, check.failure, check.worst = Outcome.FAILED, f"{type(error).__name__}: {error}", error.report
@@ -329,8 +376,8 @@ def find_counterexample(
             check.result = Outcome.COUNTEREXAMPLE
             check.failure = found[0] if found else ""
         check.example = example
-    except (NoSuchExample, _BudgetSpent) as exc:
-        check.budget_spent = isinstance(exc, _BudgetSpent)
+    else:
+        check.budget_spent = spent
         applicable = check.examples - check.not_applicable
         why = f" (the last: {tally.last})" if tally.last else ""
         check.result = ledger.search_outcome(
@@ -471,48 +518,39 @@ def search_gaps(
         refusal.seconds = clock() - started
         refusals[exc.kind] = refusal
 
+    def one(example: Example) -> None:
+        clean.examples += 1
+        try:
+            decision = check(example, device=device, target=target, demonstrate=False, **options)
+        except UpstreamRefused as exc:
+            refused(exc, example)
+            return
+        except P.UpstreamGap as exc:
+            if type(exc) in known:
+                return
+            found[:] = [(type(exc), example)]
+            raise
+        clean.reasons[decision.reason_id] += 1
+
     while not spent():
         found.clear()
-
-        @settings(
-            max_examples=max_examples,
-            deadline=None,
-            database=database,
-            derandomize=False,
-            suppress_health_check=list(HealthCheck),
-            report_multiple_bugs=False,
-        )
-        @given(strategy)
-        def prop(example: Example) -> None:
-            _stop_if_interrupted()
-            if spent():
-                # out of time: ends the round at once (not a failure to shrink); a shrink in progress
-                # stops too, its smallest example so far is the gap (with --family all a long shrink
-                # ate the next families' shares: two of twelve got no example in a 120 s fuzz)
-                raise _BudgetSpent
-            clean.examples += 1
-            try:
-                decision = check(example, device=device, target=target, demonstrate=False, **options)
-            except UpstreamRefused as exc:
-                refused(exc, example)
-                return
-            except P.UpstreamGap as exc:
-                if type(exc) in known:
-                    return
-                found[:] = [(type(exc), example)]
-                raise
-            clean.reasons[decision.reason_id] += 1
-
-        # a key per round (per set of known kinds): a round that treats a kind as known would
-        # otherwise replay the saved example of the round that found it, see it pass and delete it
-        round_key = clean.database_key + b"|known=" + ",".join(sorted(k.__name__ for k in known)).encode()
-        prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key  # type: ignore[attr-defined]
         cut_short = False
         try:
-            prop()
-        except _BudgetSpent:
-            clean.budget_spent = True
-            cut_short = bool(found)  # the budget ended the shrink: report what it had reached
+            # out of time: ends the round at once (not a failure to shrink); a shrink in progress stops too, its
+            # smallest example so far is the gap (with --family all a long shrink ate the next families' shares:
+            # two of twelve got no example in a 120 s fuzz)
+            if _round(
+                strategy,
+                one,
+                max_examples=max_examples,
+                budget_ended=spent,
+                key=_round_key(clean.database_key, [k.__name__ for k in known], always=True),
+                database=database,
+                derandomize=False,
+                report_multiple_bugs=False,
+            ):
+                clean.budget_spent = True
+                cut_short = bool(found)  # the budget ended the shrink: report what it had reached
         except P.UpstreamGap:
             pass
         new_refusals = list(refusals.values())[reported:]

@@ -1,4 +1,4 @@
-"""``gdn-equiv``: check, fuzz, repro, bench, families, coverage, faithful.
+"""``gdn-equiv``: check, fuzz, repro, bench, families, coverage, faithful, engines.
 
 ``check`` runs the properties (P2-P7, and the P6 necessity searches) against a backend with a
 Hypothesis profile and prints a summary table, one row per property x family x backend x dtype
@@ -11,7 +11,8 @@ row: saved failures replay first) and write a report directory as they go (``row
 or the convs alone). ``families`` lists the layer families. ``coverage`` counts a pytest run's examples
 per input region (channel counts, T against W, states, dtypes, ...) from Hypothesis' observability
 output (:mod:`gdn_equiv.harness.coverage`). ``faithful`` prints the faithfulness table: our reference layers
-against the installed fla's, per family (:mod:`gdn_equiv.harness.faithful`).
+against the installed fla's, per family (:mod:`gdn_equiv.harness.faithful`). ``engines fetch`` puts serving engine
+releases side by side for ``check --serving-engine``.
 
 Every argument is checked before the first example runs (SPEC §10); the exit status says how the run
 ended (:data:`EXIT_STATUS`).
@@ -32,7 +33,7 @@ from types import FrameType
 from typing import Any
 
 from gdn_equiv.harness import interpreter, testing
-from gdn_equiv.run.cli import bench, check, coverage, faithful, families, fuzz, repro
+from gdn_equiv.run.cli import bench, check, coverage, engines, faithful, families, fuzz, repro
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     EXIT_ENVIRONMENT,
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for subcommand in (check, fuzz, repro, bench, families, coverage, faithful):
+    for subcommand in (check, fuzz, repro, bench, families, coverage, faithful, engines):
         subcommand.add_parser(sub)
     return parser
 

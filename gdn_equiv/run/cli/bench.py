@@ -19,6 +19,7 @@ from gdn_equiv.model.backends import available_backends
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import bench, bench_compare, verdict
 from gdn_equiv.run import plant as planting
+from gdn_equiv.run.cli import catch as cli_catch
 from gdn_equiv.run.cli.check import target_problem
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
@@ -96,6 +97,11 @@ def plan_bench(args: argparse.Namespace) -> Any:
     import torch
 
     what = args.what
+    if what == "catch":
+        return cli_catch.plan_catch(args)
+    given = [] if args.catch_command is None else ["--command"]
+    if given:
+        raise UsageError(f"--command: an option of bench catch, not of bench {what}")
     if what == "compare":
         return plan_compare(args)
     given = [f"--{n.replace('_', '-')}" for n in _COMPARE_OPTIONS if getattr(args, n) is not None]
@@ -445,6 +451,8 @@ def _plot_unless_matplotlib_missing(args: argparse.Namespace, path: Path | None)
 
 
 def cmd_bench(plan: Any) -> int:
+    if cli_catch.is_plan(plan):
+        return cli_catch.cmd_catch(plan)
     if isinstance(plan, ComparePlan):
         return cmd_compare(plan)
     if isinstance(plan, verdict.VerdictPlan):
@@ -493,11 +501,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "what",
-        choices=["layer", "prologue", "verdict", "compare"],
+        choices=["layer", "prologue", "verdict", "compare", "catch"],
         help="layer: the whole layer per family, separate vs fused prologue; prologue: the convs alone; verdict: the "
         "time to a red verdict per planted defect (the registry's teeth) and driver, each run a fresh process; "
         "compare OLD.json NEW.json: a slowdown of NEW against OLD, row by row (exit 1: a significant slowdown past "
-        "--max-slowdown, or a row not compared; exit 2: reports of different devices or versions)",
+        "--max-slowdown, or a row not compared; exit 2: reports of different devices or versions); catch: how often "
+        "--defect (or --command) is caught in --runs fresh runs, each with an empty example database",
     )
     p.add_argument("reports", nargs="*", metavar="OLD.json NEW.json", help="compare: the two bench reports")
     p.add_argument(
@@ -616,4 +625,5 @@ def add_parser(sub: Any) -> None:
         help="match OLD's rows of one backend with NEW's rows of another (a kernel under review against the one it "
         "replaces); repeatable",
     )
+    cli_catch.add_options(p)
     p.set_defaults(prepare=plan_bench, run=cmd_bench)

@@ -18,7 +18,7 @@ from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import off_device
 from gdn_equiv.model.families import DEFAULT_FAMILY
-from gdn_equiv.run import fuzz_engines, html_report, runner
+from gdn_equiv.run import fuzz_engines, html_report, runner, serving_paths
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     DTYPES,
@@ -89,6 +89,9 @@ class Plan:
     workers: int = 1
     dashboard_port: int | None = None
     html: Path | None = None  # the run's page (gdn_equiv.run.html_report)
+    #: check: each row's seconds (``--row-seconds``), checked before each example as fuzz's shares are
+    row_seconds: float | None = None
+    derandomize: bool = False  # check: the same draws on every machine (``--derandomize``)
 
 
 def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
@@ -395,6 +398,8 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
         share = None if deadline is None else start + (i + 1) * (deadline - start) / len(runnable)
         if share is not None and time.perf_counter() >= deadline:  # type: ignore[operator]
             return  # the rest stay "not reached"
+        if plan.row_seconds is not None:  # check --row-seconds: this row's own
+            share = time.perf_counter() + plan.row_seconds
         record = record_of(row)
         assert record is not None, f"an asked row has a record: {row.row_id}"
         if isinstance(record, registry.GapSearchRecord):
@@ -418,6 +423,7 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
                 device=plan.device,
                 family=row.family,
                 deadline=share,
+                derandomize=plan.derandomize or None,  # else the profile's
             )
         else:
             check = runner.run_property(
@@ -431,6 +437,7 @@ def _checks(plan: Plan, rows: list[Check], *, database: object, deadline: float 
                 family=row.family,
                 deadline=share,
                 record=record,
+                derandomize=plan.derandomize,
             )
         yield check
         yield from check.also  # each further kind of failure, a row of its own
@@ -499,6 +506,7 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
         writer.ask(rows)
         na = [r for r in rows if r.result == Outcome.NOT_APPLICABLE]
         print(f"ledger: {len(rows)} rows asked, {len(rows) - len(na)} to run, {len(na)} n/a", flush=True)
+        _say_serving_paths(plan, rows, writer)
         isolation.configure(plan.example_timeout if plan.isolate else None, sanitize=plan.sanitize)
         try:
             budget = None if deadline is None else started + deadline
@@ -528,6 +536,18 @@ def _run_ledger(plan: Plan, header: str, deadline: float | None) -> int:
         f"{len(failed)} failing; report: {summary}"
     )
     return print_findings(writer)
+
+
+def _say_serving_paths(plan: Plan, rows: list[Check], writer: ReportWriter) -> None:
+    """Each engine path asked by ``--serving-engine`` with a row to run: a line (version, runs here, the first
+    call's seconds) and ``meta["serving_paths"]`` (:mod:`gdn_equiv.run.serving_paths`)."""
+    asked = [p for p in plan.serving_engines if p != "reference"]
+    paths = [p for p in asked if any(r.backend == p and r.result != Outcome.NOT_APPLICABLE for r in rows)]
+    for path in paths:
+        t0 = time.perf_counter()
+        said = serving_paths.describe([path])[path]
+        writer.meta.setdefault("serving_paths", {})[path] = said
+        print(f"{path} {said['version']}: {said['runs']} ({time.perf_counter() - t0:.2f} s)", flush=True)
 
 
 def print_findings(writer: ReportWriter) -> int:
@@ -674,4 +694,32 @@ def add_parser(sub: Any) -> None:
     """``check``'s parser."""
     p = subcommand(sub, "check", "run the properties once with a profile's budget; saved failures replay first")
     add_run_options(p)
-    p.set_defaults(prepare=plan_run, run=cmd_check)
+    p.add_argument(
+        "--row-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="each row may run this long (> 0), checked before each example: a row cut before its first is not "
+        "reached, one cut later keeps what it ran (budget_spent in the report); a failure being shrunk is not cut",
+    )
+    p.add_argument(
+        "--derandomize",
+        action="store_true",
+        help="the same draws on every machine and every run (a fixed sequence per row; the example database is "
+        "then neither read nor written)",
+    )
+    p.set_defaults(prepare=plan_check, run=cmd_check)
+
+
+def plan_check(args: argparse.Namespace) -> Plan:
+    """``check``'s plan: :func:`plan_run`'s, with ``--row-seconds`` and ``--derandomize``."""
+    seconds = args.row_seconds
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--row-seconds must be a finite number of seconds > 0, got {seconds}")
+    if registry.gap_search(args.target) is not None:
+        given = explicit_options(args, "row_seconds", "derandomize")
+        if given:
+            raise UsageError(f"{', '.join(given)} apply to the gdn_equiv target's rows, not --target {args.target}")
+    plan = plan_run(args)
+    plan.row_seconds, plan.derandomize = seconds, args.derandomize
+    return plan
