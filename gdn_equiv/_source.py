@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import functools
+import importlib
+
+from gdn_equiv.errors import InvalidArgument
 
 
 @functools.cache
@@ -28,10 +31,6 @@ def load_plugin(spec: str, *, kind: str) -> object:
     Raises :class:`~gdn_equiv.errors.InvalidArgument` in one shape, naming ``kind`` (what the plug-in was to be)
     and the spec: ``<kind> plug-in must be module:attr, got '...'`` or ``<kind> plug-in '...' does not import:
     <error type>: <error>``. Whether the object is a backend, a family... is the caller's check."""
-    import importlib
-
-    from gdn_equiv.errors import InvalidArgument
-
     module_name, _, attr = spec.partition(":") if isinstance(spec, str) else ("", "", "")
     if not module_name or not attr:
         raise InvalidArgument(f"{kind} plug-in must be module:attr, got {spec!r}")

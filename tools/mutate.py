@@ -112,13 +112,11 @@ SCOPES: dict[str, tuple[str, ...]] = {
     # the plugin's configure-time promises: names checked, unavailable backends/targets end the session
     "plugin": (
         "pytest_configure",
+        "plan_of",
         "_isolate",
-        "_load_backends",
-        "_load_targets",
+        "_page_ready",
         "_runnable_here",
         "_target_unavailable",
-        "families",
-        "_names",
     ),
 }
 

@@ -53,8 +53,6 @@ XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_T
 
 #: where a gdn-equiv run keeps its plan (absent: the plugin is passive in this run)
 PLAN = pytest.StashKey[RunPlan]()
-#: when the run's configure began (the example counts' and the stop's clock)
-STARTED = pytest.StashKey[float]()
 
 _SUITE_ARG = re.compile(r"(^|[/\\.])gdn_equiv([/\\.:]|$)")
 
@@ -210,7 +208,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # that worker's number and count: it would pin itself to the parent's GPU and size its threads by them
         for name in XDIST_ENV:
             os.environ.pop(name, None)
-    config.stash[STARTED] = time.perf_counter()
+    started = time.perf_counter()  # the run's clock: the stop's first failure, the examples' milestones
     # one id for the run, its xdist workers included (they inherit the controller's environment): the coverage
     # labels carry it, so `gdn-equiv coverage` judges this run's observations and nothing older
     os.environ.setdefault(RUN_ID_ENV, f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
@@ -235,7 +233,7 @@ def pytest_configure(config: pytest.Config) -> None:
     why = run_plan.load_settings(plan)
     if why is not None:
         warnings.warn(f"gdn-equiv: --gdn-shrink-seconds {plan.shrink_seconds:g} not applied: {why}", stacklevel=1)
-    flag = stop.StopFlag(config.stash[STARTED])
+    flag = stop.StopFlag(started)
     flag.configure(config)
     config.pluginmanager.register(flag, stop.StopFlag.NAME)
     config.pluginmanager.register(

@@ -16,14 +16,15 @@ since the front ends answer the two differently (usage error 2 / environment 3).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import testing
 from gdn_equiv.model.backends import Backend, get_backend
+from gdn_equiv.serving.records import engine_paths, not_applicable
 
 DATABASE_SUFFIX = testing.DATABASE_SUFFIX
 
@@ -45,7 +46,7 @@ class RunPlan:
     example_timeout: float | None  # seconds an isolated example may run (None: not isolated)
     sanitize: str | None  # compute-sanitizer tool each example's kernel calls run under
     device: str  # "cuda" or "cpu" (or cuda:N)
-    shrink_seconds: float
+    shrink_seconds: float | None  # None: Hypothesis' own bound (the command line's runs)
     html: Path | None = None
     fla_core: str = "fla"
     split_families: bool = False
@@ -119,8 +120,6 @@ def shrink_seconds(given: float | None, profile_name: str) -> float:
 
 def engines(option: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """Each serving engine name with its paths; :class:`InvalidArgument` naming the known ones otherwise."""
-    from gdn_equiv.serving.records import engine_paths
-
     asked: dict[str, tuple[str, ...]] = {}
     for name in dict.fromkeys(option):
         try:
@@ -133,8 +132,6 @@ def engines(option: Sequence[str]) -> dict[str, tuple[str, ...]]:
 def engine_unavailable(paths: Sequence[str]) -> str | None:
     """Why none of an engine's ``paths`` can run here (each path's reason where it has several), or ``None``
     when one can: an engine is asked when one of its paths runs; the others' rows say why they cannot."""
-    from gdn_equiv.serving.records import not_applicable
-
     reasons = {p: not_applicable(p) for p in paths}
     if not all(reasons.values()):
         return None
@@ -144,10 +141,11 @@ def engine_unavailable(paths: Sequence[str]) -> str | None:
 # ---- what a plan sets in the process ------------------------------------------------------------------
 
 
-def load_settings(plan: RunPlan) -> Any:
-    """Register the profiles, load the plan's (with its database, when it names one) and bound shrinking to
-    the plan's seconds; returns why the bound could not be applied, or ``None``. Hypothesis keeps the loaded
-    profile as its default settings, which every test's own ``settings(...)`` inherits."""
+def load_settings(plan: RunPlan) -> str | None:
+    """The gate's settings for the whole process: register the profiles, load the plan's (with its database,
+    when it names one) and bound shrinking to the plan's seconds; returns why the bound could not be applied,
+    or ``None``. Hypothesis keeps the loaded profile as its default settings, which every test's own
+    ``settings(...)`` inherits."""
     from hypothesis import settings
 
     testing.register_profiles()
@@ -158,4 +156,22 @@ def load_settings(plan: RunPlan) -> Any:
             database=testing.open_database(plan.database),
         )
     settings.load_profile(plan.hypothesis_profile)
-    return testing.bound_shrinking(plan.shrink_seconds)
+    return None if plan.shrink_seconds is None else testing.bound_shrinking(plan.shrink_seconds)
+
+
+@contextmanager
+def profile_loaded(name: str | None) -> Iterator[None]:
+    """A command's settings for its run, put back after it: the profile ``name`` loaded (strategies read it,
+    e.g. fuzz's ``target()``); the command passes its database to each search itself."""
+    if name is None:
+        yield
+        return
+    from hypothesis import settings
+
+    testing.register_profiles()
+    previous = settings.get_current_profile_name()
+    settings.load_profile(name)
+    try:
+        yield
+    finally:
+        settings.load_profile(previous)
