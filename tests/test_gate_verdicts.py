@@ -18,7 +18,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.plugin import options as plugin_options
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import ledger
 from gdn_equiv.harness import properties as P
@@ -29,6 +28,7 @@ from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
 from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.plugin import options as plugin_options
 from gdn_equiv.strategies import examples
 from gdn_equiv.suite import test_properties as suite
 from gdn_equiv.targets import get_target

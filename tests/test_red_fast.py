@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gdn_equiv.plugin import ordering, stop
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import testing
+from gdn_equiv.plugin import ordering, stop
 
 PROJECT = textwrap.dedent(
     '''
