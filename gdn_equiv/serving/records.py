@@ -11,6 +11,7 @@ cannot run here is ``n/a`` with :meth:`ServingRecord.not_applicable`'s reason; a
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import inspect
 import json
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
-from gdn_equiv._source import entry_point_specs, load_plugin
+from gdn_equiv._source import load_plugin
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.premise import Draw
 from gdn_equiv.serving import properties as S
@@ -113,7 +114,8 @@ ENTRY_POINTS = "gdn_equiv.serving_engines"
 
 
 def _entry_points() -> dict[str, str]:
-    return entry_point_specs(ENTRY_POINTS)
+    """Read afresh each time (an engine package installed while the process runs is seen; the lookups are few)."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
 
 
 def plugin(spec: str) -> EngineAdapter:
