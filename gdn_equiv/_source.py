@@ -1,8 +1,12 @@
-"""What the installed distributions declare: entry points, read once per process."""
+"""What the installed distributions declare (entry points, read once per process), and the one loader of the
+`module:attr` plug-ins they and the command line name."""
 
 from __future__ import annotations
 
 import functools
+import importlib
+
+from gdn_equiv.errors import InvalidArgument
 
 
 @functools.cache
@@ -17,3 +21,23 @@ def entry_point_specs(group: str) -> dict[str, str]:
     from importlib.metadata import entry_points
 
     return {ep.name: ep.value for ep in entry_points(group=group)}
+
+
+def load_plugin(spec: str, *, kind: str) -> object:
+    """The object ``module:attr`` names (``attr`` may be dotted: ``pkg.mod:Class.factory``): the one loader of
+    every plug-in a run names by code (a conv backend, a layer family, a target, a serving engine) or an entry
+    point declares.
+
+    Raises :class:`~gdn_equiv.errors.InvalidArgument` in one shape, naming ``kind`` (what the plug-in was to be)
+    and the spec: ``<kind> plug-in must be module:attr, got '...'`` or ``<kind> plug-in '...' does not import:
+    <error type>: <error>``. Whether the object is a backend, a family... is the caller's check."""
+    module_name, _, attr = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if not module_name or not attr:
+        raise InvalidArgument(f"{kind} plug-in must be module:attr, got {spec!r}")
+    try:
+        obj: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgument(f"{kind} plug-in {spec!r} does not import: {type(exc).__name__}: {exc}") from exc
+    return obj

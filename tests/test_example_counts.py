@@ -101,12 +101,12 @@ class _Config:
 def test_slow_tests_open_every_workers_share(workers: int) -> None:
     """Work stealing gives worker ``w`` the ``w``-th contiguous share of the list: the slow tests (last
     in collection, as the gate's layer properties are) are dealt round robin to the share fronts."""
-    from gdn_equiv.pytest_plugin import _order
+    from gdn_equiv.plugin.ordering import order
 
     fast = [_Item(f"f{i}", False) for i in range(40)]
     slow = [_Item(f"s{i}", True) for i in range(7)]
     items = [*fast, *slow]
-    _order(_Config(workers), items)  # type: ignore[arg-type]
+    order(_Config(workers), items)  # type: ignore[arg-type]
     assert sorted(map(repr, items)) == sorted(map(repr, fast + slow))  # a reordering, nothing lost
     share = len(items) // workers
     for w in range(workers):
@@ -115,10 +115,10 @@ def test_slow_tests_open_every_workers_share(workers: int) -> None:
 
 
 def test_slow_first_leaves_a_single_process_alone() -> None:
-    from gdn_equiv.pytest_plugin import _order
+    from gdn_equiv.plugin.ordering import order
 
     items = [_Item("f", False), _Item("s", True)]
-    _order(_Config(1), items)  # type: ignore[arg-type]
+    order(_Config(1), items)  # type: ignore[arg-type]
     assert [i.name for i in items] == ["f", "s"]
 
 

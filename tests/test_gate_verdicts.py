@@ -18,7 +18,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv import pytest_plugin
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import ledger
 from gdn_equiv.harness import properties as P
@@ -29,6 +28,7 @@ from gdn_equiv.model.backends.fla_backend import AUTOTUNE_ENV
 from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
+from gdn_equiv.plugin import options as plugin_options
 from gdn_equiv.strategies import examples
 from gdn_equiv.suite import test_properties as suite
 from gdn_equiv.targets import get_target
@@ -56,7 +56,7 @@ def fla_here(monkeypatch: pytest.MonkeyPatch):
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("fla's Triton kernels need a GPU or TRITON_INTERPRET=1")
         monkeypatch.setenv(AUTOTUNE_ENV, "first")
-        pytest_plugin.fla_interpreter_ready()
+        plugin_options.fla_interpreter_ready()
     return get_target("fla", core="reference")
 
 

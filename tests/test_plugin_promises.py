@@ -65,11 +65,11 @@ PROBE = textwrap.dedent(
         from hypothesis import settings
 
         from gdn_equiv.harness import isolation
-        from gdn_equiv import pytest_plugin
+        from gdn_equiv.plugin.options import plan
 
         pool = isolation._POOL
         state = {
-            "active": pytest_plugin._ACTIVE,
+            "active": plan(session.config) is not None,
             "interpret": os.environ.get("TRITON_INTERPRET"),
             "threads": torch.get_num_threads(),
             "profile": settings.get_current_profile_name(),
@@ -337,7 +337,7 @@ def test_fla_on_a_cpu_runs_only_as_the_interpreter_can(runs) -> None:
     state = _probe(runs["fla, reference core, isolated"])
     assert state["interpret"] == "1", state
     # a fresh worker must make fla's kernels runnable under the interpreter, as this process did
-    ready = "gdn_equiv.pytest_plugin:fla_interpreter_ready"
+    ready = "gdn_equiv.plugin.options:fla_interpreter_ready"
     assert state["isolation"] == {"timeout": DEFAULT_TIMEOUT, "setup": [ready]}, state
     _environment_exit(runs["fla, its own core"], "--gdn-target 'fla'", "fla's own cores do not run under Triton's")
     _environment_exit(runs["fla, autotuning"], "GDN_EQUIV_FLA_AUTOTUNE=full asks fla to autotune")

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gdn_equiv import pytest_plugin
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import testing
+from gdn_equiv.plugin import ordering, stop
 
 PROJECT = textwrap.dedent(
     '''
@@ -125,7 +125,7 @@ def test_a_gate_started_from_inside_an_xdist_worker_is_a_run_of_its_own(tmp_path
 def test_without_x_or_maxfail_there_is_no_stop_flag() -> None:
     """The green gate (no ``-x``) runs as before: no flag, so no test is wrapped and nothing can stop it."""
     for maxfail, flagged in ((0, False), (1, True), (3, True)):
-        flag = pytest_plugin._StopFlag()
+        flag = stop.StopFlag()
         flag.configure(SimpleNamespace(getoption=lambda name, m=maxfail: m))  # type: ignore[arg-type]
         assert (flag.path is not None) is flagged and flag.reason() is None
         flag.unconfigure()
@@ -152,9 +152,9 @@ def test_every_worker_starts_on_the_first_tier(dist: str, workers: int) -> None:
     config = SimpleNamespace(
         workerinput={"workercount": workers}, option=SimpleNamespace(dist=dist, maxschedchunk=None)
     )
-    pytest_plugin._order(config, items)  # type: ignore[arg-type]
+    ordering.order(config, items)  # type: ignore[arg-type]
     assert sorted(i.name for i in items) == names  # the same tests, each once
-    starts = pytest_plugin._first_batch_starts(config, len(items), workers)  # type: ignore[arg-type]
+    starts = ordering.first_batch_starts(config, len(items), workers)  # type: ignore[arg-type]
     assert starts is not None
     firsts = sorted(first)
     slows = sorted(slow)
@@ -173,14 +173,14 @@ def test_the_first_tier_runs_by_rank() -> None:
         mark = SimpleNamespace(args=ranks.get(item.name, ()))
         if item.name in ranks:
             item.get_closest_marker = lambda m, mark=mark: mark if m == "first" else None
-    pytest_plugin._order(SimpleNamespace(workerinput={}, option=SimpleNamespace(dist="no")), items)  # type: ignore[arg-type]
+    ordering.order(SimpleNamespace(workerinput={}, option=SimpleNamespace(dist="no")), items)  # type: ignore[arg-type]
     assert [i.name for i in items] == ["c", "d", "b", "a"]
 
 
 def test_one_process_runs_the_first_tier_first() -> None:
     names = [f"t{i}" for i in range(10)]
     items = _items(names, first={"t7", "t3"}, slow={"t5"})
-    pytest_plugin._order(SimpleNamespace(workerinput={}, option=SimpleNamespace(dist="no")), items)  # type: ignore[arg-type]
+    ordering.order(SimpleNamespace(workerinput={}, option=SimpleNamespace(dist="no")), items)  # type: ignore[arg-type]
     assert [i.name for i in items] == ["t3", "t7", "t0", "t1", "t2", "t4", "t5", "t6", "t8", "t9"]
 
 

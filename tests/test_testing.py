@@ -52,7 +52,9 @@ def test_backend_lists_are_parsed_in_order_without_repeats() -> None:
     [({}, "dev"), ({"CI": "true"}, "ci"), ({"CI": "true", "HYPOTHESIS_PROFILE": "fuzz"}, "fuzz")],
 )
 def test_profile_selection(env: dict[str, str], profile: str) -> None:
-    assert testing.default_profile(env) == profile
+    from gdn_equiv.run import plan
+
+    assert plan.profile(None, plan.pytest_default_profile(env), env) == profile
 
 
 def test_profiles_are_registered_without_deadlines() -> None:
@@ -116,11 +118,16 @@ def test_an_unknown_hypothesis_profile_is_refused_naming_the_known_ones():
     import pytest
 
     from gdn_equiv.errors import InvalidArgument
-    from gdn_equiv.harness.testing import PROFILES, default_profile
+    from gdn_equiv.harness.testing import PROFILES
+    from gdn_equiv.run.plan import profile
 
-    with pytest.raises(InvalidArgument, match="'nosuch' is not a profile; known profiles: " + ", ".join(PROFILES)):
-        default_profile({"HYPOTHESIS_PROFILE": "nosuch"})
-    assert default_profile({"HYPOTHESIS_PROFILE": "gpu"}) == "gpu"
+    known = ", ".join(sorted(PROFILES))
+    with pytest.raises(InvalidArgument, match=f"'nosuch' is not a profile; known profiles: {known}"):
+        profile(None, "dev", {"HYPOTHESIS_PROFILE": "nosuch"})
+    with pytest.raises(InvalidArgument, match=f"'nosuch' is not a profile; known profiles: {known}"):
+        profile("ci", "dev", {"HYPOTHESIS_PROFILE": "nosuch"})  # refused whichever wins, as `check` refuses it
+    assert profile(None, "dev", {"HYPOTHESIS_PROFILE": "gpu"}) == "gpu"
+    assert profile("ci", "dev", {"HYPOTHESIS_PROFILE": "gpu"}) == "ci"
 
 
 def test_triton_kernels_are_kept_under_the_project_on_a_gpu_unless_the_caller_chose():

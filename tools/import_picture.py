@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gdn_equiv.run",),
     # the drivers: they fill rows and hand them to the writers; nothing below imports them
     ("gdn_equiv.run.runner", "gdn_equiv.run.fuzz_engines", "gdn_equiv.run.cli", "gdn_equiv.run.verdict"),
-    ("gdn_equiv.pytest_plugin", "gdn_equiv.suite", "gdn_equiv.__main__", "gdn_equiv"),
+    ("gdn_equiv.pytest_plugin", "gdn_equiv.plugin", "gdn_equiv.suite", "gdn_equiv.__main__", "gdn_equiv"),
 )
 
 

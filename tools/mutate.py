@@ -80,7 +80,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
     # the ledger's row and its merge rule, and the JUnit writer (split out of report.py)
     "rows": ("gdn_equiv/run/rows.py", ["tests/test_verdict.py", "tests/test_cli.py"]),
     "junit": ("gdn_equiv/run/junit.py", ["tests/test_verdict.py", "tests/test_cli.py"]),
-    "plugin": ("gdn_equiv/pytest_plugin.py", ["tests/test_plugin_promises.py"]),
+    "plugin": ("gdn_equiv/plugin/options.py", ["tests/test_plugin_promises.py"]),
     # the verdict engine every driver feeds (outcomes, premise, exit status), against the gate's own verdict tests
     "verdict": ("gdn_equiv/harness/ledger.py", ["tests/test_verdict.py"]),
     # the backend registry and dispatcher: argument checks, the launch counter P2 reads, output checks
@@ -112,13 +112,11 @@ SCOPES: dict[str, tuple[str, ...]] = {
     # the plugin's configure-time promises: names checked, unavailable backends/targets end the session
     "plugin": (
         "pytest_configure",
+        "plan_of",
         "_isolate",
-        "_load_backends",
-        "_load_targets",
+        "_page_ready",
         "_runnable_here",
         "_target_unavailable",
-        "families",
-        "_names",
     ),
 }
 

@@ -39,7 +39,6 @@ __all__ = [
     "count_hypothesis_test_cases",
     "counts",
     "cu_from_lens",
-    "default_profile",
     "example_scope",
     "first_hit",
     "fuzzing",
@@ -157,11 +156,21 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+#: the suffix of a profile registered with a run's own example database (``--gdn-database``/``--database``,
+#: :func:`gdn_equiv.run.plan.load_settings`): added there and taken off by :func:`base_profile` only
+DATABASE_SUFFIX = "+database"
+
+
+def base_profile(name: str | None) -> str:
+    """A profile's name without the database suffix."""
+    return (name or "").split(DATABASE_SUFFIX, 1)[0]
+
+
 def _profile() -> str:
-    """The loaded profile's name, without the ``+database`` that ``--gdn-database`` adds to it."""
+    """The loaded profile's name, without its database suffix."""
     from hypothesis import settings
 
-    return (settings.get_current_profile_name() or "").split("+", 1)[0]
+    return base_profile(settings.get_current_profile_name())
 
 
 def fuzzing() -> bool:
@@ -235,19 +244,6 @@ def bound_shrinking(seconds: float) -> str | None:
         return "this Hypothesis has no MAX_SHRINKING_SECONDS: its own shrink bound applies"
     engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
     return None
-
-
-def default_profile(env: Mapping[str, str] = os.environ) -> str:
-    """``HYPOTHESIS_PROFILE`` if set (one of :data:`PROFILES`, else :class:`InvalidArgument` naming
-    it and the known ones), else ``ci`` under ``CI=true`` and ``dev`` otherwise."""
-    if env.get("HYPOTHESIS_PROFILE"):
-        name = env["HYPOTHESIS_PROFILE"]
-        if name not in PROFILES:
-            raise InvalidArgument(
-                f"HYPOTHESIS_PROFILE={name!r} is not a profile; known profiles: {', '.join(PROFILES)}"
-            )
-        return name
-    return "ci" if env.get("CI", "").strip().lower() in ("1", "true", "yes") else "dev"
 
 
 # ---- options -------------------------------------------------------------------------------

@@ -79,7 +79,8 @@ class VerdictPlan:
 def command(plan: VerdictPlan, defect: str, driver: str, work: Path) -> tuple[list[str], dict[str, str]]:
     """The argv and environment of one run of ``driver`` on ``defect`` in the directory ``work``."""
     env = dict(os.environ)
-    env["HYPOTHESIS_PROFILE"] = plan.profile
+    # the profile reaches the child once: the gate's through its environment, check's and fuzz's as --profile
+    env.pop("HYPOTHESIS_PROFILE", None)
     env.pop("CI", None)
     env.pop(planting.ENV, None)
     if plan.device == "cpu":
@@ -88,6 +89,7 @@ def command(plan: VerdictPlan, defect: str, driver: str, work: Path) -> tuple[li
     backend = planting.backend_spec(defect) if what == "backend" else None
     if driver.startswith("pytest"):
         argv = [plan.python, "-m", "pytest", "--pyargs", "gdn_equiv.suite", "-q", "-p", "no:cacheprovider"]
+        env["HYPOTHESIS_PROFILE"] = plan.profile
         argv += ["-n", str(plan.jobs)] if plan.jobs > 1 else ["-p", "no:xdist"]
         argv += ["--gdn-failure-log", str(work / "failures.log"), "--junit-xml", str(work / "junit.xml")]
         argv += ["-x"] if driver == "pytest-x" else []

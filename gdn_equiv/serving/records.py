@@ -11,7 +11,6 @@ cannot run here is ``n/a`` with :meth:`ServingRecord.not_applicable`'s reason; a
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.metadata
 import inspect
 import json
@@ -21,6 +20,8 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 
+from gdn_equiv._source import load_plugin
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.premise import Draw
 from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import EngineAdapter
@@ -113,21 +114,17 @@ ENTRY_POINTS = "gdn_equiv.serving_engines"
 
 
 def _entry_points() -> dict[str, str]:
+    """Read afresh each time (an engine package installed while the process runs is seen; the lookups are few)."""
     return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
 
 
 def plugin(spec: str) -> EngineAdapter:
     """A serving engine from outside the suite: ``module:attr`` naming an adapter (an instance, or a class or
     factory that makes one). KeyError names what is wrong (module, attribute, or the protocol it does not meet)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise KeyError(f"a serving engine plug-in is module:attr, got {spec!r}")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise KeyError(f"serving engine plug-in {spec!r} does not import: {type(exc).__name__}: {exc}") from None
+        obj: Any = load_plugin(spec, kind="serving engine")
+    except InvalidArgument as exc:  # the loader's words, as the KeyError every engine lookup raises
+        raise KeyError(str(exc)) from None
     made = obj
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, EngineAdapter)):
         try:

@@ -18,12 +18,12 @@ The path is chosen by argument; a target that cannot force a path lists what it 
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from gdn_equiv._source import load_plugin
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model.config import CallFacts, LayerFacts
 from gdn_equiv.model.example import Example, Inputs
@@ -104,8 +104,7 @@ def get_target(name: str, **options: Any) -> Target:
     ``gdn_equiv``: ``defect=<class mixed into the family's fused layer>``)."""
     if name not in _TARGETS:
         raise InvalidArgument(f"unknown target {name!r}; known targets: {', '.join(known_targets())}")
-    module_name, _, attr = _TARGETS[name].partition(":")
-    target = getattr(importlib.import_module(module_name), attr)
+    target: Any = load_plugin(_TARGETS[name], kind="target")
     return target.configured(**options) if options else target
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import inspect
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import torch
 
-from gdn_equiv._source import entry_point_specs
+from gdn_equiv._source import entry_point_specs, load_plugin
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
 from gdn_equiv.model.backends.base import (
     Backend,
@@ -74,14 +73,6 @@ _BUILTIN = {
     "fla-gluon": "gdn_equiv.model.backends.fla_backend:GLUON",
 }
 _REGISTRY: dict[str, Backend] = {}
-
-
-def _load_object(spec: str) -> object:
-    module_name, _, attr = spec.partition(":")
-    obj: object = importlib.import_module(module_name)
-    for part in attr.split(".") if attr else ():
-        obj = getattr(obj, part)
-    return obj
 
 
 def _entry_point_specs() -> dict[str, str]:
@@ -140,9 +131,9 @@ def get_backend(name: str) -> Backend:
     if spec is None:
         raise InvalidArgument(f"unknown conv backend {name!r}; known backends: {', '.join(known_backends())}")
     try:
-        obj = _load_object(spec)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidArgument(f"conv backend {name!r} could not be loaded from {spec!r}: {exc}") from exc
+        obj = load_plugin(spec, kind="conv backend")
+    except InvalidArgument as exc:  # the loader's words; a registered name says which name it loaded for
+        raise InvalidArgument(str(exc) if spec == name else f"conv backend {name!r}: {exc}") from exc
     backend = as_backend(obj, name, spec)
     _REGISTRY[name] = backend
     return backend

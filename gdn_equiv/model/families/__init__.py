@@ -12,10 +12,9 @@ with ``fla_only=True`` (``--family`` under ``--target fla``, where ``all`` means
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from gdn_equiv._source import entry_point_specs
+from gdn_equiv._source import entry_point_specs, load_plugin
 from gdn_equiv.errors import InvalidArgument
 
 DEFAULT_FAMILY = "gated_deltanet"
@@ -34,8 +33,7 @@ _LOADED: dict[str, Any] = {}
 
 
 def _load(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return load_plugin(spec, kind="layer family")
 
 
 def _entry_point_specs() -> dict[str, str]:

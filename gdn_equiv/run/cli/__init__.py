@@ -32,7 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from gdn_equiv.harness import interpreter, testing
+from gdn_equiv.harness import interpreter
+from gdn_equiv.run import plan as run_plan
 from gdn_equiv.run.cli import bench, check, coverage, engines, faithful, families, fuzz, repro
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
@@ -109,23 +110,6 @@ def _signals_as_interrupt() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-@contextmanager
-def _hypothesis_profile(name: str | None) -> Iterator[None]:
-    """The profile's Hypothesis settings for the run (strategies read it, e.g. fuzz's ``target()``)."""
-    if name is None:
-        yield
-        return
-    from hypothesis import settings
-
-    testing.register_profiles()
-    previous = settings.get_current_profile_name()
-    settings.load_profile(name)
-    try:
-        yield
-    finally:
-        settings.load_profile(previous)
-
-
 def _save_traceback(report: Path) -> Path | None:
     try:
         report.mkdir(parents=True, exist_ok=True)
@@ -169,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             except EnvironmentProblem as exc:
                 print(f"{prog}: cannot run here: {exc}", file=sys.stderr)
                 return EXIT_ENVIRONMENT
-            with _hypothesis_profile(getattr(plan, "profile", None)):
+            with run_plan.profile_loaded(getattr(plan, "profile", None)):
                 try:
                     return int(args.run(plan))
                 except Exception as exc:

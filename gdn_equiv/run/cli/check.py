@@ -19,6 +19,7 @@ from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import off_device
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import fuzz_engines, html_report, runner, serving_paths
+from gdn_equiv.run import plan as resolve  # the checks every front end shares
 from gdn_equiv.run.cli.common import (
     DEFAULT_REPORT,
     DTYPES,
@@ -37,14 +38,13 @@ from gdn_equiv.run.cli.common import (
     profile_option,
     subcommand,
 )
+from gdn_equiv.run.plan import RunPlan
 from gdn_equiv.run.report import (
     Check,
     ReportWriter,
     format_table,
 )
 from gdn_equiv.run.runner import without_seed_hints
-from gdn_equiv.serving.records import engine_paths
-from gdn_equiv.serving.records import not_applicable as engine_not_applicable
 from gdn_equiv.targets import get_target
 from gdn_equiv.targets.fla_target import REFERENCE_CORE_FAMILIES
 
@@ -59,7 +59,9 @@ MIN_SECONDS_PER_ROW = 1.0
 
 @dataclass
 class Plan:
-    """A ``check`` / ``fuzz`` run with every argument checked and resolved."""
+    """A ``check`` / ``fuzz`` run with every argument checked and resolved: the run's :class:`RunPlan` (as the
+    gate's plugin builds it) and what the command adds (rows, budgets, outputs). The fields below ``run`` that
+    it holds too are its names, kept for the ledger's rows and the report."""
 
     command: str
     target: str
@@ -92,6 +94,7 @@ class Plan:
     #: check: each row's seconds (``--row-seconds``), checked before each example as fuzz's shares are
     row_seconds: float | None = None
     derandomize: bool = False  # check: the same draws on every machine (``--derandomize``)
+    run: RunPlan | None = None  # the run plan (plan_run makes it; a test's hand-made plan may leave it out)
 
 
 def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
@@ -118,32 +121,29 @@ def _properties(args: argparse.Namespace) -> tuple[list[str], list[Condition]]:
     return properties, conditions
 
 
-def _serving_engines(option: str | None) -> list[str]:
-    """``--serving-engine``: the engine paths S0-S7 run on. Every name is checked first (an unknown one is a
-    usage error naming the known ones), then each must run here: an engine none of whose paths runs here, or a
-    path that does not, is refused naming why (exit 3). An engine's paths that cannot run here while
-    another can are asked as ``n/a`` rows with the reason (a GPU path on a CPU)."""
+def _serving_engines(option: str | None) -> dict[str, tuple[str, ...]]:
+    """``--serving-engine``: each engine asked, with the paths S0-S7 run on. Every name is checked first (an
+    unknown one is a usage error naming the known ones), then each must run here: an engine none of whose paths
+    runs here is refused naming why (exit 3). An engine's paths that cannot run here while another can are asked
+    as ``n/a`` rows with the reason (a GPU path on a CPU)."""
     if option is None:
-        return ["reference"]
+        return {"reference": ("reference",)}
     names = list(dict.fromkeys(n.strip() for n in option.split(",")))
     if not option.strip() or not all(names):
         raise UsageError(
             f"--serving-engine {option!r}: needs engine names separated by commas (reference, vllm, sglang)"
         )
-    asked: dict[str, list[str]] = {}
+    asked: dict[str, tuple[str, ...]] = {}
     for name in names:
         try:
-            asked[name] = engine_paths(name)
-        except KeyError as exc:
-            raise UsageError(f"--serving-engine {name!r}: {exc.args[0]}") from None
-    paths: list[str] = []
+            asked.update(resolve.engines([name]))
+        except InvalidArgument as exc:
+            raise UsageError(f"--serving-engine {name!r}: {exc}") from None
     for name, mine in asked.items():
-        reasons = {p: engine_not_applicable(p) for p in mine}
-        if all(reasons.values()):
-            why = "; ".join(f"{p}: {r}" for p, r in reasons.items()) if len(mine) > 1 else reasons[mine[0]]
-            raise EnvironmentProblem(f"--serving-engine {name!r} cannot run here: {one_line(str(why))}")
-        paths += [p for p in mine if p not in paths]
-    return paths
+        why = resolve.engine_unavailable(mine)
+        if why is not None:
+            raise EnvironmentProblem(f"--serving-engine {name!r} cannot run here: {one_line(why)}")
+    return asked
 
 
 def _fuzz_engine(args: argparse.Namespace) -> str:
@@ -218,7 +218,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
                 raise EnvironmentProblem(f"--backend {name!r} cannot run here: {reason}")
         families = families_option(args.family if args.family is not None else DEFAULT_FAMILY)
         properties, conditions = _properties(args)
-        serving_engines = _serving_engines(args.serving_engine)
+        engines = _serving_engines(args.serving_engine)
+        serving_engines = list(dict.fromkeys(p for paths in engines.values() for p in paths))
         isolate, example_timeout = _isolation(args, backends)
         if args.sanitize is not None:  # before any example: a run that cannot sanitize would check nothing asked
             reason = isolation.sanitizer_missing(args.sanitize)
@@ -258,7 +259,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
                     f"--fla-core reference swaps in the core of {', '.join(REFERENCE_CORE_FAMILIES)} only; "
                     f"--family {','.join(other)} would run with fla's core: drop --fla-core, or pick those families"
                 )
-        backends, properties, conditions, serving_engines = ["-"], [], [], []
+        backends, properties, conditions, serving_engines, engines = ["-"], [], [], [], {}
         isolate, example_timeout = False, None
     # the properties' own argument checks need the device settled (triton's interpreter on CPU)
     reason = target_problem(args.target)
@@ -273,6 +274,22 @@ def plan_run(args: argparse.Namespace) -> Plan:
     for dtype in args.dtype or ():  # a dtype no asked backend takes would leave its rows nothing to draw
         if not any(registry.default_dtypes((b,), (dtype,)) == [dtype] for b in backends):
             raise UsageError(f"--dtype {dtype}: no backend asked takes it ({registry.declared_dtypes(backends)})")
+    run = RunPlan(
+        backends=resolve.backends([b for b in backends if b != "-"]),
+        targets=(args.target,),
+        families=tuple(families),
+        engines=engines,
+        serving_engines=tuple(serving_engines),
+        profile=profile,
+        database=str(database),
+        isolate=isolate,
+        example_timeout=example_timeout,
+        sanitize=args.sanitize,
+        device=device,
+        shrink_seconds=None,
+        html=html,
+        fla_core=args.fla_core or "fla",
+    )
     plan = Plan(
         command=args.command,
         target=args.target,
@@ -300,6 +317,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         workers=getattr(args, "workers", None) or 1,
         dashboard_port=getattr(args, "dashboard_port", None),
         html=html,
+        run=run,
     )
     if plan.seconds is not None:
         runnable = sum(1 for row in ledger_rows(plan) if row.result != Outcome.NOT_APPLICABLE)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,9 @@ from gdn_equiv.harness import registry
 from gdn_equiv.harness.ledger import EXIT_FAILED as EXIT_FAILED  # the ledger's, for the subcommands
 from gdn_equiv.harness.ledger import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from gdn_equiv.harness.ledger import EXIT_OK as EXIT_OK
-from gdn_equiv.harness.testing import PROFILES
-from gdn_equiv.model.backends import get_backend, known_backends
+from gdn_equiv.model.backends import known_backends
 from gdn_equiv.model.families import parse_families
+from gdn_equiv.run import plan as run_plan
 from gdn_equiv.run import report
 
 # 0, 1 and 130 are the ledger's (gdn_equiv.harness.ledger.exit_status computes them from the rows)
@@ -80,10 +79,12 @@ def explicit_options(args: argparse.Namespace, *names: str) -> list[str]:
 
 
 def profile_option(args: argparse.Namespace, default: str) -> str:
-    env = os.environ.get("HYPOTHESIS_PROFILE")
-    if env is not None and env != "" and env not in PROFILES:
-        raise UsageError(f"HYPOTHESIS_PROFILE={env!r} is not a profile; known profiles: {', '.join(sorted(PROFILES))}")
-    return args.profile or env or default
+    """``--profile``, else ``HYPOTHESIS_PROFILE``, else ``default`` (:func:`gdn_equiv.run.plan.profile`, the
+    gate's choice too)."""
+    try:
+        return run_plan.profile(args.profile, default)
+    except InvalidArgument as exc:
+        raise UsageError(str(exc)) from None
 
 
 def device_option(name: str, flag: str = "--device") -> str:
@@ -117,11 +118,10 @@ def backends_option(option: str, *, flag: str = "--backend", baselines: tuple[st
         if name in baselines:
             continue
         try:
-            backend = get_backend(name)
+            (backend,) = run_plan.backends([name])
         except Exception as exc:  # unknown name, or a plug-in whose import or protocol check failed
             raise UsageError(f"{flag} {name!r}: {one_line(str(exc)) or type(exc).__name__}") from None
-        reason = backend.unavailable()
-        if reason is not None:
+        for reason in run_plan.backends_unavailable([backend]).values():
             raise EnvironmentProblem(f"{flag} {name!r} cannot run here: {one_line(reason)}")
     return list(dict.fromkeys(names))
 

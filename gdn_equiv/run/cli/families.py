@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.model import families as registry  # registry.get_family read per call (a test plants a failing one)
 from gdn_equiv.run.cli.common import EXIT_OK, one_line, subcommand
 
@@ -17,7 +18,7 @@ def cmd_families(args: argparse.Namespace) -> int:
     for name in [*registry.known_families(), *fla_only]:
         try:
             family: Any = registry.get_family(name)
-        except ImportError as exc:  # a family whose module (or its extra) is not installed
+        except (ImportError, InvalidArgument) as exc:  # a family whose module (or its extra) is not installed
             rows.append([name, "-", "-", "-", "-", "-", f"cannot be loaded here: {one_line(str(exc))}"])
             continue
         c = family.config_cls()
