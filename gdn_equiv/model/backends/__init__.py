@@ -183,10 +183,11 @@ def supported_widths(names: Sequence[str]) -> tuple[int, int]:
     return capabilities(names).widths or (1, 64)
 
 
-def available_backends() -> list[str]:
-    """Known backends that can run on this machine."""
+def available_backends(names: Sequence[str] | None = None) -> list[str]:
+    """Known backends (of ``names``, default all) that can run on this machine. Asking each known backend
+    loads every one, fla's included (seconds of CPU): a caller that wants a few names passes them."""
     out = []
-    for name in known_backends():
+    for name in known_backends() if names is None else names:
         try:
             if get_backend(name).unavailable() is None:
                 out.append(name)
