@@ -171,6 +171,7 @@ def run_property(
     record: Any = None,
     derandomize: bool = False,
     shrink: bool = True,
+    first_kind: bool = False,
 ) -> Check:
     """Run one property row for up to ``max_examples`` examples (of ``dtype``, default any, and ``family``).
 
@@ -181,6 +182,8 @@ def run_property(
     what it has (``check.budget_spent``), unless a failure is being shrunk. ``record`` defaults to the
     registry's record of ``name``. ``derandomize``: the same draws on every machine (no database then).
     ``shrink=False``: a failure is kept as first drawn (a catch count needs only whether one was drawn).
+    ``first_kind``: the row ends at its first failure, not searching its budget on for further kinds (a test
+    of whether a planted defect is caught needs the one).
     """
     record = record or get_record(name)
     assert record.check is not None, f"{name} is a search: find_counterexample runs it"
@@ -258,7 +261,7 @@ def run_property(
                     else Report(name, (backend, "-"), False, 0, problem=row.failure)
                 )
                 known[kind] = row
-            if check.examples < max_examples and not check.budget_spent and not _spent(deadline):
+            if not first_kind and check.examples < max_examples and not check.budget_spent and not _spent(deadline):
                 continue  # budget left: search on for the kinds not yet seen
         break
     check.also = [row for row in known.values() if row is not check]
