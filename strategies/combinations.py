@@ -211,6 +211,6 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
     return out
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.strategies.sampling.sampled
 def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any]:
     return examples(fusable=None, **dict(kwargs))

@@ -21,7 +21,7 @@ from gdn_equiv.model.example import Example, build_layer, materialize
 from gdn_equiv.model.families import known_families
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.model.guard import Decision, decide
-from gdn_equiv.model.sampling import sampled
+from gdn_equiv.strategies.sampling import sampled
 from gdn_equiv.strategies import (
     CONV_REASONS,
     REASONS,
