@@ -25,6 +25,7 @@ def main() -> int:
 
     register_profiles()
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+    from gdn_equiv.harness.cells import parts
     from gdn_equiv.harness.compare import Mismatch
     from gdn_equiv.harness.planted import COMBINATION_BACKENDS
     from gdn_equiv.model.backends import registered
@@ -45,7 +46,7 @@ def main() -> int:
         )
         @given(data=st.data())
         def gate(data) -> None:
-            for part in range(gate_module.parts("conv")):  # every part: the whole test's checks
+            for part in range(parts("conv")):  # every part: the whole test's checks
                 test.hypothesis.inner_test(data=data, gdn_backend=backend.name, device="cpu", part=part)
 
         try:

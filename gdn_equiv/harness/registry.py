@@ -58,6 +58,7 @@ __all__ = [
     "property_records",
     "records",
     "serving_records",
+    "vacuous_against_torch",
 ]
 
 #: the dtypes a per-dtype property's rows are drawn in (conv weights may still carry another, G9)
@@ -431,6 +432,11 @@ def records() -> dict[str, PropertyRecord | ServingRecord]:
 
 def get_record(name: str) -> Any:  # a PropertyRecord, or a ServingRecord for S0-S7
     return records()[name]
+
+
+def vacuous_against_torch(backend: str) -> bool:
+    """Whether comparing the layer on ``backend`` with the layer on torch compares nothing (the record's n/a)."""
+    return get_record("P7-backend-vs-torch").not_applicable(backend) is not None
 
 
 def examples_per_row(profile: str) -> int:

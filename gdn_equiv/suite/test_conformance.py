@@ -50,33 +50,17 @@ from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
-from gdn_equiv.strategies import ConvCall, conv_calls, outside_calls
-from gdn_equiv.strategies.convs import LAYOUTS, breakable_limits
+from gdn_equiv.strategies import ConvCall, outside_calls
+from gdn_equiv.strategies.conformance import conformance_calls, split_calls
+from gdn_equiv.strategies.convs import breakable_limits
 from gdn_equiv.strategies.values import swept_lengths, swept_values
 
 # first: one conv call of each kind against torch, cheap and broad: every worker starts on them (time to red)
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first(2)]
 
 
-def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
-    """The conv calls inside the capabilities of the backend and of the torch reference it is compared with
-    (causal-conv1d: widths 2..4, no fp64, no per-sequence states of packed sequences...; a call outside
-    them is the refusal property's, test_outside_capabilities_is_refused_or_right); widths up to 4; every
-    tensor in any of :data:`LAYOUTS` the capabilities allow; every activation both run."""
-    caps = capabilities([backend, "torch"])
-    lo, hi = caps.widths or (1, 4)
-    options = {**conformance_reach(backend), "layouts": LAYOUTS, "widths": (lo, min(hi, 4)), **options}
-    return conv_calls(capabilities=caps, **options)
-
-
 def _draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     return data.draw(conformance_calls(backend, **options), label="call")
-
-
-def _split(data: st.DataObject, call: ConvCall, lo: int) -> tuple[ConvCall, int]:
-    """A call at least two tokens long and a split point ``lo..T-1`` in it."""
-    call = call if call.T >= 2 else dataclasses.replace(call, T=2)
-    return call, data.draw(st.integers(lo, call.T - 1), label="split")
 
 
 def against_torch(backend: str) -> None:
@@ -144,7 +128,7 @@ def test_backend_final_state_continues_the_sequence(data, gdn_backend, device):
     """A call's final state, fed to the next call as its initial state, continues the sequence: the
     backend's two calls == torch's (y, gradients, final state), within §6."""
     against_torch(gdn_backend)
-    call, split = _split(data, _draw_call(data, gdn_backend, varlen=False), 1)
+    call, split = split_calls(data, _draw_call(data, gdn_backend, varlen=False), 1)
     count_example()
     note(f"{call!r}, split at {split}")
     label_conv_call(call, grad=True, final_state=True)
@@ -156,7 +140,7 @@ def test_backend_final_state_continues_the_sequence(data, gdn_backend, device):
 def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
     """Prefill then one ``update`` per token, each from the state the last call returned == torch's, within §6."""
     against_torch(gdn_backend)
-    call, split = _split(data, _draw_call(data, gdn_backend, varlen=False), 0)
+    call, split = split_calls(data, _draw_call(data, gdn_backend, varlen=False), 0)
     count_example()
     note(f"{call!r}, prefill of {split}")
     label_conv_call(call, grad=False, final_state=True)
