@@ -28,3 +28,18 @@ def stacks(draw: st.DrawFn):
     family, config, seed = draw(family_layers())
     indices = draw(st.lists(st.integers(0, 3), min_size=1, max_size=2, unique=True).map(sorted))
     return family, tuple(dataclasses.replace(config, layer_idx=i) for i in indices), seed
+
+
+@st.composite
+def caller_calls(draw: st.DrawFn):
+    """A layout (``none``/``mask``/``cu_seqlens``), its per-sequence valid tokens, and a prefix length."""
+    layout = draw(st.sampled_from(["none", "mask", "cu_seqlens"]))
+    prefix = draw(st.integers(0, 6))
+    if layout == "cu_seqlens":
+        lens = draw(st.lists(st.integers(0, 8), min_size=1, max_size=3).filter(sum))
+        return layout, 1, sum(lens), tuple(lens), "right", prefix
+    B, T = draw(st.integers(1, 3)), draw(st.integers(1, 9))
+    if layout == "none":
+        return layout, B, T, (T,) * B, "right", prefix
+    valid = tuple(draw(st.lists(st.integers(0, T), min_size=B, max_size=B)))
+    return layout, B, T, valid, draw(st.sampled_from(["left", "right"])), prefix

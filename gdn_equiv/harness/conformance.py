@@ -285,6 +285,13 @@ def block_edges(backend: str) -> tuple[int, ...]:
     return tuple(e for e in BLOCK_EDGES if e < reach)
 
 
+#: the block-edge sweep runs as this many tests, one per part, each sweeping its share of the edges
+#: (``edge_splits(...)[part::PARTS]``, or one pair where there are fewer than parts): on a GPU fla's convs
+#: compile a kernel per channel count, and the undivided sweep did not finish in 400 s on the H100 (issue #52);
+#: the gate's ``test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls`` runs each part
+EDGE_PARTS = 4
+
+
 def edge_splits(backend: str) -> list[tuple[int, int]]:
     """The fused calls that cross each block edge in reach, as the backend can take them: ``(a, m)`` with
     ``m`` its channel multiple (with torch's) and ``a`` the largest multiple of ``m`` at or under the edge (at

@@ -42,7 +42,7 @@ from gdn_equiv.model.cache import Cache, check_layer_state, layer_cache
 from gdn_equiv.model.example import Example, Inputs, build_layer
 from gdn_equiv.model.families import get_family, known_families
 from gdn_equiv.strategies import layer_configs
-from gdn_equiv.strategies.callers import family_layers, stacks
+from gdn_equiv.strategies.callers import caller_calls, family_layers, stacks
 from gdn_equiv.targets.fla_target import TARGET
 
 F64 = torch.float64
@@ -61,23 +61,8 @@ def _layer(family: str, config, seed: int, cls: str = "layer_cls"):
 # --- absolute bookkeeping ---------------------------------------------------------------------
 
 
-@st.composite
-def calls(draw: st.DrawFn):
-    """A layout (``none``/``mask``/``cu_seqlens``), its per-sequence valid tokens, and a prefix length."""
-    layout = draw(st.sampled_from(["none", "mask", "cu_seqlens"]))
-    prefix = draw(st.integers(0, 6))
-    if layout == "cu_seqlens":
-        lens = draw(st.lists(st.integers(0, 8), min_size=1, max_size=3).filter(sum))
-        return layout, 1, sum(lens), tuple(lens), "right", prefix
-    B, T = draw(st.integers(1, 3)), draw(st.integers(1, 9))
-    if layout == "none":
-        return layout, B, T, (T,) * B, "right", prefix
-    valid = tuple(draw(st.lists(st.integers(0, T), min_size=B, max_size=B)))
-    return layout, B, T, valid, draw(st.sampled_from(["left", "right"])), prefix
-
-
 @settings(deadline=None)
-@given(case=family_layers(), call=calls(), cls=st.sampled_from(CLASSES), grad=st.booleans())
+@given(case=family_layers(), call=caller_calls(), cls=st.sampled_from(CLASSES), grad=st.booleans())
 def test_cache_holds_offset_and_last_conv_inputs_computed_from_the_inputs(case, call, cls, grad):
     """offset = tokens fed (each call's ``x.shape[1]``, fla's ``q_len``: a packed prefix counts all its
     tokens); conv state = the last W conv inputs of each sequence."""
@@ -169,7 +154,7 @@ def test_bookkeeping_catches_a_layer_that_forgets_its_conv_state():
         suppress_health_check=list(HealthCheck),
         phases=[Phase.explicit, Phase.generate],  # any failing call makes the point; no shrinking
     )
-    _, call, _ = find(st.tuples(family_layers(), calls(), st.booleans()), wrong, settings=search)
+    _, call, _ = find(st.tuples(family_layers(), caller_calls(), st.booleans()), wrong, settings=search)
     assert call[-1] > 0, "only a call after a prefix has a conv state to forget"
 
 

@@ -31,9 +31,8 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation, ledger, registry
-from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ plants defects with these)
-    BLOCK_EDGES,
-    block_edges,
+from gdn_equiv.harness.conformance import (
+    EDGE_PARTS,
     check_block_edges,
     check_continuation,
     check_decode_continuation,
@@ -145,12 +144,6 @@ def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
     note(f"{call!r}, prefill of {split}")
     label_conv_call(call, grad=False, final_state=True)
     isolation.call(check_decode_continuation, call, split, gdn_backend, device)
-
-
-#: the block-edge sweep runs as this many tests, one per part, each sweeping its share of the edges
-#: (``edge_splits(...)[part::PARTS]``, or one pair where there are fewer than parts): on a GPU fla's convs
-#: compile a kernel per channel count, and the undivided sweep did not finish in 400 s on the H100 (issue #52)
-EDGE_PARTS = 4
 
 
 # each example sweeps its share of the edges in reach, twice (11 edges on a GPU: 22 fused-vs-split checks,
