@@ -29,6 +29,7 @@ from gdn_equiv.model.example import build_layer
 from gdn_equiv.model.guard import Condition, decide
 from gdn_equiv.run import runner
 from gdn_equiv.run.report import FAILING, UNREACHED, Check, ReportWriter, merge, read_failure
+from gdn_equiv.strategies import premises
 
 GREEN = ("pass", "counterexample", "n/a", "none found")
 
@@ -273,7 +274,7 @@ def test_a_row_that_compared_nothing_is_not_a_pass() -> None:
         raise P.NotApplicable("planted")
 
     base = registry.get_record("P3-forward-exact")
-    loose = dataclasses.replace(base, check=never, premise=registry.any_examples)
+    loose = dataclasses.replace(base, check=never, premise=premises.any_examples)
     check = runner.run_property("P3-forward-exact", "torch", max_examples=3, max_seq_len=4, record=loose)
     assert check.result == "not exercised" and check.examples == check.not_applicable == 3
     check = runner.run_property("P3-forward-exact", "torch", max_examples=3, max_seq_len=4, record=loose, deadline=0)

@@ -23,7 +23,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, reporting, settings, target
 from hypothesis import find as hypothesis_find
-from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from gdn_equiv.harness import isolation, ledger
@@ -47,7 +46,7 @@ from gdn_equiv.model.guard import Condition
 from gdn_equiv.run.failures import Failure
 from gdn_equiv.run.rows import Check
 from gdn_equiv.run.signals import interrupt_pending
-from gdn_equiv.strategies import examples
+from gdn_equiv.strategies.premises import gap_search_examples
 from gdn_equiv.targets import UpstreamRefused
 
 __all__ = [
@@ -433,15 +432,7 @@ def search_gaps(
     one whose every example was refused is ``not exercised``.
     """
     pins = P.upstream_example_pins(target, **options)
-    # a third of the draws break one guard condition alone: the states where a guard's mistake on that
-    # condition shows (another broken condition can make both guards fall back). SPEC §1's two gaps are
-    # such states: 14 searches found both in 137-480 guard calls (shrinking included), 6 searches with
-    # free draws only in 136-1,093
-    strategy = st.one_of(
-        examples(fusable=True, family=family, **pins),
-        examples(fusable=False, max_reasons=1, family=family, **pins),
-        examples(fusable=False, family=family, **pins),
-    )
+    strategy = gap_search_examples(family, **pins)
     started = clock()
     known: set[type] = set()
     row: dict[str, Any] = {
@@ -506,7 +497,7 @@ def search_gaps(
         # a key per round (per set of known kinds): a round that treats a kind as known would
         # otherwise replay the saved example of the round that found it, see it pass and delete it
         round_key = clean.database_key + b"|known=" + ",".join(sorted(k.__name__ for k in known)).encode()
-        prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key  # type: ignore[attr-defined]
+        prop.hypothesis.inner_test._hypothesis_internal_add_digest = round_key
         cut_short = False
         try:
             prop()
