@@ -1,6 +1,6 @@
 """The conv calls the gate's conformance and ground-truth properties draw (``gdn_equiv.suite.test_conformance``,
 ``test_ground_truth``), each inside a backend's declared scope at the conformance reach
-(:func:`gdn_equiv.harness.conformance.conformance_reach`: on a GPU up to the PR's 6,144 fused channels and
+(:func:`conformance_reach`: on a GPU up to the PR's 6,144 fused channels and
 tile-edge lengths, on a CPU up to 1,025 channels, small shapes for Triton kernels in the interpreter), and the
 Gated DeltaNet layers the reference layer is checked on against SPEC §2 written out."""
 
@@ -9,14 +9,39 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 
-from gdn_equiv.harness.conformance import conformance_reach
 from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.strategies.convs import LAYOUTS, ConvCall, conv_calls
+from gdn_equiv.strategies.values import VALUE_KINDS
 
-__all__ = ["conformance_calls", "gdn_truth_cases", "ground_truth_calls", "split_calls"]
+__all__ = [
+    "LONG_REACH",
+    "conformance_calls",
+    "conformance_reach",
+    "gdn_truth_cases",
+    "ground_truth_calls",
+    "split_calls",
+]
+
+
+#: the longest call the conformance properties draw: past 256, the longest time tile (values.TIME_TILES)
+LONG_REACH = 300
+
+
+def conformance_reach(backend: str) -> dict:
+    """How wide and long the calls may get: where real kernels change code path (block edges up to the
+    PR's 6,144 fused channels, tile edges in time) on a GPU, and on a CPU up to 1,025 channels; Triton
+    kernels (ours and fla's) run in the interpreter there, too slow for them, so they keep the small
+    shapes. Calls past the time tiles (up to :data:`LONG_REACH` tokens, a few channels: issue #49) and
+    extreme values (:data:`~gdn_equiv.strategies.values.VALUE_KINDS`: issue #52) everywhere else."""
+    if torch.cuda.is_available():
+        return {"wide_channels": 6145, "long_seq_len": LONG_REACH, "values": VALUE_KINDS}
+    if backend in ("triton", "fla-triton"):
+        return {"values": VALUE_KINDS}
+    return {"wide_channels": 1025, "long_seq_len": LONG_REACH, "values": VALUE_KINDS}
 
 
 def conformance_calls(backend: str, **options: Any) -> st.SearchStrategy[ConvCall]:

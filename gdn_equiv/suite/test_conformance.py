@@ -41,7 +41,6 @@ from gdn_equiv.harness.conformance import (
     check_gradients,
     check_outside_capabilities,
     check_update,
-    conformance_reach,
     edge_splits,
 )
 from gdn_equiv.harness.coverage import label_conv_call
@@ -50,7 +49,7 @@ from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.strategies import ConvCall, outside_calls
-from gdn_equiv.strategies.conformance import conformance_calls, split_calls
+from gdn_equiv.strategies.conformance import conformance_calls, conformance_reach, split_calls
 from gdn_equiv.strategies.convs import breakable_limits
 from gdn_equiv.strategies.values import swept_lengths, swept_values
 

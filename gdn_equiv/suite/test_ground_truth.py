@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness.compare import assert_equivalent
-from gdn_equiv.harness.conformance import conformance_reach
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ground_truth import (
     check_forward,
@@ -32,7 +31,7 @@ from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.model.example import Example, build_layer
 from gdn_equiv.strategies import ConvCall
-from gdn_equiv.strategies.conformance import gdn_truth_cases, ground_truth_calls
+from gdn_equiv.strategies.conformance import conformance_reach, gdn_truth_cases, ground_truth_calls
 from gdn_equiv.strategies.values import swept_lengths, swept_values
 
 # first: cheap and broad (one conv call of each kind against fp64): every worker starts on them (time to red)
