@@ -19,6 +19,7 @@ from gdn_equiv.strategies.values import VALUE_KINDS
 
 __all__ = [
     "LONG_REACH",
+    "channel_slices",
     "conformance_calls",
     "conformance_reach",
     "gdn_truth_cases",
@@ -62,6 +63,12 @@ def ground_truth_calls(backend: str, **options: Any) -> st.SearchStrategy[ConvCa
     caps = capabilities([backend])
     lo, hi = caps.widths or (1, 4)
     return conv_calls(widths=(lo, min(hi, 4)), capabilities=caps, **conformance_reach(backend), **options)
+
+
+def channel_slices() -> st.SearchStrategy[list[int]]:
+    """Two or three channel slices of 1-16 channels each (in multiples of a backend's channel multiple, the
+    property scales them): the fused-slices property's q|k|v."""
+    return st.lists(st.integers(1, 16), min_size=2, max_size=3)
 
 
 def split_calls(data: st.DataObject, call: ConvCall, lo: int) -> tuple[ConvCall, int]:
