@@ -23,6 +23,7 @@ __all__ = [
     "no_short_conv",
     "other_builtins",
     "refused",
+    "trainable_upstream",
     "violating",
 ]
 
@@ -109,3 +110,10 @@ def gap_search_examples(family: Any, **pins: Any) -> st.SearchStrategy[Example]:
         strategies.examples(fusable=False, max_reasons=1, family=family, **pins),
         strategies.examples(fusable=False, family=family, **pins),
     )
+
+
+def trainable_upstream(drawn: st.SearchStrategy[Draw]) -> st.SearchStrategy[Draw]:
+    """``drawn`` without the training examples of a ``recurrent`` core: fla refuses to train a layer whose core
+    mode is ``fused_recurrent`` ("Only chunk mode is supported in training."), a config refusal of fla's, not a
+    finding, so the gate leaves them out of an upstream target's draws."""
+    return drawn.filter(lambda d: not (d.example.train and getattr(d.example.config, "mode", None) == "recurrent"))

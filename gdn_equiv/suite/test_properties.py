@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness.registry import Draw
 from gdn_equiv.model.example import Example
+from gdn_equiv.strategies import premises
 from gdn_equiv.targets import Target, get_target
 from gdn_equiv.targets.fla_target import version_row
 
@@ -82,13 +83,10 @@ def run_example(
 @functools.cache
 def premise(name: str, backend: str, families: tuple[str, ...], target: str = "gdn_equiv") -> st.SearchStrategy[Draw]:
     """The draws of the property ``name``: its record's premise (:mod:`gdn_equiv.harness.registry`, what
-    ``gdn-equiv check`` draws too), over the gate's families, any dtype. fla refuses to train a layer whose
-    core mode is ``recurrent`` (``fused_recurrent``: "Only chunk mode is supported in training."), a config
-    refusal of fla's, not a finding: left out of fla's draws."""
+    ``gdn-equiv check`` draws too), over the gate's families, any dtype; on an upstream target, only what fla
+    trains (:func:`gdn_equiv.strategies.premises.trainable_upstream`)."""
     drawn = registry.get_record(name).strategy(backend, families)
-    if _upstream(target):
-        drawn = drawn.filter(lambda d: not (d.example.train and getattr(d.example.config, "mode", None) == "recurrent"))
-    return drawn
+    return premises.trainable_upstream(drawn) if _upstream(target) else drawn
 
 
 def families_with_fusion(target: str | Target, families: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
