@@ -166,7 +166,6 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
         close(value, ref[name], name, backend, context)
 
 
-
 #: each combination test runs as this many tests, one per part: every part draws every cell (descriptions
 #: only, cheap) and checks the promise on all of them, then runs its share, cells ``part, part + parts, ...``.
 #: The checks are the same as one test's; what changes is that xdist can spread one backend's combinations
