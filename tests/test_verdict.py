@@ -313,11 +313,11 @@ def test_every_example_property_splits_by_dtype_and_names_a_replayable_function(
 def test_g5_is_n_a_without_a_second_built_in_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only built-in kernels count as the second backend (a plug-in twin of torch could never differ)."""
     record = registry.get_record(registry.necessity_name(Condition.G5))
-    monkeypatch.setattr(registry, "available_backends", lambda: ["torch", "mypkg.kernels:conv"])
+    monkeypatch.setattr(premises, "available_backends", lambda: ["torch", "mypkg.kernels:conv"])
     reason = record.not_applicable("torch")
     assert reason is not None and "second available built-in conv backend besides 'torch'" in reason
     assert record.not_applicable("mypkg.kernels:conv") is None  # torch is its second
-    monkeypatch.setattr(registry, "available_backends", lambda: ["torch", "triton"])
+    monkeypatch.setattr(premises, "available_backends", lambda: ["torch", "triton"])
     assert record.not_applicable("torch") is None
 
 
