@@ -20,11 +20,11 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation, ledger, registry
+from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.registry import Draw
 from gdn_equiv.model.example import Example
 from gdn_equiv.strategies import premises
 from gdn_equiv.targets import Target, get_target
-from gdn_equiv.targets.fla_target import version_row
 
 # first: cheap on a CPU (a fraction of a second per example) and broad, so a defect shows within seconds;
 # slow: on a GPU each is tens of seconds cold (Triton compiles). Both start them first under xdist
@@ -89,23 +89,11 @@ def premise(name: str, backend: str, families: tuple[str, ...], target: str = "g
     return premises.trainable_upstream(drawn) if _upstream(target) else drawn
 
 
-def families_with_fusion(target: str | Target, families: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
-    """The ``families`` whose layers on ``target`` have a fused prologue at all (an fla version's table row
-    says which), and why none does when none does."""
-    if not _upstream(target):
-        return families, None
-
-    row = version_row()
-    fusing = tuple(f for f in families if row.fuses(f))
-    why = None if fusing else f"fla {row.version} has no fused prologue for {', '.join(families)}"
-    return fusing, why
-
-
 @pytest.fixture(scope="session")
 def fusing_families(layer_target: str | Target, gdn_families: tuple[str, ...]) -> tuple[str, ...]:
     """The families P3/P4 draw from: those with a fused prologue on the target. With none, P3/P4 are
     "n/a" with that reason (a skip), not "not exercised"."""
-    fusing, why = families_with_fusion(layer_target, gdn_families)
+    fusing, why = P.families_with_fusion(layer_target, gdn_families)
     if why is not None:
         pytest.skip(f"n/a: {why}")
     return fusing
