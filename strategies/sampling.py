@@ -45,3 +45,7 @@ class DrawnChoices:
 
     def flag(self) -> bool:
         return self._draw(_BOOLEANS)
+
+    def __call__(self, strategy: SearchStrategy[T]) -> T:
+        """A plug-in fact written before :class:`~gdn_equiv.model.choices.Choices` draws a strategy itself."""
+        return self._draw(strategy)
