@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.model.backends import capabilities
 
-from .convs import ConvCall
+from .convs import LAYOUTS, ConvCall, conv_calls
 from .examples import attention_mask_lens, examples
 from .values import LONG_MAX_CHANNELS, TIME_TILES
 
@@ -30,6 +30,8 @@ __all__ = [
     "LAYER_DIMENSIONS",
     "Cell",
     "cell_call",
+    "combination_calls",
+    "combination_widths",
     "conv_cells",
     "feasible",
     "layer_cell_examples",
@@ -211,6 +213,23 @@ def layer_cell_examples(draw: st.DrawFn, **kwargs: Any) -> list[tuple[dict[str, 
     return out
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=256)  # one strategy per arguments: see gdn_equiv.strategies.sampling.sampled
 def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any]:
     return examples(fusable=None, **dict(kwargs))
+
+
+def combination_widths(backend: str) -> tuple[int, int]:
+    """The widths the combination tests draw on ``backend``: its declared ones, up to 4."""
+    lo, hi = capabilities([backend]).widths or (1, 4)
+    return lo, min(hi, 4)
+
+
+def combination_calls(backend: str) -> st.SearchStrategy:
+    """Base calls inside the capabilities of the backend and torch, one per cell the backend can be asked
+    (``gdn_equiv.suite.test_combinations``)."""
+    caps = capabilities([backend, "torch"])
+    widths = combination_widths(backend)
+    base = conv_calls(widths=widths, varlen=False, max_seq_len=1, layouts=LAYOUTS, max_channels=40, capabilities=caps)
+    return conv_cells(
+        base, widths=widths, varlen_initial_state=caps.varlen_initial_state, channel_step=caps.channel_step
+    )

@@ -16,7 +16,7 @@ from hypothesis.errors import InvalidArgument
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES, Capabilities
 from gdn_equiv.model.conv_ops import activation_names
 from gdn_equiv.model.example import DTYPES
-from gdn_equiv.model.sampling import sampled
+from gdn_equiv.strategies.sampling import sampled
 
 from . import values as _values
 
@@ -330,7 +330,7 @@ def _conv_calls(
     )
 
 
-@functools.lru_cache(maxsize=256)  # one strategy per bound: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=256)  # one strategy per bound: see gdn_equiv.strategies.sampling.sampled
 def _packed_lens(max_seq_len: int) -> st.SearchStrategy[list[int]]:
     """1 to 4 packed sequences of up to ``max_seq_len`` tokens, at least one token in all."""
     return st.lists(st.integers(0, max_seq_len), min_size=1, max_size=4).filter(sum)

@@ -18,7 +18,7 @@ from gdn_equiv.model.config import LayerConfig
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import DEFAULT_FAMILY, fla_only_families, get_family, known_families
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.model.sampling import sampled
+from gdn_equiv.strategies.sampling import sampled
 
 from .facts import DTYPE_NAMES, _nonempty, rare
 from .layers import fact_reasons, layer_configs, unbreakable_conditions
@@ -72,7 +72,7 @@ def cu_seqlens_for(
     return _lengths(total, min_seqs, hi, allow_empty)
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.strategies.sampling.sampled
 @st.composite
 def _lengths(draw: st.DrawFn, total: int, min_seqs: int, max_seqs: int, allow_empty: bool) -> tuple[int, ...]:
     n = draw(st.integers(min_seqs, max_seqs))
@@ -101,7 +101,7 @@ def attention_mask_lens(
     return _mask_lens(batch, seq_len, min_tokens, tuple(str(side) for side in _nonempty("pad_sides", pad_sides)))
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.strategies.sampling.sampled
 @st.composite
 def _mask_lens(
     draw: st.DrawFn, batch: int, seq_len: int, min_tokens: int, pad_sides: tuple[str, ...]
@@ -127,7 +127,7 @@ def seq_lens(*, min_value: int = 1, max_value: int = 140) -> st.SearchStrategy[i
     return _seq_len(min_value, max_value)
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per arguments: see gdn_equiv.strategies.sampling.sampled
 @st.composite
 def _seq_len(draw: st.DrawFn, min_value: int, max_value: int) -> int:
     band = draw(st.integers(0, 9))

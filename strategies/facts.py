@@ -17,6 +17,7 @@ from hypothesis.errors import InvalidArgument
 from gdn_equiv.model.backends import BUILTIN_BACKENDS
 from gdn_equiv.model.config import CONV_ACTIVATIONS, CallFacts, ConvFacts, LayerFacts
 from gdn_equiv.model.conv_ops import conv_facts as registered_conv_facts
+from gdn_equiv.strategies.sampling import DrawnChoices
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda:0", "cuda:1")
@@ -43,7 +44,7 @@ def rare(p: float) -> st.SearchStrategy[bool]:
     return _rare(round(p * 1000))
 
 
-@functools.lru_cache(maxsize=1024)  # one strategy per probability: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per probability: see gdn_equiv.strategies.sampling.sampled
 def _rare(permille: int) -> st.SearchStrategy[bool]:
     threshold = 1000 - permille
     return st.integers(0, 999).map(lambda n: n >= threshold)
@@ -104,13 +105,13 @@ def extras_strategy(channels: Sequence[int]) -> st.SearchStrategy[tuple[tuple[st
 
 # one module-level composite: a composite defined inside the function was decorated again on every
 # layer draw (Hypothesis builds a signature-preserving wrapper each time), ~8 ms of a ~30 ms draw
-@functools.lru_cache(maxsize=1024)  # one strategy per channels: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=1024)  # one strategy per channels: see gdn_equiv.strategies.sampling.sampled
 @st.composite
 def _extras(draw: st.DrawFn, channels: tuple[int, ...]) -> tuple[tuple[str, object], ...]:
     facts = registered_conv_facts()
     out: dict[str, object] = {}
     for fact in facts:
-        out.update(fact.draw(draw, channels))
+        out.update(fact.draw(DrawnChoices(draw), channels))
     defaults = {p: d for f in facts for p, d in f.params}
     return tuple(sorted((k, v) for k, v in out.items() if v != defaults[k]))
 

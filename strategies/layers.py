@@ -17,11 +17,11 @@ from gdn_equiv.model.conv_ops import conv_facts as registered_conv_facts
 from gdn_equiv.model.families import DEFAULT_FAMILY, get_family, is_fla_only
 from gdn_equiv.model.fla_versions import VERSIONS
 from gdn_equiv.model.guard import Condition
-from gdn_equiv.model.sampling import sampled
+from gdn_equiv.strategies.sampling import DrawnChoices, sampled
 
 from .facts import DTYPE_NAMES, _nonempty, extras_strategy, rare
 
-__all__ = ["CONV_REASONS", "conv_specs", "layer_configs"]
+__all__ = ["CONV_REASONS", "conv_specs", "family_dims", "layer_configs"]
 
 # The guard conditions a config alone can break (given short conv is on): G5-G9, then each registered
 # per-conv fact's (G10: the L2-norm conv), as they were registered when this module was imported.
@@ -280,8 +280,23 @@ def _dims(fam: Any, max_heads: int, hidden_sizes: tuple[int, ...], channel_multi
     """The family's own fields; for a backend with a channel multiple, drawn so that every conv's channel
     count is one (a family whose ``dims`` takes no ``channel_multiple`` is filtered by the caller)."""
     if channel_multiple > 1 and "channel_multiple" in inspect.signature(fam.dims).parameters:
-        return fam.dims(max_heads=max_heads, hidden_sizes=hidden_sizes, channel_multiple=channel_multiple)
-    return fam.dims(max_heads=max_heads, hidden_sizes=hidden_sizes)
+        return family_dims(fam, max_heads=max_heads, hidden_sizes=hidden_sizes, channel_multiple=channel_multiple)
+    return family_dims(fam, max_heads=max_heads, hidden_sizes=hidden_sizes)
+
+
+def family_dims(fam: Any, **kwargs: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """The draws of a family record's own config fields: its ``dims(choices, **kwargs)`` (the ranges and choices
+    the model declares, :class:`~gdn_equiv.model.choices.Choices`) answered by Hypothesis draws. A plug-in
+    family whose ``dims`` is itself a strategy function (keyword arguments only) is called as it is."""
+    params = inspect.signature(fam.dims).parameters.values()
+    if not any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return fam.dims(**kwargs)
+    return _family_dims(fam.dims, **kwargs)
+
+
+@st.composite
+def _family_dims(draw: st.DrawFn, dims: Any, **kwargs: Any) -> dict[str, Any]:
+    return dims(DrawnChoices(draw), **kwargs)
 
 
 @dataclass(frozen=True)
@@ -409,7 +424,7 @@ def _with_facts(
     broken = [f for f in registered_conv_facts() if p.fusable_convs is False and f.condition_id in reasons]
     for fact in broken:
         i = draw(st.integers(0, len(slots) - 1))
-        values = fact.violate(draw, fact.values(extras[i]), channels)
+        values = fact.violate(DrawnChoices(draw), fact.values(extras[i]), channels)
         extras[i] = {**extras[i], **values}
     pairs = zip(slots, extras, strict=True)
     specs = {f"{n}_conv": replace(config.conv_spec(n), extras=tuple(e.items())) for n, e in pairs}

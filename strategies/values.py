@@ -40,7 +40,7 @@ import torch
 from hypothesis import strategies as st
 
 from gdn_equiv.model.conv_ops import apply_activation
-from gdn_equiv.model.sampling import sampled
+from gdn_equiv.strategies.sampling import sampled
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -92,7 +92,7 @@ def long_length(draw: st.DrawFn, reach: int) -> int:
     return draw(sampled(edges))
 
 
-@functools.lru_cache(maxsize=64)  # one strategy per kinds: see gdn_equiv.model.sampling.sampled
+@functools.lru_cache(maxsize=64)  # one strategy per kinds: see gdn_equiv.strategies.sampling.sampled
 def value_kinds(kinds: tuple[str, ...] = VALUE_KINDS) -> st.SearchStrategy[str]:
     """``randn`` two draws in three, else one of the other ``kinds``; shrinks to ``randn``."""
     unknown = [k for k in kinds if k not in VALUE_KINDS]

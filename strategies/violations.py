@@ -14,6 +14,7 @@ from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition
+from gdn_equiv.strategies.sampling import DrawnChoices
 
 _OTHER_DTYPE = {"float32": "float64", "float64": "float32", "float16": "float32", "bfloat16": "float32"}
 
@@ -105,7 +106,7 @@ def violating(
         fact = condition.fact
         channels = [c.conv_channels(n) for n in c.SLOTS]
         spec = c.conv_spec(name)
-        values = fact.violate(draw, fact.values(spec.extras), channels)
+        values = fact.violate(DrawnChoices(draw), fact.values(spec.extras), channels)
         return _with_conv(base, name, extras=tuple({**dict(spec.extras), **values}.items()))
     raise AssertionError(condition)
 

@@ -33,6 +33,7 @@ from gdn_equiv.model.example import Example, build_layer
 from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition, decide
 from gdn_equiv.strategies import layer_facts, violating
+from gdn_equiv.strategies.sampling import DrawnChoices
 
 PLAIN = CallFacts(has_cached_state=False, use_cache=False, varlen=False)
 SEARCH = settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -200,7 +201,7 @@ def test_l2_norm_gradient_is_the_derivative_of_its_maths() -> None:
 
 def _active_values(draw, fact, channels: list[int]) -> dict:
     """Values that turn the fact on (off it is the identity): the fact's own ``violate`` of its defaults."""
-    values = fact.violate(draw, dict(fact.params), channels)
+    values = fact.violate(DrawnChoices(draw), dict(fact.params), channels)
     assume(fact.active(values))
     return values
 

@@ -21,6 +21,8 @@ if not torch.cuda.is_available():
 from hypothesis import find
 
 from gdn_equiv.errors import BackendUnavailable, InvalidArgument
+from gdn_equiv.harness import conformance as C
+from gdn_equiv.harness import ground_truth as G
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model import fla_versions
@@ -35,6 +37,7 @@ from gdn_equiv.model.backends import (
 from gdn_equiv.model.backends import fla_backend as fb
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall
+from gdn_equiv.strategies.conformance import conformance_calls
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
 
@@ -104,9 +107,9 @@ def test_fla_triton_matches_torch_on_one_call_of_each_kind():
     forward = ConvCall(B=2, T=5, D=20, W=4, bias=True, activation="silu", initial_state=True, seed=3)
     varlen = ConvCall(B=1, T=6, D=9, W=3, bias=True, activation=None, initial_state=True, seq_lens=(2, 0, 4), seed=4)
     for call in (forward, varlen):
-        conformance.check_forward(call, "fla-triton", "cpu")
-    conformance.check_gradients(forward, "fla-triton", "cpu")
-    conformance.check_update(dataclasses.replace(forward, T=1), "fla-triton", "cpu")
+        C.check_forward(call, "fla-triton", "cpu")
+    C.check_gradients(forward, "fla-triton", "cpu")
+    C.check_update(dataclasses.replace(forward, T=1), "fla-triton", "cpu")
 
 
 @needs_fla_triton
@@ -175,10 +178,10 @@ def test_fla_drops_the_gradient_of_a_final_state_slot_0_which_the_declaration_co
     honest = get_backend("fla-triton")
     with registered(dataclasses.replace(honest, name="fla-triton-all-slots", unused_state_slots=0)):
         with pytest.raises(Mismatch, match=r"grad\.x") as caught:
-            conformance.check_gradients(call, "fla-triton-all-slots", "cpu")
+            C.check_gradients(call, "fla-triton-all-slots", "cpu")
         assert "index (0, 2, " in str(caught.value)  # token T - W = 2
-    conformance.check_gradients(call, "fla-triton", "cpu")
-    conformance.check_continuation(call, 2, "fla-triton", "cpu")
+    C.check_gradients(call, "fla-triton", "cpu")
+    C.check_continuation(call, 2, "fla-triton", "cpu")
 
 
 @needs_fla_triton
@@ -191,7 +194,7 @@ def test_fla_triton_update_leaves_the_state_alone_and_continues_a_prefill():
     with torch.no_grad():
         causal_conv1d_update(t["x"][:, 0], state, t["weight"], t["bias"], "silu", backend="fla-triton")
     torch.testing.assert_close(state, before, rtol=0, atol=0)
-    conformance.check_decode_continuation(call, 2, "fla-triton", "cpu")
+    C.check_decode_continuation(call, 2, "fla-triton", "cpu")
 
 
 # ---- the gluon scope: an environment variable set for forward and backward alike --------------------
@@ -307,13 +310,13 @@ def _caught(check, backend: str, *, split: int | None = None, **options) -> Conv
             return True
         return False
 
-    call = find(conformance.conformance_calls(backend, **options), fails, settings=SEARCH)
+    call = find(conformance_calls(backend, **options), fails, settings=SEARCH)
     print(f"{backend}: caught by {check.__name__}: {call}")
     return call
 
 
 def test_undeclared_dropped_slot_gradient_is_caught(conventions):
-    call = _caught(conformance.check_gradients, "state-slot0-all")
+    call = _caught(C.check_gradients, "state-slot0-all")
     assert call.T >= call.W  # only then does final slot 0 hold an input of this call
 
 
@@ -337,7 +340,7 @@ def test_a_declared_unused_slot_is_not_a_false_alarm(conventions, name):
 def test_the_ground_truth_catches_an_undeclared_dropped_slot_gradient(conventions):
     """The fp64 ground truth honours the declaration (fla-triton on the H200 failed it at W=1, T=1, where
     slot 0 is the only slot) and still catches the kernel that drops slot 0 without declaring it."""
-    call = _caught(ground_truth.check_gradients, "state-slot0-all")
+    call = _caught(G.check_gradients, "state-slot0-all")
     assert call.T >= call.W
 
 
@@ -345,10 +348,10 @@ def test_a_needed_slot_declared_unused_is_caught_by_state_passing(conventions):
     """Slot 1 spoiled and declared unused: the single-call comparisons skip it, but a final state fed
     back as the next initial state (or to the step kernel) is read from slot 1 on."""
     honest_call = ConvCall(B=1, T=3, D=2, W=3, initial_state=True, seed=1)
-    conformance.check_forward(honest_call, "state-slot1-declared", "cpu")  # the declaration hides it here
-    call = _caught(conformance.check_continuation, "state-slot1-declared", split=1, varlen=False)
+    C.check_forward(honest_call, "state-slot1-declared", "cpu")  # the declaration hides it here
+    call = _caught(C.check_continuation, "state-slot1-declared", split=1, varlen=False)
     assert call.W >= 2
-    call = _caught(conformance.check_decode_continuation, "state-slot1-declared", split=1, varlen=False)
+    call = _caught(C.check_decode_continuation, "state-slot1-declared", split=1, varlen=False)
     assert call.W >= 2
 
 

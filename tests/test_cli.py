@@ -26,11 +26,11 @@ import pytest
 import gdn_equiv
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness import registry
-from gdn_equiv.harness.registry import any_examples
 from gdn_equiv.run import cli, runner
 from gdn_equiv.run.cli import check as cli_check
 from gdn_equiv.run.cli import common as cli_common
 from gdn_equiv.run.report import Check, ReportWriter
+from gdn_equiv.strategies.premises import any_examples
 
 PLANTED = textwrap.dedent(
     '''

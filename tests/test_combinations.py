@@ -12,7 +12,8 @@ import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.harness.cells import check_cell
+from gdn_equiv.harness import cells as gate_cells
+from gdn_equiv.harness.cells import check_cell, check_cells
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.conformance import check_forward, check_gradients
 from gdn_equiv.harness.coverage import conv_call_regions
@@ -20,9 +21,8 @@ from gdn_equiv.harness.planted import COMBINATION_BACKENDS
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model.backends import registered
 from gdn_equiv.strategies import ConvCall, conv_calls, examples
-from gdn_equiv.strategies.combinations import Cell, all_cells, cell_call, feasible
+from gdn_equiv.strategies.combinations import Cell, all_cells, cell_call, combination_calls, feasible
 from gdn_equiv.strategies.examples import ZERO_SCALE_RATE
-from gdn_equiv.suite.test_combinations import check_cells, combination_calls
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -146,12 +146,10 @@ def test_a_layer_examples_conv_call_in_every_cell_catches_the_no_final_kernel() 
 
 
 def test_each_part_runs_its_share_and_a_part_without_cells_fails() -> None:
-    from gdn_equiv.suite import test_combinations as gate
-
     cells = list(range(120))
-    shares = [gate._share(cells, part, 30) for part in range(30)]
+    shares = [gate_cells.part_share(cells, part, 30) for part in range(30)]
     assert sorted(c for share in shares for c in share) == cells and {len(s) for s in shares} == {4}
-    assert gate._share(cells, None, 30) == cells
+    assert gate_cells.part_share(cells, None, 30) == cells
     with pytest.raises(AssertionError, match="part 3 of 4 has no cell to run: only 3 cells drawn"):
-        gate._share(cells[:3], 3, 4)
-    assert gate.parts("conv") == (gate.GPU_PARTS["conv"] if torch.cuda.is_available() else gate.PARTS)
+        gate_cells.part_share(cells[:3], 3, 4)
+    assert gate_cells.parts("conv") == (gate_cells.GPU_PARTS["conv"] if torch.cuda.is_available() else gate_cells.PARTS)

@@ -538,7 +538,7 @@ PROMISE_RUN = textwrap.dedent(
     from hypothesis import given, settings
 
     from gdn_equiv.harness.coverage import label_conv_call
-    from gdn_equiv.suite.test_combinations import combination_calls
+    from gdn_equiv.strategies.combinations import combination_calls
 
     planted = sys.argv[1] == "planted"
 

@@ -30,6 +30,7 @@ from _pytest.outcomes import Skipped
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from gdn_equiv.harness import conformance as C
 from gdn_equiv.harness import ledger, planted
 from gdn_equiv.model.backends import Capabilities, registered
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
@@ -268,8 +269,8 @@ def test_the_block_edge_sweep_fails_a_backend_that_raises_on_every_call(multiple
     @given(data=st.data())
     def each_part(data: st.DataObject) -> None:
         with registered(raising, right):
-            for part in range(test_conformance.EDGE_PARTS):
-                splits = test_conformance.edge_splits(right.name)
+            for part in range(C.EDGE_PARTS):
+                splits = C.edge_splits(right.name)
                 assert splits and all(a % multiple == 0 and m == multiple for a, m in splits), splits
                 with pytest.raises(RuntimeError, match="refuses every call"):
                     sweep.hypothesis.inner_test(data=data, gdn_backend=raising.name, device="cpu", part=part)

@@ -104,10 +104,10 @@ def test_p3_p4_draw_only_families_the_fla_version_fuses_and_are_na_for_the_other
 
     row, fla = version_row(), get_target("fla", core="reference")
     asked = ("gated_deltanet", "gla")
-    assert suite.families_with_fusion(fla, asked) == (tuple(f for f in asked if row.fuses(f)), None)
-    assert suite.families_with_fusion("gdn_equiv", ("gla",)) == (("gla",), None)
+    assert P.families_with_fusion(fla, asked) == (tuple(f for f in asked if row.fuses(f)), None)
+    assert P.families_with_fusion("gdn_equiv", ("gla",)) == (("gla",), None)
     if not row.fuses("gla"):
-        assert suite.families_with_fusion(fla, ("gla",)) == ((), f"fla {row.version} has no fused prologue for gla")
+        assert P.families_with_fusion(fla, ("gla",)) == ((), f"fla {row.version} has no fused prologue for gla")
 
 
 # ---- "not exercised" ------------------------------------------------------------------------------

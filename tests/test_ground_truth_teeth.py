@@ -1,6 +1,7 @@
 """The ground truth inside the gate, and why it must be independent.
 
-The properties of :mod:`gdn_equiv.suite.test_ground_truth` run here by import (edit them there).
+The checks of :mod:`gdn_equiv.harness.ground_truth` (the properties of ``gdn_equiv.suite.test_ground_truth``)
+run here.
 Below, a torch-backend-like kernel with a subtle defect is registered *as* ``torch``: the
 torch-relative conformance suite then compares it with itself and passes, while the fp64
 ``F.conv1d`` ground truth finds, by itself, a call it gets wrong.
@@ -14,13 +15,13 @@ import pytest
 import torch
 from hypothesis import find
 
+from gdn_equiv.harness import ground_truth as G
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model.backends import get_backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import conv_calls
 from gdn_equiv.suite import test_conformance as conformance
-from gdn_equiv.suite import test_ground_truth as ground_truth
 
 SEARCH = first_hit()
 
@@ -80,10 +81,10 @@ def test_torch_relative_conformance_is_na_on_torch_never_a_pass_of_a_shared_defe
 @pytest.mark.parametrize(
     "check, options",
     [
-        (ground_truth.check_forward, {"varlen": False}),
-        (ground_truth.check_forward, {"varlen": True}),
-        (ground_truth.check_gradients, {}),
-        (ground_truth.check_update, {"varlen": False, "initial_state": True, "max_seq_len": 1}),
+        (G.check_forward, {"varlen": False}),
+        (G.check_forward, {"varlen": True}),
+        (G.check_gradients, {}),
+        (G.check_update, {"varlen": False, "initial_state": True, "max_seq_len": 1}),
     ],
     ids=["forward", "varlen", "gradients", "update"],
 )

@@ -2,8 +2,9 @@
 directions, and reads an upstream target's known gaps strictly; its drawn-states check tells unsafe from missed.
 
 The gate's own tests are :mod:`gdn_equiv.suite.test_guard` (tables) and ``test_guard_matches_spec_on_drawn_states``
-(generated in ``gdn_equiv.suite.test_properties``); here their pieces are checked against planted guards
-(:mod:`gdn_equiv.harness.planted_guards`) and stand-in probes, without a pytest run inside a test.
+(generated in ``gdn_equiv.suite.test_properties``); here their pieces (:mod:`gdn_equiv.harness.guard_tables`) are
+checked against planted guards (:mod:`gdn_equiv.harness.planted_guards`) and stand-in probes, without a pytest run
+inside a test.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from dataclasses import dataclass
 import pytest
 
 from gdn_equiv.harness import guard_oracle
+from gdn_equiv.harness import guard_tables as tables
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.ledger import Outcome, exit_status
 from gdn_equiv.harness.planted_guards import GUARD_DEFECTS
 from gdn_equiv.model.config import ConvSpec
 from gdn_equiv.model.example import Example
 from gdn_equiv.model.families import get_family
-from gdn_equiv.suite import test_guard as gate
 from gdn_equiv.targets import get_target
 
 LAX = sorted(n for n in GUARD_DEFECTS if n.startswith("guard-ignores-"))
@@ -45,8 +46,8 @@ def _probe(defect: str | None = None):
 
 def test_the_in_house_guard_passes_the_tables() -> None:
     probe = _probe()
-    differences, counts = gate.walk(probe)
-    assert differences == [] and gate.verdict(probe, differences, allow_missed=False) == (Outcome.PASSED, "")
+    differences, counts = tables.walk(probe)
+    assert differences == [] and tables.verdict(probe, differences, allow_missed=False) == (Outcome.PASSED, "")
     assert counts == {name: (guard_oracle.table_size(t), 0) for name, t in guard_oracle.TABLES.items()}
 
 
@@ -54,8 +55,8 @@ def test_the_in_house_guard_passes_the_tables() -> None:
 @pytest.mark.parametrize("defect", LAX)
 def test_a_guard_that_drops_a_condition_is_an_unsafe_fusion(defect: str) -> None:
     probe = _probe(defect)
-    differences, _ = gate.walk(probe, _tables(defect))
-    outcome, text = gate.verdict(probe, differences, allow_missed=True)  # allowing missed fusions changes nothing
+    differences, _ = tables.walk(probe, _tables(defect))
+    outcome, text = tables.verdict(probe, differences, allow_missed=True)  # allowing missed fusions changes nothing
     cid = defect.removeprefix("guard-ignores-")
     assert outcome == Outcome.FAILED and f"[NEW] UnsafeFusion ({cid}):" in text, text
     assert f"[NEW] LaxReasons ({cid}):" in text  # and where another condition fails, it does not name this one
@@ -65,18 +66,18 @@ def test_a_guard_that_drops_a_condition_is_an_unsafe_fusion(defect: str) -> None
 @pytest.mark.parametrize("defect", STRICT)
 def test_a_guard_stricter_than_the_spec_is_a_missed_fusion(defect: str) -> None:
     probe = _probe(defect)
-    differences, _ = gate.walk(probe, _tables(defect))
+    differences, _ = tables.walk(probe, _tables(defect))
     assert differences and all(d.kind in ("missed", "reasons") for d in differences)
     missed = [d for d in differences if d.kind == "missed"]
     cid = defect.removeprefix("guard-strict-")
     assert missed and all(d.conditions == ((cid,) if cid.startswith("G") else ("G1",)) for d in missed)
-    outcome, text = gate.verdict(probe, missed, allow_missed=False)
+    outcome, text = tables.verdict(probe, missed, allow_missed=False)
     assert outcome == Outcome.MISSED_FUSION and "falls back where fusion is exact" in text, text
-    assert gate.verdict(probe, missed, allow_missed=True)[0] == "xfailed"
+    assert tables.verdict(probe, missed, allow_missed=True)[0] == "xfailed"
     # where others fail it names a condition that holds besides: stricter reasons, the same missed-fusion defect
     assert all(d.direction == "missed" for d in differences)
-    assert gate.verdict(probe, differences, allow_missed=False)[0] == Outcome.MISSED_FUSION
-    assert gate.verdict(probe, differences, allow_missed=True)[0] == "xfailed"
+    assert tables.verdict(probe, differences, allow_missed=False)[0] == Outcome.MISSED_FUSION
+    assert tables.verdict(probe, differences, allow_missed=True)[0] == "xfailed"
 
 
 @dataclass
@@ -100,13 +101,13 @@ class _Upstream:
 
 
 def test_known_upstream_gaps_are_a_strict_xfail_and_a_new_or_vanished_one_fails() -> None:
-    differences, _ = gate.walk(_Upstream(()), ("bias x activation",))
+    differences, _ = tables.walk(_Upstream(()), ("bias x activation",))
     assert {d.kind for d in differences} == {"unsafe", "missed"}
-    outcome, text = gate.verdict(_Upstream(("Unsafe", "Missed")), differences, allow_missed=False)
+    outcome, text = tables.verdict(_Upstream(("Unsafe", "Missed")), differences, allow_missed=False)
     assert outcome == "xfailed" and "[known] Unsafe (G8)" in text and "[known] Missed (-)" in text, text
-    assert gate.verdict(_Upstream(("Missed",)), differences, allow_missed=True)[0] == Outcome.FAILED  # new unsafe
-    assert gate.verdict(_Upstream(("Unsafe",)), differences, allow_missed=False)[0] == Outcome.MISSED_FUSION
-    outcome, text = gate.verdict(_Upstream(("Unsafe", "Missed", "Gone")), differences, allow_missed=False)
+    assert tables.verdict(_Upstream(("Missed",)), differences, allow_missed=True)[0] == Outcome.FAILED  # new unsafe
+    assert tables.verdict(_Upstream(("Unsafe",)), differences, allow_missed=False)[0] == Outcome.MISSED_FUSION
+    outcome, text = tables.verdict(_Upstream(("Unsafe", "Missed", "Gone")), differences, allow_missed=False)
     assert outcome == Outcome.FAILED and "version row is stale" in text and "Gone" in text
 
 

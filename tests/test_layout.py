@@ -85,6 +85,8 @@ def test_the_imports_keep_the_rooms_order() -> None:
     assert {"gdn_equiv.model", "gdn_equiv.harness", "gdn_equiv.run", "gdn_equiv.run.cli", "gdn_equiv.targets"} <= set(
         rooms
     ), rooms
+    # the draw layer is in the picture (installed as gdn_equiv.strategies), a room below the harness
+    assert rooms.get("gdn_equiv.strategies", 0) > 5, rooms
     assert pic["modules"] > 0 and pic["roomless_modules"] == []
 
 
@@ -123,6 +125,21 @@ def test_a_planted_violation_is_named(tree: Path, kind: str) -> None:
     assert found, f"a planted {kind} passed the rules"
     assert all(line.startswith(kind) for line in found), found
     assert all("planted" in line for line in found), found
+
+
+def test_the_draw_layer_sits_between_the_model_and_the_harness(tree: Path) -> None:
+    """The model declares its choices and never imports the draw layer; the draw layer draws what the harness'
+    checks take and never imports a check: either is an upward arrow, named."""
+    (tree / "gdn_equiv/model/planted_draws.py").write_text("from gdn_equiv.strategies import sampling\n")
+    (tree / "strategies/planted_check.py").write_text("from gdn_equiv.harness import conformance\n")
+    found = violations(tree)
+    assert any(
+        line.startswith("upward arrow: gdn_equiv.model.planted_draws:1 imports gdn_equiv.strategies") for line in found
+    ), found
+    assert any(
+        line.startswith("upward arrow: gdn_equiv.strategies.planted_check:1 imports gdn_equiv.harness.conformance")
+        for line in found
+    ), found
 
 
 def test_the_old_conv_ops_backends_circle_is_caught(tree: Path) -> None:

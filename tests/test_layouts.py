@@ -12,13 +12,14 @@ from hypothesis import find, given
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from gdn_equiv.harness import conformance as C
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model.backends import Backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall, conv_calls
+from gdn_equiv.strategies.conformance import conformance_calls
 from gdn_equiv.strategies.convs import LAYOUT_TENSORS, LAYOUTS, apply_layout
-from gdn_equiv.suite import test_conformance as conformance
 
 # A reachability search stops at its first hit; the budget (MISS_BOUND) only bounds the tail. Measured
 # over 30 seeds (initial_state expanded, p ~ 2/15 per draw): first hits after 4-167 draws, so 300 flaked
@@ -92,7 +93,7 @@ def test_cuda_conformance_reaches_the_causal_conv1d_dfinal_states_input():
     """repro/causal_conv1d_dfinal_states.py: causal-conv1d 1.7.0 misreads a final-state gradient that is
     not channel-last, in channels 32 and up. The ``cuda`` backend's gradient property draws such a
     cotangent by itself (its strategy is the one the property uses), with at least 33 channels."""
-    strategy = conformance.conformance_calls("cuda")
+    strategy = conformance_calls("cuda")
     call = find(
         strategy,
         lambda c: c.layout("dfinal") in ("sliced", "strided", "expanded") and c.D > 32 and c.W >= 2,
@@ -154,19 +155,19 @@ def _caught(check, backend: str, **options):
             return True
         return False
 
-    call = find(conformance.conformance_calls(backend, **options), fails, settings=SEARCH)
+    call = find(conformance_calls(backend, **options), fails, settings=SEARCH)
     print(f"{backend}: caught by {check.__name__}: {call}")
     return call
 
 
 def test_forward_property_catches_a_kernel_reading_x_with_contiguous_strides():
-    call = _caught(conformance.check_forward, "layout-x-contiguous", varlen=False)
+    call = _caught(C.check_forward, "layout-x-contiguous", varlen=False)
     assert call.layout("x") in ("sliced", "strided", "transposed", "expanded")
 
 
 def test_gradient_property_catches_a_backward_reading_dfinal_with_contiguous_strides():
     """The causal-conv1d defect's class (repro/causal_conv1d_dfinal_states.py), planted in a torch kernel."""
-    call = _caught(conformance.check_gradients, "layout-dfinal-contiguous")
+    call = _caught(C.check_gradients, "layout-dfinal-contiguous")
     assert call.layout("dfinal") != "contiguous"
 
 
@@ -175,5 +176,5 @@ def test_contiguous_calls_do_not_see_the_planted_defects():
     for name in PLANTED:
         for seed in range(10):
             call = ConvCall(B=2, T=4, D=5, W=3, bias=True, activation="silu", initial_state=True, seed=seed)
-            conformance.check_forward(call, name, "cpu")
-            conformance.check_gradients(call, name, "cpu")
+            C.check_forward(call, name, "cpu")
+            C.check_gradients(call, name, "cpu")

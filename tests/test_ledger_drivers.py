@@ -18,7 +18,7 @@ from gdn_equiv.run import runner
 from gdn_equiv.serving.planted import GuardAdmitsNothing
 from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
 from gdn_equiv.strategies.convs import conv_calls
-from gdn_equiv.suite import test_combinations, test_serving
+from gdn_equiv.suite import test_serving
 
 ADMITS_NOTHING = "gdn_equiv.serving.planted:GuardAdmitsNothing"
 
@@ -67,8 +67,8 @@ def test_torch_in_a_combination_cell_is_compared_with_the_fp64_truth_not_with_it
 
 def test_the_layer_against_itself_is_not_among_a_cells_checks_on_torch() -> None:
     """The layer on torch against the layer on torch is the record's n/a row: not a check that applied."""
-    assert test_combinations.vacuous("torch")
-    assert not test_combinations.vacuous("triton")
+    assert registry.vacuous_against_torch("torch")
+    assert not registry.vacuous_against_torch("triton")
     reason = registry.get_record("P7-backend-vs-torch").not_applicable("torch")
     assert ledger.asked(reason) is Outcome.NOT_APPLICABLE
 

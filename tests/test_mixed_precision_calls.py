@@ -9,12 +9,13 @@ import torch
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
+from gdn_equiv.harness import conformance as C
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import MISS_BOUND
 from gdn_equiv.model.backends import Backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall, conv_calls
-from gdn_equiv.suite import test_conformance as conformance
+from gdn_equiv.strategies.conformance import conformance_calls
 
 SEARCH = settings(
     max_examples=300,
@@ -65,17 +66,17 @@ def test_conformance_catches_a_kernel_that_computes_in_the_parameters_dtype() ->
 
     def fails(call: ConvCall) -> bool:
         try:
-            conformance.check_forward(call, planted.name, "cpu")
+            C.check_forward(call, planted.name, "cpu")
         except Mismatch:
             return True
         return False
 
     with registered(planted):
         hit = settings(SEARCH, max_examples=MISS_BOUND)  # stops at the first catch, then shrinks it
-        call = find(conformance.conformance_calls(planted.name), fails, settings=hit)
+        call = find(conformance_calls(planted.name), fails, settings=hit)
         assert call.param_dtype is not None and call.param_dtype != call.dtype, call
         try:
-            find(conformance.conformance_calls(planted.name, mixed_precision=False), fails, settings=SEARCH)
+            find(conformance_calls(planted.name, mixed_precision=False), fails, settings=SEARCH)
         except NoSuchExample:
             pass
         else:

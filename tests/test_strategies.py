@@ -21,7 +21,6 @@ from gdn_equiv.model.example import Example, build_layer, materialize
 from gdn_equiv.model.families import known_families
 from gdn_equiv.model.families.gated_deltanet import GDNConfig
 from gdn_equiv.model.guard import Decision, decide
-from gdn_equiv.model.sampling import sampled
 from gdn_equiv.strategies import (
     CONV_REASONS,
     REASONS,
@@ -32,6 +31,7 @@ from gdn_equiv.strategies import (
     layer_configs,
     seq_lens,
 )
+from gdn_equiv.strategies.sampling import sampled
 
 # A second backend name for G5 (backends disagree): the torch kernels registered as a plug-in.
 TWIN = register_backend(

@@ -27,6 +27,7 @@ from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.model.backends import Backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall
+from gdn_equiv.strategies.conformance import conformance_calls
 from gdn_equiv.strategies.values import LONG_MAX_CHANNELS, VALUE_KINDS
 from gdn_equiv.suite import test_conformance as conformance
 from gdn_equiv.suite import test_ground_truth as ground_truth
@@ -159,7 +160,7 @@ def test_each_value_defect_agrees_with_the_reference_on_randn_values(defect) -> 
 
 @pytest.mark.parametrize("kind", VALUE_KINDS)
 def test_the_conformance_calls_carry_every_value_kind(kind) -> None:
-    find(conformance.conformance_calls("torch"), lambda c: c.values == kind, settings=first_hit())
+    find(conformance_calls("torch"), lambda c: c.values == kind, settings=first_hit())
 
 
 @pytest.mark.parametrize("varlen", [False, True])
@@ -169,13 +170,13 @@ def test_the_conformance_calls_reach_past_the_tiles_at_small_shapes(varlen) -> N
     def long(c: ConvCall) -> bool:
         return max(c.seq_lens or (c.T,)) > 128
 
-    call = find(conformance.conformance_calls("torch", varlen=varlen), long, settings=first_hit())
+    call = find(conformance_calls("torch", varlen=varlen), long, settings=first_hit())
     assert call.B == 1 and call.D <= LONG_MAX_CHANNELS, call
 
 
 def test_the_update_calls_stay_one_token_short() -> None:
     """A step property draws ``max_seq_len=1``: no long call there (its labels would claim a reach it never ran)."""
-    strategy = conformance.conformance_calls("torch", varlen=False, initial_state=True, max_seq_len=1)
+    strategy = conformance_calls("torch", varlen=False, initial_state=True, max_seq_len=1)
     with pytest.raises(NoSuchExample):
         find(strategy, lambda c: c.T > 65, settings=first_hit(200))
 

@@ -29,6 +29,7 @@ from gdn_equiv.model.example import build_layer
 from gdn_equiv.model.guard import Condition, decide
 from gdn_equiv.run import runner
 from gdn_equiv.run.report import FAILING, UNREACHED, Check, ReportWriter, merge, read_failure
+from gdn_equiv.strategies import premises
 
 GREEN = ("pass", "counterexample", "n/a", "none found")
 
@@ -273,7 +274,7 @@ def test_a_row_that_compared_nothing_is_not_a_pass() -> None:
         raise P.NotApplicable("planted")
 
     base = registry.get_record("P3-forward-exact")
-    loose = dataclasses.replace(base, check=never, premise=registry.any_examples)
+    loose = dataclasses.replace(base, check=never, premise=premises.any_examples)
     check = runner.run_property("P3-forward-exact", "torch", max_examples=3, max_seq_len=4, record=loose)
     assert check.result == "not exercised" and check.examples == check.not_applicable == 3
     check = runner.run_property("P3-forward-exact", "torch", max_examples=3, max_seq_len=4, record=loose, deadline=0)
@@ -312,11 +313,11 @@ def test_every_example_property_splits_by_dtype_and_names_a_replayable_function(
 def test_g5_is_n_a_without_a_second_built_in_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only built-in kernels count as the second backend (a plug-in twin of torch could never differ)."""
     record = registry.get_record(registry.necessity_name(Condition.G5))
-    monkeypatch.setattr(registry, "available_backends", lambda names=None: ["torch", "mypkg.kernels:conv"])
+    monkeypatch.setattr(premises, "available_backends", lambda names=None: ["torch", "mypkg.kernels:conv"])
     reason = record.not_applicable("torch")
     assert reason is not None and "second available built-in conv backend besides 'torch'" in reason
     assert record.not_applicable("mypkg.kernels:conv") is None  # torch is its second
-    monkeypatch.setattr(registry, "available_backends", lambda names=None: ["torch", "triton"])
+    monkeypatch.setattr(premises, "available_backends", lambda names=None: ["torch", "triton"])
     assert record.not_applicable("torch") is None
 
 

@@ -38,12 +38,19 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "gdn_equiv"
 
 #: rooms from the bottom up: a module may import its own room and the rooms below it. A room is a module
-#: prefix; the longest prefix that matches names a module's room. ``strategies`` sits with the harness: it
-#: draws the harness' examples and the harness' drivers draw from it.
+#: prefix; the longest prefix that matches names a module's room, and a room ending in ``$`` is one module
+#: exactly (a package's ``__init__`` that imports nothing, which a lower room's import of a submodule runs).
+#: ``strategies`` (``strategies/``, installed as ``gdn_equiv.strategies``) is the one draw layer, a room of its
+#: own: it draws the model's records and the harness' plain data below it (a premise's ``Draw``, the bad-input
+#: catalogue, the profile in force), and the harness, the serving records and the drivers above draw from it.
+#: Its serving pools draw the serving cases, and sit with serving.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("gdn_equiv.errors", "gdn_equiv._source", "gdn_equiv.model"),
     ("gdn_equiv.targets",),
-    ("gdn_equiv.harness", "gdn_equiv.strategies", "gdn_equiv.serving"),
+    # what a draw is drawn into or reads: the premise's record, the bad-input catalogue, the profile in force
+    ("gdn_equiv.harness$", "gdn_equiv.harness.premise", "gdn_equiv.harness.bad_input", "gdn_equiv.harness.testing"),
+    ("gdn_equiv.strategies",),
+    ("gdn_equiv.harness", "gdn_equiv.serving", "gdn_equiv.strategies.pools"),
     # the ledger's rows and their files, below every writer and driver
     ("gdn_equiv.run.rows", "gdn_equiv.run.signals", "gdn_equiv.run.failures", "gdn_equiv.run.junit"),
     ("gdn_equiv.run",),
@@ -274,7 +281,9 @@ def room_of(module: str) -> str:
     best = ""
     for rooms in LAYERS:
         for room in rooms:
-            if (module == room or module.startswith(room + ".")) and len(room) > len(best):
+            exact = room.endswith("$")
+            matches = module == room[:-1] if exact else module == room or module.startswith(room + ".")
+            if matches and len(room) > len(best):
                 best = room
     return best
 
@@ -355,11 +364,23 @@ def _floors(modules: list[str], graph: dict[str, set[str]], circles: list[list[s
     return max((h(rep[m]) for m in modules), default=0)
 
 
+def room_knots(pic: Picture) -> list[tuple[str, str]]:
+    """Pairs of rooms of one floor that import each other (rooms of different floors cannot: that is an upward
+    arrow): where a room's modules are not yet apart from its neighbour's. A figure, not a rule."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for e in pic.edges:
+        a, b = room_of(e.importer), room_of(e.target)
+        if a != b:
+            graph[a].add(b)
+    return sorted({(min(a, b), max(a, b)) for a in graph for b in graph[a] if a in graph.get(b, ())})
+
+
 def summary(pic: Picture) -> dict[str, object]:
     return {
         "modules": len(pic.modules),
         "rooms": pic.rooms(),
         "circles": pic.circles,
+        "room_knots": [f"{a} <-> {b}" for a, b in room_knots(pic)],
         "floors": pic.floors,
         "upward_arrows": [f"{e.importer}:{e.line} -> {e.target} ({lo} -> {hi})" for e, lo, hi in pic.upward],
         "in_function_imports": len(pic.in_function),
@@ -419,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"circles: {len(pic.circles)}")
     for c in pic.circles:
         print("  " + " <-> ".join(c))
+    print(f"rooms of one floor importing each other: {len(s['room_knots'])}")  # type: ignore[arg-type]
+    for line in s["room_knots"]:  # type: ignore[attr-defined]
+        print("  " + line)
     print(f"upward arrows: {len(pic.upward)}")
     for line in s["upward_arrows"]:  # type: ignore[attr-defined]
         print("  " + line)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from hypothesis import note
 
 from gdn_equiv.harness.compare import assert_equivalent
 from gdn_equiv.harness.conformance import (
@@ -22,14 +23,24 @@ from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regi
 from gdn_equiv.harness.ground_truth import conv1d_truth
 from gdn_equiv.harness.premise import NotApplicable
 from gdn_equiv.model.backends import capabilities, get_backend
-from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible, layer_cells
+from gdn_equiv.strategies.combinations import all_cells, cell_call, combination_widths, feasible, layer_cells
 
 if TYPE_CHECKING:
     from gdn_equiv.model.example import Example
     from gdn_equiv.strategies import ConvCall
     from gdn_equiv.strategies.combinations import Cell
 
-__all__ = ["check_cell", "check_example_in_every_cell", "missed_combinations", "missed_layer_combinations"]
+__all__ = [
+    "GPU_PARTS",
+    "PARTS",
+    "check_cell",
+    "check_cells",
+    "check_example_in_every_cell",
+    "missed_combinations",
+    "missed_layer_combinations",
+    "part_share",
+    "parts",
+]
 
 
 Combo = tuple[tuple[str, str], ...]
@@ -153,6 +164,47 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
                 close(value[..., s], ref[name][..., s], state_name(backend, call.W, name), backend, context)
             continue
         close(value, ref[name], name, backend, context)
+
+
+#: each combination test runs as this many tests, one per part: every part draws every cell (descriptions
+#: only, cheap) and checks the promise on all of them, then runs its share, cells ``part, part + parts, ...``.
+#: The checks are the same as one test's; what changes is that xdist can spread one backend's combinations
+#: over the parts' workers. On the H100 (2026-12-06) the undivided tests were the gate's longest: 372 s cold for
+#: ``test_backend_matches_torch_in_every_combination[triton]``, over 400 s for the layer one, each compiling
+#: its calls' kernels one after the other while other workers sat idle; in four parts a triton part still took
+#: 62 s warm (2026-12-07). On a GPU the split is finer, so that a part is a few seconds: the conv test's 120
+#: cells (torch's scope; fewer for a backend with limits) in 30 parts, the layer test's 36 in 18; a part
+#: left with no cell fails rather than pass having run nothing. On a CPU the draws, repeated by every part,
+#: cost more than the calls: four parts each.
+PARTS = 4
+GPU_PARTS = {"conv": 30, "layer": 18}
+
+
+def parts(test: str) -> int:
+    """How many parts ``test`` (``conv`` or ``layer``) runs as here: finer on a GPU (see :data:`GPU_PARTS`)."""
+    return GPU_PARTS[test] if torch.cuda.is_available() else PARTS
+
+
+def part_share(cells: list, part: int | None, of: int) -> list:
+    """The cells of ``part`` (of ``of``): ``cells[part::of]``, never none (a part running nothing would pass)."""
+    if part is None:
+        return cells
+    share = cells[part::of]
+    assert share, f"part {part} of {of} has no cell to run: only {len(cells)} cells drawn (fewer parts, please)"
+    return share
+
+
+def check_cells(cells: list, backend: str, device: str, *, part: int | None = None, of: int = PARTS) -> None:
+    """Every promised combination the backend can run reached by the calls themselves (a strategy that
+    lost one fails here, before any kernel runs), then each call checked in its cell (with ``part``, the
+    calls of that part only: ``cells[part::of]``)."""
+    varlen_state = capabilities([backend]).varlen_initial_state
+    missed = missed_combinations(cells, widths=combination_widths(backend), varlen_initial_state=varlen_state)
+    assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
+    share = part_share(cells, part, of)
+    note(f"{len(share)} of {len(cells)} cells; a failure names its call and cell")
+    for cell, call in share:
+        check_cell(call, cell, backend, device)
 
 
 def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> None:

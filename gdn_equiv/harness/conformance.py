@@ -31,7 +31,7 @@ from gdn_equiv.harness.compare import (
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.model.backends import capabilities, causal_conv1d, causal_conv1d_update, get_backend
 from gdn_equiv.strategies import ConvCall, OutsideCall
-from gdn_equiv.strategies.values import VALUE_KINDS
+from gdn_equiv.strategies.conformance import conformance_reach
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -92,23 +92,6 @@ def state_slots_of(backend: str, W: int) -> slice:
 def state_name(backend: str, W: int, name: str) -> str:
     s = state_slots_of(backend, W)
     return name if s.start == 0 else f"{name}[..., {s.start}:{W}]"
-
-
-#: the longest call the conformance properties draw: past 256, the longest time tile (values.TIME_TILES)
-LONG_REACH = 300
-
-
-def conformance_reach(backend: str) -> dict:
-    """How wide and long the calls may get: where real kernels change code path (block edges up to the
-    PR's 6,144 fused channels, tile edges in time) on a GPU, and on a CPU up to 1,025 channels; Triton
-    kernels (ours and fla's) run in the interpreter there, too slow for them, so they keep the small
-    shapes. Calls past the time tiles (up to :data:`LONG_REACH` tokens, a few channels: issue #49) and
-    extreme values (:data:`~gdn_equiv.strategies.values.VALUE_KINDS`: issue #52) everywhere else."""
-    if torch.cuda.is_available():
-        return {"wide_channels": 6145, "long_seq_len": LONG_REACH, "values": VALUE_KINDS}
-    if backend in ("triton", "fla-triton"):
-        return {"values": VALUE_KINDS}
-    return {"wide_channels": 1025, "long_seq_len": LONG_REACH, "values": VALUE_KINDS}
 
 
 # ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them)
@@ -283,6 +266,13 @@ def block_edges(backend: str) -> tuple[int, ...]:
     kernels that run in the Triton interpreter here)."""
     reach = conformance_reach(backend).get("wide_channels", 33)
     return tuple(e for e in BLOCK_EDGES if e < reach)
+
+
+#: the block-edge sweep runs as this many tests, one per part, each sweeping its share of the edges
+#: (``edge_splits(...)[part::PARTS]``, or one pair where there are fewer than parts): on a GPU fla's convs
+#: compile a kernel per channel count, and the undivided sweep did not finish in 400 s on the H100 (issue #52);
+#: the gate's ``test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls`` runs each part
+EDGE_PARTS = 4
 
 
 def edge_splits(backend: str) -> list[tuple[int, int]]:

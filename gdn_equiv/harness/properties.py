@@ -42,6 +42,7 @@ from gdn_equiv.model.families import get_family
 from gdn_equiv.model.guard import Condition, Decision, decide
 from gdn_equiv.model.reference import ShortConv
 from gdn_equiv.targets import UpstreamRefused, get_target, known_targets
+from gdn_equiv.targets.fla_target import version_row
 from gdn_equiv.targets.gdn_equiv_target import GdnEquivHandle
 
 if TYPE_CHECKING:
@@ -699,6 +700,17 @@ def upstream_example_pins(target: str, **options: Any) -> dict[str, Any]:
         return {}
     pins = getattr(get_target(target, **options), "example_pins", None)
     return {} if pins is None else dict(pins())
+
+
+def families_with_fusion(target: Any, families: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """The ``families`` whose layers on ``target`` (a name, or a target) have a fused prologue at all (an fla
+    version's table row says which), and why none does when none does."""
+    if (target if isinstance(target, str) else target.name) == "gdn_equiv":
+        return families, None
+    row = version_row()
+    fusing = tuple(f for f in families if row.fuses(f))
+    why = None if fusing else f"fla {row.version} has no fused prologue for {', '.join(families)}"
+    return fusing, why
 
 
 def check_target_guard(

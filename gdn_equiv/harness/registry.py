@@ -35,9 +35,10 @@ from gdn_equiv import strategies  # read per draw (strategies.examples), so that
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.premise import Draw
 from gdn_equiv.harness.testing import MISS_BOUND, PROFILES
-from gdn_equiv.model.backends import BUILTIN_BACKENDS, available_backends, capabilities
+from gdn_equiv.model.backends import BUILTIN_BACKENDS, capabilities
 from gdn_equiv.model.guard import Condition
 from gdn_equiv.serving.records import SERVING, ServingRecord
+from gdn_equiv.strategies.premises import any_examples, either_side, no_short_conv, other_builtins, refused, violating
 
 __all__ = [
     "DTYPES",
@@ -58,6 +59,7 @@ __all__ = [
     "property_records",
     "records",
     "serving_records",
+    "vacuous_against_torch",
 ]
 
 #: the dtypes a per-dtype property's rows are drawn in (conv weights may still carry another, G9)
@@ -93,19 +95,9 @@ def _other_backend(backend: str) -> str | None:
 
 
 def _second_backend(backend: str) -> str | None:
-    if not _other_builtins(backend):
+    if not other_builtins(backend):
         return f"G5 needs a second available built-in conv backend besides {backend!r} (none here)"
     return None
-
-
-def _other_builtins(backend: str) -> tuple[str, ...]:
-    """The built-in kernels besides ``backend`` that run here, the one that runs the most first (no declared
-    limits: torch, triton): G5's second backend, whose states are drawn inside both backends' capabilities.
-    Built-ins only, which differ numerically; a plug-in registered by a test (a bitwise twin of torch, say)
-    would make the search look for a difference that cannot exist. Only the built-ins are asked whether they
-    run here: asking every known backend imported fla (~5 s of CPU) in each plan with a G5 row."""
-    others = [b for b in available_backends(sorted(BUILTIN_BACKENDS)) if b != backend and b in BUILTIN_BACKENDS]
-    return tuple(sorted(others, key=lambda b: capabilities([b]).declared))
 
 
 def _precision_reason(backend: str) -> str | None:
@@ -179,68 +171,6 @@ def _families(family: str | tuple[str, ...]) -> tuple[str, ...]:
     return (family,) if isinstance(family, str) else tuple(family)
 
 
-def _kwargs(dtype: str | None, max_seq_len: int) -> dict[str, Any]:
-    return {"max_seq_len": max_seq_len, **({"dtypes": (dtype,)} if dtype is not None else {})}
-
-
-@functools.cache
-def any_examples(
-    backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
-) -> st.SearchStrategy[Draw]:
-    drawn = strategies.examples(backends=(backend,), fusable=None, family=families, **_kwargs(dtype, max_seq_len))
-    return drawn.map(lambda e: Draw(e, False))
-
-
-@functools.cache
-def _no_short_conv(
-    backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
-) -> st.SearchStrategy[Draw]:
-    kwargs = _kwargs(dtype, max_seq_len)
-    drawn = strategies.examples(backends=(backend,), fusable=None, use_short_conv=False, family=families, **kwargs)
-    return drawn.map(lambda e: Draw(e, True))
-
-
-def _either_side(grad: bool) -> Callable[..., st.SearchStrategy[Draw]]:
-    """Mostly states the spec fuses (built to apply: P3/P4 must compare them), a third refused for one
-    condition alone (a guard that fuses too often must meet them; not applicable where it refuses)."""
-
-    @functools.cache
-    def premise(
-        backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
-    ) -> st.SearchStrategy[Draw]:
-        kwargs = {**_kwargs(dtype, max_seq_len), **({"grad": True} if grad else {})}
-        # one condition broken alone, among those the pins leave breakable (one backend: never G5)
-        one_reason = strategies.examples(backends=(backend,), fusable=False, max_reasons=1, family=families, **kwargs)
-        fusable = strategies.examples(backends=(backend,), fusable=True, family=families, **kwargs).map(
-            lambda e: Draw(e, True)
-        )
-        return st.one_of(fusable, fusable, one_reason.map(lambda e: Draw(e, False)))
-
-    return premise
-
-
-@functools.cache
-def _refused(backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int) -> st.SearchStrategy[Draw]:
-    drawn = strategies.examples(backends=(backend,), fusable=False, family=families, **_kwargs(dtype, max_seq_len))
-    return drawn.map(lambda e: Draw(e, True))
-
-
-def _violating(condition: Condition) -> Callable[..., st.SearchStrategy[Draw]]:
-    """States breaking ``condition`` alone (G5: between this backend and another built-in one)."""
-
-    @functools.cache
-    def premise(
-        backend: str, families: tuple[str, ...], dtype: str | None, max_seq_len: int
-    ) -> st.SearchStrategy[Draw]:
-        backends = (backend, *_other_builtins(backend)[:1]) if condition is Condition.G5 else (backend,)
-        per_family = [
-            strategies.violating(condition, backends=backends, family=f, max_seq_len=max_seq_len) for f in families
-        ]
-        return st.one_of(per_family).map(lambda e: Draw(e, False))
-
-    return premise
-
-
 #: P1's planted guards (:mod:`gdn_equiv.harness.planted_guards`) that its drawn states catch on the torch backend;
 #: the decision tables catch every one of them (tests/test_guard_gate.py), in both directions
 P1_TEETH = ("guard-ignores-G8", "guard-ignores-G3", "guard-strict-G8", "guard-strict-G7", "guard-never-fuses")
@@ -270,14 +200,14 @@ def _example_records() -> list[PropertyRecord]:
         PropertyRecord(
             "P2-no-short-conv",
             "a layer without short convs describes none, holds none and launches none",
-            _no_short_conv,
+            no_short_conv,
             P.check_path_taken,
             gate_test="test_a_layer_without_short_convs_runs_and_describes_none",
         ),
         PropertyRecord(
             "P3-forward-exact",
             "guard true => fused and separate outputs bitwise equal",
-            _either_side(grad=False),
+            either_side(grad=False),
             P.check_forward_exact,
             teeth=("guard-ignores-cu-seqlens", "fused-drops-v-bias", "backend:planted-wide-rounding"),
             gate_test="test_fused_forward_is_bitwise_equal",
@@ -286,7 +216,7 @@ def _example_records() -> list[PropertyRecord]:
         PropertyRecord(
             "P4-gradients",
             "dx and non-conv gradients bitwise; conv weight/bias gradients within the tolerance table",
-            _either_side(grad=True),
+            either_side(grad=True),
             P.check_gradients,
             teeth=("fused-detaches-weights",),
             gate_test="test_fused_gradients_match",
@@ -295,7 +225,7 @@ def _example_records() -> list[PropertyRecord]:
         PropertyRecord(
             "P5-fallback-exact",
             "guard false => output, gradients and cache bitwise the reference layer's",
-            _refused,
+            refused,
             P.check_fallback_exact,
             teeth=("fallback-forgets-conv-cache",),
             gate_test="test_fallback_is_the_reference",
@@ -351,7 +281,7 @@ def _necessity_records() -> list[PropertyRecord]:
         PropertyRecord(
             necessity_name(c),
             f"a state breaking {c.id} alone ({c.short}) where forcing the fused path is wrong",
-            _violating(c),
+            violating(c),
             None,
             per_dtype=False,
             condition=c,
@@ -432,6 +362,11 @@ def records() -> dict[str, PropertyRecord | ServingRecord]:
 
 def get_record(name: str) -> Any:  # a PropertyRecord, or a ServingRecord for S0-S7
     return records()[name]
+
+
+def vacuous_against_torch(backend: str) -> bool:
+    """Whether comparing the layer on ``backend`` with the layer on torch compares nothing (the record's n/a)."""
+    return get_record("P7-backend-vs-torch").not_applicable(backend) is not None
 
 
 def examples_per_row(profile: str) -> int:

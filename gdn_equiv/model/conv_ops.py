@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from gdn_equiv.errors import InvalidArgument
-from gdn_equiv.model.sampling import sampled
+from gdn_equiv.model.choices import Choices
 
 Tensor = torch.Tensor
 
@@ -218,8 +218,9 @@ class ConvFact:
     fusion to be exact (e.g. ``head_dim`` does not matter while ``norm`` is off). ``apply(y, values)``
     maps the conv's output ``[..., D]`` (after the activation, ``y.dtype`` kept). ``validate(values,
     channels)`` raises :class:`InvalidArgument` for a conv that cannot have these values.
-    ``draw(draw, channels)`` draws values for convs of these channel counts, shrinking to the
-    defaults; ``violate(draw, values, channels)`` draws values whose ``key`` differs from ``values``'.
+    ``draw(choices, channels)`` chooses values for convs of these channel counts, shrinking to the
+    defaults; ``violate(choices, values, channels)`` values whose ``key`` differs from ``values``' (each
+    asks a :class:`~gdn_equiv.model.choices.Choices`, which the strategies answer with draws).
     """
 
     name: str
@@ -230,8 +231,8 @@ class ConvFact:
     key: Callable[[dict[str, Any]], Any]
     apply: Callable[[Tensor, dict[str, Any]], Tensor]
     validate: Callable[[dict[str, Any], int], None]
-    draw: Callable[[Any, Sequence[int]], dict[str, Any]]
-    violate: Callable[[Any, dict[str, Any], Sequence[int]], dict[str, Any]]
+    draw: Callable[[Choices, Sequence[int]], dict[str, Any]]
+    violate: Callable[[Choices, dict[str, Any], Sequence[int]], dict[str, Any]]
     description: str = ""
 
     @property
@@ -398,29 +399,27 @@ def _divisors(channels: Sequence[int]) -> list[int]:
     return [d for d in range(1, g + 1) if g % d == 0] or [1]
 
 
-def _norm_draw(draw: Any, channels: Sequence[int]) -> dict[str, Any]:
-    from hypothesis import strategies as st
-
-    if draw(st.integers(0, 3)) != 3:  # off three times in four; shrinks to off
+def _norm_draw(pick: Choices, channels: Sequence[int]) -> dict[str, Any]:
+    if pick.integer(0, 3) != 3:  # off three times in four; shrinks to off
         return {"norm": None, "head_dim": None, "norm_eps": 1e-5}
     return {
         "norm": "l2",
-        "head_dim": draw(sampled(_divisors(channels)[::-1])),  # the whole gcd first
-        "norm_eps": draw(sampled(_EPSILONS)),
+        "head_dim": pick.one(_divisors(channels)[::-1]),  # the whole gcd first
+        "norm_eps": pick.one(_EPSILONS),
     }
 
 
-def _norm_violate(draw: Any, values: dict[str, Any], channels: Sequence[int]) -> dict[str, Any]:
+def _norm_violate(pick: Choices, values: dict[str, Any], channels: Sequence[int]) -> dict[str, Any]:
     if values["norm"] is None:
-        return {"norm": "l2", "head_dim": draw(sampled(_divisors(channels)[::-1])), "norm_eps": 1e-5}
+        return {"norm": "l2", "head_dim": pick.one(_divisors(channels)[::-1]), "norm_eps": 1e-5}
     options = ["norm", "norm_eps"] + (["head_dim"] if len(_divisors(channels)) > 1 else [])
-    what = draw(sampled(options))
+    what = pick.one(options)
     if what == "norm":
         return {"norm": None, "head_dim": None, "norm_eps": 1e-5}
     if what == "norm_eps":
-        eps = draw(sampled(e for e in _EPSILONS if e != values["norm_eps"]))
+        eps = pick.one(e for e in _EPSILONS if e != values["norm_eps"])
         return {**values, "norm_eps": eps}
-    return {**values, "head_dim": draw(sampled(d for d in _divisors(channels) if d != values["head_dim"]))}
+    return {**values, "head_dim": pick.one(d for d in _divisors(channels) if d != values["head_dim"])}
 
 
 NORM = ConvFact(

@@ -59,6 +59,7 @@ from gdn_equiv.model.fla_versions import (
     version_row,
 )
 from gdn_equiv.run.signals import caused_by_interrupt, interrupt_pending
+from gdn_equiv.strategies.layers import family_dims
 
 Tensor = torch.Tensor
 #: /2 keeps every timed call's milliseconds (``samples_ms``) beside the median and quantiles, for
@@ -256,7 +257,7 @@ def quick_fields(family_name: str) -> dict[str, Any]:
 
     family = get_family(family_name)
     quiet = settings(database=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    return dict(find(family.dims(max_heads=2), lambda fields: True, settings=quiet))
+    return dict(find(family_dims(family, max_heads=2), lambda fields: True, settings=quiet))
 
 
 def family_fields(family_name: str, quick: bool) -> dict[str, Any]:

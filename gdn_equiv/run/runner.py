@@ -45,7 +45,7 @@ from gdn_equiv.model.guard import Condition
 from gdn_equiv.run.failures import Failure
 from gdn_equiv.run.rows import Check
 from gdn_equiv.run.signals import interrupt_pending
-from gdn_equiv.strategies import examples
+from gdn_equiv.strategies.premises import gap_search_examples
 from gdn_equiv.targets import UpstreamRefused
 
 __all__ = [
@@ -483,15 +483,7 @@ def search_gaps(
     one whose every example was refused is ``not exercised``.
     """
     pins = P.upstream_example_pins(target, **options)
-    # a third of the draws break one guard condition alone: the states where a guard's mistake on that
-    # condition shows (another broken condition can make both guards fall back). SPEC §1's two gaps are
-    # such states: 14 searches found both in 137-480 guard calls (shrinking included), 6 searches with
-    # free draws only in 136-1,093
-    strategy = st.one_of(
-        examples(fusable=True, family=family, **pins),
-        examples(fusable=False, max_reasons=1, family=family, **pins),
-        examples(fusable=False, family=family, **pins),
-    )
+    strategy = gap_search_examples(family, **pins)
     started = clock()
     known: set[type] = set()
     row: dict[str, Any] = {

@@ -25,7 +25,6 @@ import re
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, given, note, settings
-from hypothesis import strategies as st
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness.callers import (
@@ -41,8 +40,7 @@ from gdn_equiv.harness.testing import count_example, cu_from_lens, randn
 from gdn_equiv.model.cache import Cache, check_layer_state, layer_cache
 from gdn_equiv.model.example import Example, Inputs, build_layer
 from gdn_equiv.model.families import get_family, known_families
-from gdn_equiv.strategies import layer_configs
-from gdn_equiv.strategies.callers import family_layers, stacks
+from gdn_equiv.strategies import callers, layer_configs
 from gdn_equiv.targets.fla_target import TARGET
 
 F64 = torch.float64
@@ -61,23 +59,8 @@ def _layer(family: str, config, seed: int, cls: str = "layer_cls"):
 # --- absolute bookkeeping ---------------------------------------------------------------------
 
 
-@st.composite
-def calls(draw: st.DrawFn):
-    """A layout (``none``/``mask``/``cu_seqlens``), its per-sequence valid tokens, and a prefix length."""
-    layout = draw(st.sampled_from(["none", "mask", "cu_seqlens"]))
-    prefix = draw(st.integers(0, 6))
-    if layout == "cu_seqlens":
-        lens = draw(st.lists(st.integers(0, 8), min_size=1, max_size=3).filter(sum))
-        return layout, 1, sum(lens), tuple(lens), "right", prefix
-    B, T = draw(st.integers(1, 3)), draw(st.integers(1, 9))
-    if layout == "none":
-        return layout, B, T, (T,) * B, "right", prefix
-    valid = tuple(draw(st.lists(st.integers(0, T), min_size=B, max_size=B)))
-    return layout, B, T, valid, draw(st.sampled_from(["left", "right"])), prefix
-
-
 @settings(deadline=None)
-@given(case=family_layers(), call=calls(), cls=st.sampled_from(CLASSES), grad=st.booleans())
+@given(**callers.bookkeeping_draws(CLASSES))
 def test_cache_holds_offset_and_last_conv_inputs_computed_from_the_inputs(case, call, cls, grad):
     """offset = tokens fed (each call's ``x.shape[1]``, fla's ``q_len``: a packed prefix counts all its
     tokens); conv state = the last W conv inputs of each sequence."""
@@ -169,7 +152,7 @@ def test_bookkeeping_catches_a_layer_that_forgets_its_conv_state():
         suppress_health_check=list(HealthCheck),
         phases=[Phase.explicit, Phase.generate],  # any failing call makes the point; no shrinking
     )
-    _, call, _ = find(st.tuples(family_layers(), calls(), st.booleans()), wrong, settings=search)
+    _, call, _ = find(callers.bookkeeping_cases(), wrong, settings=search)
     assert call[-1] > 0, "only a call after a prefix has a conv state to forget"
 
 
@@ -185,12 +168,7 @@ def _pair(family: str, config, seed: int):
 
 
 @settings(deadline=None)
-@given(
-    case=family_layers(),
-    T=st.integers(1, 8),
-    extra=st.integers(1, 5),
-    valid=st.lists(st.integers(0, 8), min_size=1, max_size=3),
-)
+@given(**callers.longer_mask_draws())
 def test_attention_mask_longer_than_the_call_reads_its_last_columns(case, T, extra, valid):
     """A ``[B, extra + T]`` mask (past + new tokens) is the ``[B, T]`` mask of its last ``T`` columns:
     both paths give what the cut mask gives, auto bitwise the reference (fusing or falling back)."""
@@ -213,13 +191,7 @@ def test_attention_mask_longer_than_the_call_reads_its_last_columns(case, T, ext
 
 
 @settings(deadline=None)
-@given(
-    case=family_layers(),
-    P=st.integers(1, 8),
-    steps=st.integers(1, 4),
-    valid=st.lists(st.integers(1, 8), min_size=1, max_size=3),
-    grad=st.booleans(),
-)
+@given(**callers.generation_draws())
 def test_generation_loop_with_left_padding_and_growing_mask(case, P, steps, valid, grad):
     """Prefill ``[B, P]`` with a left-padded mask, then ``steps`` single tokens with the mask grown by a
     column each time and the cache: auto == reference bitwise (outputs, every step's cache); each row's
@@ -280,14 +252,7 @@ def test_generation_loop_with_left_padding_and_growing_mask(case, P, steps, vali
 
 @pytest.mark.fla
 @settings(deadline=None)
-@given(
-    case=stacks(),
-    P=st.integers(1, 6),
-    steps=st.integers(1, 3),
-    valid=st.lists(st.integers(1, 6), min_size=1, max_size=3),
-    grad=st.booleans(),
-    chunk=st.integers(0, 5),
-)
+@given(**callers.fla_cache_loop_draws())
 def test_generation_loop_with_a_callers_fla_cache_equals_the_loop_with_ours(case, P, steps, valid, grad, chunk):
     """A left-padded prefill (whole, or chunked so the second call's mask is longer than its tokens),
     then one token at a time with the mask grown, through a stack of layers sharing the caller's
@@ -300,13 +265,7 @@ def test_generation_loop_with_a_callers_fla_cache_equals_the_loop_with_ours(case
 
 @pytest.mark.fla
 @settings(deadline=None)
-@given(
-    case=stacks(),
-    P=st.integers(1, 6),
-    steps=st.integers(0, 2),
-    valid=st.lists(st.integers(1, 6), min_size=1, max_size=3),
-    chunk=st.integers(0, 5),
-)
+@given(**callers.fla_round_trip_draws())
 def test_a_callers_fla_cache_round_trips_through_the_fla_target_unchanged(case, P, steps, valid, chunk):
     """The fla target hands fla's layer a copy of the inputs' cache and gives back ours
     (:func:`check_round_trip`); CPU-checkable, fla's layers themselves need CUDA."""
@@ -318,12 +277,7 @@ def test_a_callers_fla_cache_round_trips_through_the_fla_target_unchanged(case, 
 @pytest.mark.gpu
 @pytest.mark.fla
 @settings(deadline=None, max_examples=10)
-@given(
-    family=st.sampled_from(FAMILIES),
-    data=st.data(),
-    P=st.sampled_from([1, 7]),
-    valid=st.lists(st.integers(1, 7), min_size=1, max_size=2),
-)
+@given(**callers.fla_target_cache_draws(FAMILIES))
 def test_fla_target_runs_a_callers_fla_cache_as_it_runs_ours(family, data, P, valid):
     """``FlaHandle.run`` (fla's own layer, ``auto``) on a decode step with a caller's fla Cache filled by
     our reference (same weights, left-padded prefill) gives bitwise what it gives with our twin Cache,
@@ -332,7 +286,7 @@ def test_fla_target_runs_a_callers_fla_cache_as_it_runs_ours(family, data, P, va
     if reason is not None:
         pytest.skip(reason)
     config = data.draw(layer_configs(family=family, use_short_conv=True, conv_dtypes=("float32",), dtype="float32"))
-    example = Example(config=config, family=family, dtype="float32", seed=data.draw(st.integers(0, 999)))
+    example = Example(config=config, family=family, dtype="float32", seed=data.draw(callers.SMALL_SEEDS))
     count_example()
     handle = TARGET.build(example, device="cuda")
     B, H = len(valid), config.hidden_size

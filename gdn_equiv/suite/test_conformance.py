@@ -31,9 +31,8 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation, ledger, registry
-from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ plants defects with these)
-    BLOCK_EDGES,
-    block_edges,
+from gdn_equiv.harness.conformance import (
+    EDGE_PARTS,
     check_block_edges,
     check_continuation,
     check_decode_continuation,
@@ -42,7 +41,6 @@ from gdn_equiv.harness.conformance import (  # noqa: F401  (re-exported: tests/ 
     check_gradients,
     check_outside_capabilities,
     check_update,
-    conformance_reach,
     edge_splits,
 )
 from gdn_equiv.harness.coverage import label_conv_call
@@ -50,33 +48,17 @@ from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
-from gdn_equiv.strategies import ConvCall, conv_calls, outside_calls
-from gdn_equiv.strategies.convs import LAYOUTS, breakable_limits
+from gdn_equiv.strategies import ConvCall, outside_calls
+from gdn_equiv.strategies.conformance import channel_slices, conformance_calls, conformance_reach, split_calls
+from gdn_equiv.strategies.convs import breakable_limits
 from gdn_equiv.strategies.values import swept_lengths, swept_values
 
 # first: one conv call of each kind against torch, cheap and broad: every worker starts on them (time to red)
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.first(2)]
 
 
-def conformance_calls(backend: str, **options) -> st.SearchStrategy[ConvCall]:
-    """The conv calls inside the capabilities of the backend and of the torch reference it is compared with
-    (causal-conv1d: widths 2..4, no fp64, no per-sequence states of packed sequences...; a call outside
-    them is the refusal property's, test_outside_capabilities_is_refused_or_right); widths up to 4; every
-    tensor in any of :data:`LAYOUTS` the capabilities allow; every activation both run."""
-    caps = capabilities([backend, "torch"])
-    lo, hi = caps.widths or (1, 4)
-    options = {**conformance_reach(backend), "layouts": LAYOUTS, "widths": (lo, min(hi, 4)), **options}
-    return conv_calls(capabilities=caps, **options)
-
-
 def _draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     return data.draw(conformance_calls(backend, **options), label="call")
-
-
-def _split(data: st.DataObject, call: ConvCall, lo: int) -> tuple[ConvCall, int]:
-    """A call at least two tokens long and a split point ``lo..T-1`` in it."""
-    call = call if call.T >= 2 else dataclasses.replace(call, T=2)
-    return call, data.draw(st.integers(lo, call.T - 1), label="split")
 
 
 def against_torch(backend: str) -> None:
@@ -144,7 +126,7 @@ def test_backend_final_state_continues_the_sequence(data, gdn_backend, device):
     """A call's final state, fed to the next call as its initial state, continues the sequence: the
     backend's two calls == torch's (y, gradients, final state), within §6."""
     against_torch(gdn_backend)
-    call, split = _split(data, _draw_call(data, gdn_backend, varlen=False), 1)
+    call, split = split_calls(data, _draw_call(data, gdn_backend, varlen=False), 1)
     count_example()
     note(f"{call!r}, split at {split}")
     label_conv_call(call, grad=True, final_state=True)
@@ -156,17 +138,11 @@ def test_backend_final_state_continues_the_sequence(data, gdn_backend, device):
 def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
     """Prefill then one ``update`` per token, each from the state the last call returned == torch's, within §6."""
     against_torch(gdn_backend)
-    call, split = _split(data, _draw_call(data, gdn_backend, varlen=False), 0)
+    call, split = split_calls(data, _draw_call(data, gdn_backend, varlen=False), 0)
     count_example()
     note(f"{call!r}, prefill of {split}")
     label_conv_call(call, grad=False, final_state=True)
     isolation.call(check_decode_continuation, call, split, gdn_backend, device)
-
-
-#: the block-edge sweep runs as this many tests, one per part, each sweeping its share of the edges
-#: (``edge_splits(...)[part::PARTS]``, or one pair where there are fewer than parts): on a GPU fla's convs
-#: compile a kernel per channel count, and the undivided sweep did not finish in 400 s on the H100 (issue #52)
-EDGE_PARTS = 4
 
 
 # each example sweeps its share of the edges in reach, twice (11 edges on a GPU: 22 fused-vs-split checks,
@@ -258,7 +234,7 @@ def test_backend_matches_torch_at_every_value_extreme_in_every_dtype(data, gdn_b
 
 
 @settings(deadline=None)
-@given(data=st.data(), dims=st.lists(st.integers(1, 16), min_size=2, max_size=3))
+@given(data=st.data(), dims=channel_slices())
 def test_backend_fused_channel_slices_are_bitwise_the_split_calls(data, dims, gdn_backend, device):
     """One call over concatenated channels == one call per channel slice (strided views of the wide tensor,
     as the fused prologue hands q|k|v over): y and dx bitwise. This is what makes P3 hold."""

@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness.compare import assert_equivalent
-from gdn_equiv.harness.conformance import conformance_reach
 from gdn_equiv.harness.coverage import label_conv_call
-from gdn_equiv.harness.ground_truth import (  # tests/ plant defects and run these by this module too
+from gdn_equiv.harness.ground_truth import (
     check_forward,
     check_gradients,
     check_update,
@@ -31,8 +30,8 @@ from gdn_equiv.harness.testing import count_example, randn
 from gdn_equiv.model.backends import capabilities
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.model.example import Example, build_layer
-from gdn_equiv.model.families.gated_deltanet import GDNConfig
-from gdn_equiv.strategies import ConvCall, conv_calls
+from gdn_equiv.strategies import ConvCall
+from gdn_equiv.strategies.conformance import conformance_reach, gdn_truth_cases, ground_truth_calls
 from gdn_equiv.strategies.values import swept_lengths, swept_values
 
 # first: cheap and broad (one conv call of each kind against fp64): every worker starts on them (time to red)
@@ -40,15 +39,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.fir
 
 
 def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
-    """A call within the backend's declared scope (its widths; varlen initial states if it takes them);
-    on a GPU up to the PR's 6,144 fused channels and tile-edge lengths, on a CPU up to 1,025 channels
-    (but small shapes for Triton kernels, ours and fla's, which run in the interpreter there): the
-    conformance properties' reach, one definition for both."""
-    caps = capabilities([backend])
-    lo, hi = caps.widths or (1, 4)
-    return data.draw(
-        conv_calls(widths=(lo, min(hi, 4)), capabilities=caps, **conformance_reach(backend), **options), label="call"
-    )
+    return data.draw(ground_truth_calls(backend, **options), label="call")
 
 
 @settings(deadline=None)
@@ -153,28 +144,8 @@ def test_backend_matches_fp64_ground_truth_at_every_value_extreme_in_every_dtype
 # ---- the reference layer itself, against SPEC §2 written out independently ---------------------------
 
 
-@st.composite
-def _gdn_layers(draw: st.DrawFn):
-    """A small Gated DeltaNet config (every switch of SPEC §2 drawn), a seed, and an input shape."""
-    num_heads = draw(st.integers(1, 2))
-    config = GDNConfig(
-        hidden_size=draw(st.sampled_from([8, 12, 16])),
-        expand_v=draw(st.sampled_from([1, 2, 0.5])),
-        head_dim=draw(st.sampled_from([2, 4, 8])),
-        num_heads=num_heads,
-        num_v_heads=num_heads * draw(st.sampled_from([1, 2])),
-        use_gate=draw(st.booleans()),
-        use_short_conv=draw(st.booleans()),
-        allow_neg_eigval=draw(st.booleans()),
-        conv_size=draw(st.integers(2, 4)),
-        conv_bias=draw(st.booleans()),
-        output_gate_activation=draw(st.sampled_from(["swish", "silu", "sigmoid"])),
-    )
-    return config, draw(st.integers(0, 2**16)), draw(st.integers(1, 2)), draw(st.integers(1, 12))
-
-
 @settings(deadline=None)
-@given(case=_gdn_layers())
+@given(case=gdn_truth_cases())
 def test_reference_layer_matches_an_independent_fp64_transcription(case) -> None:
     """The layer every property compares paths against is itself right: Gated DeltaNet in fp64 (its convs
     on the torch backend, its chunked core, its norms and output gate) against SPEC §2 written out token by

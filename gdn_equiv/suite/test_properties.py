@@ -20,10 +20,11 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation, ledger, registry
+from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.registry import Draw
 from gdn_equiv.model.example import Example
+from gdn_equiv.strategies import premises
 from gdn_equiv.targets import Target, get_target
-from gdn_equiv.targets.fla_target import version_row
 
 # first: cheap on a CPU (a fraction of a second per example) and broad, so a defect shows within seconds;
 # slow: on a GPU each is tens of seconds cold (Triton compiles). Both start them first under xdist
@@ -82,32 +83,17 @@ def run_example(
 @functools.cache
 def premise(name: str, backend: str, families: tuple[str, ...], target: str = "gdn_equiv") -> st.SearchStrategy[Draw]:
     """The draws of the property ``name``: its record's premise (:mod:`gdn_equiv.harness.registry`, what
-    ``gdn-equiv check`` draws too), over the gate's families, any dtype. fla refuses to train a layer whose
-    core mode is ``recurrent`` (``fused_recurrent``: "Only chunk mode is supported in training."), a config
-    refusal of fla's, not a finding: left out of fla's draws."""
+    ``gdn-equiv check`` draws too), over the gate's families, any dtype; on an upstream target, only what fla
+    trains (:func:`gdn_equiv.strategies.premises.trainable_upstream`)."""
     drawn = registry.get_record(name).strategy(backend, families)
-    if _upstream(target):
-        drawn = drawn.filter(lambda d: not (d.example.train and getattr(d.example.config, "mode", None) == "recurrent"))
-    return drawn
-
-
-def families_with_fusion(target: str | Target, families: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
-    """The ``families`` whose layers on ``target`` have a fused prologue at all (an fla version's table row
-    says which), and why none does when none does."""
-    if not _upstream(target):
-        return families, None
-
-    row = version_row()
-    fusing = tuple(f for f in families if row.fuses(f))
-    why = None if fusing else f"fla {row.version} has no fused prologue for {', '.join(families)}"
-    return fusing, why
+    return premises.trainable_upstream(drawn) if _upstream(target) else drawn
 
 
 @pytest.fixture(scope="session")
 def fusing_families(layer_target: str | Target, gdn_families: tuple[str, ...]) -> tuple[str, ...]:
     """The families P3/P4 draw from: those with a fused prologue on the target. With none, P3/P4 are
     "n/a" with that reason (a skip), not "not exercised"."""
-    fusing, why = families_with_fusion(layer_target, gdn_families)
+    fusing, why = P.families_with_fusion(layer_target, gdn_families)
     if why is not None:
         pytest.skip(f"n/a: {why}")
     return fusing

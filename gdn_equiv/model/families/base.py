@@ -8,8 +8,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import strategies as st
-
 from gdn_equiv.model.config import LayerConfig
 from gdn_equiv.model.fla_versions import FlaRule, FlaRules, fla_refusal
 from gdn_equiv.model.fused import fused_variant
@@ -96,8 +94,9 @@ def modes(*allowed: str) -> FlaRule:
 DELTA_RULES = (HEAD_V_DIM_INTEGRAL, V_HEADS_GROUPED, modes("chunk", "fused_recurrent"))
 
 
-#: dims strategy: keyword-only ``max_heads`` and ``hidden_sizes``; returns the family's own config fields
-DimsFn = Callable[..., st.SearchStrategy[dict[str, Any]]]
+#: the family's own config fields chosen from a :class:`~gdn_equiv.model.choices.Choices` (the draw layer's),
+#: with keyword-only ``max_heads``, ``hidden_sizes`` and optionally ``channel_multiple``
+DimsFn = Callable[..., dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -105,8 +104,10 @@ class Family:
     """One layer family.
 
     ``layer_cls`` is the in-house reference layer (separate convs; its ``config_cls`` the config);
-    :attr:`fused_cls` adds the fused prologue. ``dims`` draws the family's own config fields (heads,
-    dims, gates) small and valid by construction; the generic config strategy adds the conv fields.
+    :attr:`fused_cls` adds the fused prologue. ``dims(choices, ...)`` chooses the family's own config fields
+    (heads, dims, gates) small and valid by construction, every range and choice declared there and drawn by
+    ``strategies/`` (:func:`gdn_equiv.strategies.layers.family_dims`); the generic config strategy adds the conv
+    fields.
     ``fla_class`` / ``fla_kwargs`` say how fla builds the same layer (same state_dict).
     ``bench`` holds the config fields of the PR's benchmark shape, ``small`` those of a small valid
     layer (for hand-written cases: a known gap's minimal state). ``fuses_from``: the fla deciders its

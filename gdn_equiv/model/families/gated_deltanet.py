@@ -13,17 +13,16 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.choices import Choices
 from gdn_equiv.model.config import GATE_ACTIVATIONS, LayerConfig, check_positive_finite, check_positive_int
 from gdn_equiv.model.core import gated_delta_rule, l2norm
 from gdn_equiv.model.families.base import DELTA_RULES, Family, fla_mode
 from gdn_equiv.model.fla_versions import GDN_METHOD, QKV_HELPER, FlaRule
 from gdn_equiv.model.fused import fused_variant
 from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
-from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 
@@ -160,20 +159,20 @@ def delta_rule(
 
 
 def value_head_dims(
-    draw: st.DrawFn, max_heads: int, hidden_sizes: tuple[int, ...], channel_multiple: int = 1
+    pick: Choices, max_heads: int, hidden_sizes: tuple[int, ...], channel_multiple: int = 1
 ) -> dict[str, Any]:
     """The delta-rule families' heads: 1..``max_heads`` q/k heads of dim 2..8, GVA ratio 1-2, ``expand_v``
     in (1, 2, 0.5) where ``head_dim * expand_v`` is an integer; shrinks to one head of dim 2. With a
     ``channel_multiple`` (a conv backend's), head dims of 1-2 times it and value head dims that stay
     multiples of it, so every conv's channel count is one."""
-    num_heads = draw(st.integers(1, max_heads))
+    num_heads = pick.integer(1, max_heads)
     m = channel_multiple
     wide = m >= 256  # the smallest multiples only: a state holds head_dim^2 elements a head (4096: 16 M)
-    ratio = 1 if wide else draw(st.integers(1, 2))
-    head_dim = draw(st.integers(2, 8)) if m == 1 else m if wide else m * draw(st.integers(1, 2))
+    ratio = 1 if wide else pick.integer(1, 2)
+    head_dim = pick.integer(2, 8) if m == 1 else m if wide else m * pick.integer(1, 2)
     return {
-        "hidden_size": draw(sampled(hidden_sizes)),
-        "expand_v": draw(sampled(e for e in (1, 2, 0.5) if float(head_dim * e).is_integer() and head_dim * e % m == 0)),
+        "hidden_size": pick.one(hidden_sizes),
+        "expand_v": pick.one(e for e in (1, 2, 0.5) if float(head_dim * e).is_integer() and head_dim * e % m == 0),
         "head_dim": head_dim,
         "num_heads": num_heads,
         "num_v_heads": None if ratio == 1 else num_heads * ratio,
@@ -233,16 +232,15 @@ class GatedDeltaNet(ShortConvLayer):
 FusedGatedDeltaNet = fused_variant(GatedDeltaNet)
 
 
-@st.composite
 def gdn_dims(
-    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
+    pick: Choices, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
 ) -> dict[str, Any]:
     """:func:`value_head_dims`, the output gate on/off with its activation, negative eigenvalues.
     Shrinks towards one head of dim 2, ``expand_v=1``, no gate."""
-    return value_head_dims(draw, max_heads, hidden_sizes, channel_multiple) | {
-        "use_gate": draw(st.booleans()),
-        "allow_neg_eigval": draw(st.booleans()),
-        "output_gate_activation": draw(sampled(GATE_ACTIVATIONS)),
+    return value_head_dims(pick, max_heads, hidden_sizes, channel_multiple) | {
+        "use_gate": pick.flag(),
+        "allow_neg_eigval": pick.flag(),
+        "output_gate_activation": pick.one(GATE_ACTIVATIONS),
     }
 
 

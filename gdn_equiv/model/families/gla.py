@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.choices import Choices
 from gdn_equiv.model.config import GATE_ACTIVATIONS, LayerConfig, check_positive_finite, check_positive_int
 from gdn_equiv.model.core import gated_delta_rule
 from gdn_equiv.model.families.base import (
@@ -35,7 +35,6 @@ from gdn_equiv.model.families.base import (
 from gdn_equiv.model.families.gated_deltanet import compute_dtype
 from gdn_equiv.model.fla_versions import QKV_HELPER
 from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
-from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 
@@ -216,9 +215,8 @@ def _valid_dims(
 _DIMS = _valid_dims()
 
 
-@st.composite
 def gla_dims(
-    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16), channel_multiple: int = 1
+    pick: Choices, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16), channel_multiple: int = 1
 ) -> dict[str, Any]:
     """Hidden 8 or 16, ``expand_k`` in (0.25, 0.5, 1), ``expand_v`` in (0.5, 1), 1-2 kv heads with 1-2
     query heads each (grouped k/v convs), output gate on/off with its activation. Shrinks towards
@@ -226,17 +224,17 @@ def gla_dims(
     hidden sizes up to 64 where every conv's channel count is a multiple of it."""
     table = _DIMS if channel_multiple == 1 else _valid_dims((8, 16, 32, 64), channel_multiple)
     choices = [d for d in table if d[3] <= max(max_heads, 2) and d[0] in hidden_sizes] or table
-    hidden, ek, ev, h, kv = draw(sampled(choices))
+    hidden, ek, ev, h, kv = pick.one(choices)
     return {
         "hidden_size": hidden,
         "expand_k": ek,
         "expand_v": ev,
         "num_heads": h,
         "num_kv_heads": None if kv == h else kv,
-        "use_output_gate": draw(st.booleans()),
-        "gate_fn": draw(sampled(GATE_ACTIVATIONS)),
-        "gate_logit_normalizer": draw(sampled((16, 1))),
-        "gate_low_rank_dim": draw(st.integers(1, 4)),
+        "use_output_gate": pick.flag(),
+        "gate_fn": pick.one(GATE_ACTIVATIONS),
+        "gate_logit_normalizer": pick.one((16, 1)),
+        "gate_low_rank_dim": pick.integer(1, 4),
     }
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from hypothesis import strategies as st
 from torch import nn
 
+from gdn_equiv.model.choices import Choices
 from gdn_equiv.model.families.base import DELTA_RULES, Family, fla_mode
 from gdn_equiv.model.families.gated_deltanet import (
     ValueHeadsConfig,
@@ -98,12 +98,11 @@ class KimiDeltaAttention(ShortConvLayer):
         return repad(self.o_proj(self.o_norm(o, gate).flatten(-2)), call)
 
 
-@st.composite
 def kda_dims(
-    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
+    pick: Choices, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
 ) -> dict[str, Any]:
     """:func:`gdn_equiv.model.families.gated_deltanet.value_head_dims` and negative eigenvalues."""
-    return value_head_dims(draw, max_heads, hidden_sizes, channel_multiple) | {"allow_neg_eigval": draw(st.booleans())}
+    return value_head_dims(pick, max_heads, hidden_sizes, channel_multiple) | {"allow_neg_eigval": pick.flag()}
 
 
 def _fla_kwargs(c: KDAConfig) -> dict[str, Any]:

@@ -17,17 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from hypothesis import strategies as st
 from torch import nn
 
 from gdn_equiv.errors import InvalidArgument
+from gdn_equiv.model.choices import Choices
 from gdn_equiv.model.config import ConvSpec, LayerConfig
 from gdn_equiv.model.core import gated_delta_rule
 from gdn_equiv.model.families.base import Family, modes
 from gdn_equiv.model.families.gated_deltanet import compute_dtype
 from gdn_equiv.model.fla_versions import QKV_HELPER, FlaRule
 from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
-from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 
@@ -169,22 +168,21 @@ class LightNetAttention(ShortConvLayer):
         return repad(self.o_proj(o), call)
 
 
-@st.composite
 def lightnet_dims(
-    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
+    pick: Choices, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 12, 16), channel_multiple: int = 1
 ) -> dict[str, Any]:
     """Heads 1..``max_heads`` dividing the hidden size, ``expand_ratio`` (key dim per head) 2..6, a
     low-rank gate of 1..4. Shrinks towards one head, ``expand_ratio=2``. With a ``channel_multiple`` (a
     conv backend's): hidden sizes and key dims per head that are multiples of it."""
-    num_heads = draw(st.integers(1, max_heads))
+    num_heads = pick.integer(1, max_heads)
     m = channel_multiple
     fits = [h for h in hidden_sizes if h % num_heads == 0 and h % m == 0]
-    hidden = draw(sampled(fits or [8 * m * num_heads]))
+    hidden = pick.one(fits or [8 * m * num_heads])
     return {
         "hidden_size": hidden,
         "num_heads": num_heads,
-        "expand_ratio": draw(st.integers(2, 6)) if m == 1 else m * draw(st.integers(1, 2)),
-        "gate_low_rank_dim": draw(st.integers(1, 4)),
+        "expand_ratio": pick.integer(2, 6) if m == 1 else m * pick.integer(1, 2),
+        "gate_low_rank_dim": pick.integer(1, 4),
     }
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from hypothesis import strategies as st
 from torch import nn
 
+from gdn_equiv.model.choices import Choices
 from gdn_equiv.model.config import GATE_ACTIVATIONS
 from gdn_equiv.model.core import gated_delta_rule
 from gdn_equiv.model.families.base import (
@@ -34,7 +34,6 @@ from gdn_equiv.model.families.gated_deltanet import compute_dtype
 from gdn_equiv.model.families.gla import GLAConfig, gated_norm, gla_dims, grouped
 from gdn_equiv.model.fla_versions import QKV_HELPER
 from gdn_equiv.model.reference import LayerCall, Projections, RMSNorm, ShortConvLayer, repad
-from gdn_equiv.model.sampling import sampled
 
 Tensor = torch.Tensor
 
@@ -104,15 +103,14 @@ class SimpleGatedLinearAttention(ShortConvLayer):
         return repad(self.o_proj(gated_norm(self, o, proj["g"]).flatten(-2)), call)
 
 
-@st.composite
 def simple_gla_dims(
-    draw: st.DrawFn, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16), channel_multiple: int = 1
+    pick: Choices, *, max_heads: int = 2, hidden_sizes: tuple[int, ...] = (8, 16), channel_multiple: int = 1
 ) -> dict[str, Any]:
     """GLA's grouped heads (:func:`gdn_equiv.model.families.gla.gla_dims`) without its low-rank and optional
     output gates; the gate activation drawn."""
-    dims = draw(gla_dims(max_heads=max_heads, hidden_sizes=hidden_sizes, channel_multiple=channel_multiple))
+    dims = gla_dims(pick, max_heads=max_heads, hidden_sizes=hidden_sizes, channel_multiple=channel_multiple)
     keep = ("hidden_size", "expand_k", "expand_v", "num_heads", "num_kv_heads", "gate_logit_normalizer")
-    return {k: dims[k] for k in keep} | {"gate_fn": draw(sampled(GATE_ACTIVATIONS))}
+    return {k: dims[k] for k in keep} | {"gate_fn": pick.one(GATE_ACTIVATIONS)}
 
 
 _MODES = modes("chunk", "fused_recurrent")
