@@ -26,6 +26,7 @@ from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.planted import PLANTED
+from gdn_equiv.serving.routing import unavailable as routing_unavailable
 from gdn_equiv.serving.surface import declared
 from gdn_equiv.strategies import pools
 
@@ -230,6 +231,8 @@ class ServingRecord:
                 why = f"{engine}: no op surface declared for this path (its ops are the default path's)"
             elif self.function == "check_s0_outside" and not any(s.outside for s in surfaces):
                 why = f"{engine}: its ops declare nothing outside their surface"
+        if a is not None and self.function == "check_s6_routing":
+            why = routing_unavailable(a)
         return why
 
     def strategy(self, engine: str) -> st.SearchStrategy[Draw]:
@@ -279,5 +282,8 @@ SERVING: list[ServingRecord] = [
          "does not write bitwise unchanged", "check_s0_surface", lambda a: pools.surface_calls(declared(a))),
         (0, "outside", "every op called outside its declared surface raises with a message or answers right",
          "check_s0_outside", lambda a: pools.surface_calls(declared(a), outside=True)),
+        (6, "routing", "the engine's own metadata builder routes mixed prefill/decode/verify batches (counts, "
+         "pads, several steps) as the pool's contract says", "check_s6_routing",
+         lambda a: pools.routing_cases(pads_between=getattr(a, "engine", None) is None)),
     ]
 ]  # fmt: skip
