@@ -65,7 +65,7 @@ def build(num_spec, query_lens, computed, blocks, drafts=None, accepted=None):
         setattr(b, name, value)
     n = len(query_lens)
     starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
-    seq = torch.tensor([c + q for c, q in zip(computed, query_lens)], dtype=torch.int32)
+    seq = torch.tensor([c + q for c, q in zip(computed, query_lens, strict=True)], dtype=torch.int32)
     drafts = [-1] * n if drafts is None else drafts
     known = {
         "query_start_loc": starts,

@@ -9,7 +9,8 @@ in 0.28.0 in the first test, in 0.29.0-0.31.0 after the mask): no
 ``spec_sequence_masks``, no ``num_accepted_tokens``; the GDN layer's ``_forward_core`` then runs the plain
 one-token ``causal_conv1d_update``, which reads the window at offset 0 (the state after 1 accepted token), not at
 ``num_accepted_tokens - 1``. 0.32.0 drops the sum test ("A batch whose rows all drafted nothing still has to run
-the speculative path: that is the only path that applies each row's accepted-token offset"). Exit 1 = the metadata carries no accepted count for the verify row; 0 = it carries 2; 3 = cannot import.
+the speculative path: that is the only path that applies each row's accepted-token offset").
+Exit 1 = the metadata carries no accepted count for the verify row; 0 = it carries 2; 3 = cannot import.
 
     unzip -q vllm-0.31.0-*.whl 'vllm/*' -d /tmp/vllm-0.31.0   # + its pure-Python deps importable
     PYTHONPATH=/tmp/vllm-0.31.0:<deps> python repro/vllm_gdn_zero_draft_verify_drops_counts.py
