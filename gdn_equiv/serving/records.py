@@ -86,6 +86,7 @@ from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.serving.cases import *  # noqa: F403 (the case's classes, for its repr)
 from gdn_equiv.serving.properties import {function}
 from gdn_equiv.serving.records import adapter
+from gdn_equiv.serving.routing import RoutingCase, SchedRow  # noqa: F401 (the routing cases' classes, for their repr)
 from gdn_equiv.serving.surface import Row, SurfaceCase  # noqa: F401 (the surface cases' classes, for their repr)
 
 CASE = {case}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import os
 import sys
 from dataclasses import dataclass
@@ -242,11 +243,6 @@ VLLM_BUILDER_ATTRS = (
 )  # fmt: skip
 
 
-def _purge(package: str) -> None:
-    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
-        del sys.modules[name]
-
-
 def _no_pinned_memory() -> bool:
     return False
 
@@ -256,20 +252,33 @@ _FAILED: dict[tuple[str, str], str] = {}
 
 
 def _load_vllm(version: str) -> Any:
-    """The release's ``gdn_attn`` module (one vLLM release in the process at a time)."""
+    """The release's ``gdn_attn`` module (one vLLM release per process: torch keeps the first one's registered
+    custom ops and types)."""
     key = ("vllm", version)
     if key in _FAILED:
         raise ImportError(_FAILED[key])
     if _LOADED.get("vllm-version") == version:
         return _LOADED["vllm"]
+    if "vllm-version" in _LOADED:  # its custom ops and opaque types stay registered with torch
+        raise ImportError(
+            f"vllm {_LOADED['vllm-version']} is loaded in this process and torch keeps its registered types: one "
+            "release's builder per process"
+        )
     root = os.environ.get(SOURCES_ENV)
     src = os.path.join(root, f"vllm-{version}") if root else None
     if src is None or not os.path.isfile(os.path.join(src, "vllm", "v1", "attention", "backends", "gdn_attn.py")):
-        why = f"the release's whole source is not here (set {SOURCES_ENV} to a folder of unpacked wheels)"
-        _FAILED[key] = why
-        raise ImportError(why)
-    _purge("vllm")
-    sys.path.insert(0, src)
+        src = None
+        try:
+            installed = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        if installed != version:
+            why = (f"the release's whole source is not here (set {SOURCES_ENV} to a folder of unpacked wheels; "
+                   f"installed: {installed or 'none'})")  # fmt: skip
+            _FAILED[key] = why
+            raise ImportError(why)
+    if src is not None:
+        sys.path.insert(0, src)
     try:
         mod = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
         backend = importlib.import_module("vllm.v1.attention.backend")
@@ -284,7 +293,8 @@ def _load_vllm(version: str) -> Any:
         _FAILED[key] = f"{type(exc).__name__}: {exc}"
         raise ImportError(_FAILED[key]) from exc
     finally:
-        sys.path.remove(src)
+        if src is not None:
+            sys.path.remove(src)
     _LOADED.update({"vllm-version": version, "vllm": (mod, backend, kv)})
     return _LOADED["vllm"]
 
@@ -414,9 +424,10 @@ def routing_engine(adapter: Any) -> RoutingEngine | str:
 #: sglang's verify path and its post-verify scatter, and why neither is driven here (see docs/serving-routing.md)
 SGLANG_NOT_REACHED = (
     "not reached: sglang {version}'s verify routing (srt/layers/attention/hybrid_linear_attn_backend.py:"
-    "HybridLinearAttnBackend.update_mamba_state_after_mtp_verify and GDNAttnBackend.forward_extend) cannot be "
-    "loaded: its module imports sglang.srt.model_executor.model_runner (the whole server) and the scatter is a "
-    "Triton kernel (fused_conv_window_scatter_with_mask) with no CPU path"
+    "HybridLinearAttnBackend.update_mamba_state_after_mtp_verify, GDNAttnBackend.forward_extend) cannot be loaded: "
+    "its module imports sglang.srt.model_executor.model_runner (the whole server: torchvision, built against the "
+    "wheel's torch 2.14 with CUDA, sentencepiece, compressed_tensors, ... on the CPU machine), and the post-verify "
+    "scatter is a Triton kernel (fused_conv_window_scatter_with_mask) with no CPU path"
 )
 
 
