@@ -22,6 +22,7 @@ __all__ = [
     "channel_counts",
     "conv_specs",
     "handoff_cases",
+    "outside_draws",
     "packed_cases",
     "prefix_cases",
     "routing_cases",
@@ -293,18 +294,26 @@ def surface_cases(
     )  # fmt: skip
 
 
+def outside_draws(surfaces: Sequence[OpSurface]) -> list[tuple[OpSurface, str, str]]:
+    """(surface, outside kind, addressing) the outside draws can make: an index past the pool needs an op that
+    reads one, a circular state one addressed by slots, a count one that takes counts (an empty list: nothing
+    to draw outside, the S0-outside row is n/a with that reason)."""
+    return [
+        (s, kind, a)
+        for s in surfaces
+        for kind in s.outside
+        for a in s.addressing
+        if not (kind == "index" and a == POSITIONAL)
+        and not (kind == "circular" and (a != SLOTS or s.op != "update"))
+        and not (kind in ("count-0", "count-k+1") and (a == POSITIONAL or s.op != "update"))
+    ]
+
+
 def surface_calls(surfaces: Sequence[OpSurface], *, outside: bool = False) -> st.SearchStrategy[SurfaceCase]:
     """Calls on any of ``surfaces`` (an engine version's ops), or with ``outside`` calls outside each one's
-    declared surface (one of its :attr:`OpSurface.outside` kinds)."""
+    declared surface (one of its :attr:`OpSurface.outside` kinds, where :func:`outside_draws` can make one)."""
     if outside:
-        # an index past the pool needs an op that reads one
-        options = [
-            surface_cases(s, outside=kind, addressing=a)
-            for s in surfaces
-            for kind in s.outside
-            for a in s.addressing
-            if not (kind == "index" and a == POSITIONAL) and not (kind == "circular" and a != SLOTS)
-        ]
+        options = [surface_cases(s, outside=kind, addressing=a) for s, kind, a in outside_draws(surfaces)]
     else:  # one branch per addressing of each op: a rare one (draft windows, block tables) is as likely as slots
         # and where an op takes accepted counts, one more branch that always passes them
         options = [surface_cases(s, addressing=a) for s in surfaces for a in s.addressing]

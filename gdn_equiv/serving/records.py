@@ -232,6 +232,11 @@ class ServingRecord:
                 why = f"{engine}: no op surface declared for this path (its ops are the default path's)"
             elif self.function == "check_s0_outside" and not any(s.outside for s in surfaces):
                 why = f"{engine}: its ops declare nothing outside their surface"
+            elif self.function == "check_s0_outside" and not pools.outside_draws(surfaces):
+                kinds = sorted({k for s in surfaces for k in s.outside})
+                why = (
+                    f"{engine}: nothing its ops declare outside ({', '.join(kinds)}) applies to how they address states"
+                )
         if a is not None and self.function == "check_s6_routing":
             why = routing_unavailable(a)
         return why

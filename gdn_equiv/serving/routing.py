@@ -286,9 +286,9 @@ def _load_vllm(version: str) -> Any:
         # no accelerator platform here: host tensors are not staged in pinned memory (said in every row)
         for name, module in list(sys.modules.items()):
             if name.startswith("vllm") and hasattr(module, "PIN_MEMORY"):
-                module.PIN_MEMORY = False
+                setattr(module, "PIN_MEMORY", False)  # noqa: B010
             if name.startswith("vllm") and hasattr(module, "is_pin_memory_available"):
-                module.is_pin_memory_available = _no_pinned_memory
+                setattr(module, "is_pin_memory_available", _no_pinned_memory)  # noqa: B010
     except Exception as exc:  # the exact import that fails is the row's reason
         _FAILED[key] = f"{type(exc).__name__}: {exc}"
         raise ImportError(_FAILED[key]) from exc
@@ -408,7 +408,7 @@ def routing_engine(adapter: Any) -> RoutingEngine | str:
     caller; a string says why none can be loaded (the row's reason, never a pass)."""
     own = getattr(adapter, "routing", None)
     if callable(own):
-        return own()  # type: ignore[no-any-return]
+        return own()
     engine, version = getattr(adapter, "engine", None), getattr(adapter, "version", "")
     if engine is None:
         return ReferenceRouting()
