@@ -432,6 +432,11 @@ SGLANG_NOT_REACHED = (
 
 
 def unavailable(adapter: Any) -> str | None:
+    """Why the routing row of ``adapter`` cannot run: its caller cannot be loaded, or (a vLLM path other than
+    ``cpu-torch``) the same device-independent builder is the release's ``cpu-torch`` row."""
+    path = getattr(adapter, "path", "")
+    if getattr(adapter, "engine", None) == "vllm" and path != "cpu-torch":
+        return "the metadata builder is device-independent Python: its row is the release's cpu-torch path's"
     r = routing_engine(adapter)
     return r if isinstance(r, str) else None
 
