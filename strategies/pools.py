@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.serving.cases import Batch, ConvSpec, HandoffCase, PackedCase, PrefixCase, SpecCase
+from gdn_equiv.serving.routing import RoutingCase, SchedRow
 from gdn_equiv.serving.surface import BLOCK_TABLE, POSITIONAL, SLOTS, WINDOWS, OpSurface, Row, SurfaceCase
 
 __all__ = [
@@ -21,8 +22,10 @@ __all__ = [
     "channel_counts",
     "conv_specs",
     "handoff_cases",
+    "outside_draws",
     "packed_cases",
     "prefix_cases",
+    "routing_cases",
     "spec_cases",
     "surface_calls",
     "surface_cases",
@@ -291,18 +294,26 @@ def surface_cases(
     )  # fmt: skip
 
 
+def outside_draws(surfaces: Sequence[OpSurface]) -> list[tuple[OpSurface, str, str]]:
+    """(surface, outside kind, addressing) the outside draws can make: an index past the pool needs an op that
+    reads one, a circular state one addressed by slots, a count one that takes counts (an empty list: nothing
+    to draw outside, the S0-outside row is n/a with that reason)."""
+    return [
+        (s, kind, a)
+        for s in surfaces
+        for kind in s.outside
+        for a in s.addressing
+        if not (kind == "index" and a == POSITIONAL)
+        and not (kind == "circular" and (a != SLOTS or s.op != "update"))
+        and not (kind in ("count-0", "count-k+1") and (a == POSITIONAL or s.op != "update"))
+    ]
+
+
 def surface_calls(surfaces: Sequence[OpSurface], *, outside: bool = False) -> st.SearchStrategy[SurfaceCase]:
     """Calls on any of ``surfaces`` (an engine version's ops), or with ``outside`` calls outside each one's
-    declared surface (one of its :attr:`OpSurface.outside` kinds)."""
+    declared surface (one of its :attr:`OpSurface.outside` kinds, where :func:`outside_draws` can make one)."""
     if outside:
-        # an index past the pool needs an op that reads one
-        options = [
-            surface_cases(s, outside=kind, addressing=a)
-            for s in surfaces
-            for kind in s.outside
-            for a in s.addressing
-            if not (kind == "index" and a == POSITIONAL) and not (kind == "circular" and a != SLOTS)
-        ]
+        options = [surface_cases(s, outside=kind, addressing=a) for s, kind, a in outside_draws(surfaces)]
     else:  # one branch per addressing of each op: a rare one (draft windows, block tables) is as likely as slots
         # and where an op takes accepted counts, one more branch that always passes them
         options = [surface_cases(s, addressing=a) for s in surfaces for a in s.addressing]
@@ -313,3 +324,61 @@ def surface_calls(surfaces: Sequence[OpSurface], *, outside: bool = False) -> st
     if not options:
         raise InvalidArgument("no surface (or nothing declared outside one) to draw from")
     return st.one_of(options)
+
+
+@st.composite
+def routing_cases(
+    draw: st.DrawFn,
+    *,
+    max_spec: int = 3,
+    max_steps: int = 3,
+    max_rows: int = 4,
+    max_tokens: int = 5,
+    pads_between: bool = True,
+) -> RoutingCase:
+    """Scheduler steps in a row over one pool of blocks (:class:`~gdn_equiv.serving.routing.RoutingCase`): up to
+    ``max_spec`` drafts per verify row (0: no speculative decoding), each step up to ``max_rows`` requests on
+    distinct blocks drawn from the whole pool (each block's state as a previous step left it, a verify of up to
+    k+1 tokens among them): fresh and continued prefill chunks, one-token decodes (no
+    speculation) or verify rows of 0..k drafts whose count is any the block's wide state holds (1..the previous
+    verify's tokens), and pads (0 tokens, on the null block or on any block, which must stay as it was).
+    Verify and decode rows come first, then prefills, then pads, as the engines' schedulers order a batch;
+    ``pads_between`` puts pads and rows in any order. Shrinks to one step of one fresh prefill, no speculation."""
+    _bounds("steps", 1, max_steps, 1)
+    _bounds("rows", 1, max_rows, 1)
+    k = draw(st.integers(0, max_spec))
+    num_blocks = max_rows + 2
+    # each block's state as a previous step left it: its tokens so far, the counts it holds windows for
+    held = tuple(draw(st.lists(st.integers(1, k + 1), min_size=num_blocks, max_size=num_blocks)))
+    computed = {b: draw(st.integers(0, 3)) if h == 1 else h for b, h in enumerate(held, start=1)}
+    holds = dict(enumerate(held, start=1))
+    steps = []
+    for _ in range(draw(st.integers(1, max_steps))):
+        n = draw(st.integers(1, max_rows))
+        blocks = draw(st.permutations(range(1, num_blocks + 1)))[:n]
+        front, back = [], []
+        for b in blocks:
+            kinds = ["prefill"] + (["continue"] if computed[b] else [])
+            kinds += (["verify"] if k else ["decode"]) if computed[b] else []
+            kind = draw(st.sampled_from(kinds))
+            if kind == "verify":
+                d = draw(st.integers(0, k))
+                spare = tuple(draw(st.lists(st.integers(0, num_blocks), min_size=k, max_size=k)))
+                row = SchedRow(d + 1, b, computed[b], d, draw(st.integers(1, holds[b])), spare)
+                front.append(row)
+                holds[b] = d + 1
+            elif kind == "decode":
+                front.append(SchedRow(1, b, computed[b]))
+                holds[b] = 1
+            else:
+                tokens = draw(st.integers(1, max_tokens))
+                back.append(SchedRow(tokens, b, computed[b] if kind == "continue" else 0))
+                holds[b] = 1
+            last = front[-1] if kind in ("verify", "decode") else back[-1]
+            computed[b] = last.computed + last.tokens
+        pads = [SchedRow(0, draw(st.integers(0, num_blocks))) for _ in range(draw(st.integers(0, 2)))]
+        rows = front + back + pads
+        if pads_between:
+            rows = draw(st.permutations(rows))
+        steps.append(tuple(rows))
+    return RoutingCase(k, tuple(steps), num_blocks, draw(st.booleans()), held)

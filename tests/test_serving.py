@@ -23,7 +23,15 @@ from gdn_equiv.serving.engines import EngineOps, engine_adapters
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.serving.records import SERVING
 from gdn_equiv.serving.surface import REFERENCE_SURFACES
-from gdn_equiv.strategies.pools import batches, handoff_cases, packed_cases, prefix_cases, spec_cases, surface_calls
+from gdn_equiv.strategies.pools import (
+    batches,
+    handoff_cases,
+    packed_cases,
+    prefix_cases,
+    routing_cases,
+    spec_cases,
+    surface_calls,
+)
 
 #: the case strategy each property's teeth search draws from (the gate's own)
 CASES: dict[str, Any] = {
@@ -37,6 +45,7 @@ CASES: dict[str, Any] = {
     "check_s7_packed_qkv": packed_cases(bias=None),
     "check_s0_surface": surface_calls(REFERENCE_SURFACES),
     "check_s0_outside": surface_calls(REFERENCE_SURFACES, outside=True),
+    "check_s6_routing": routing_cases(),
 }
 
 

@@ -17,6 +17,7 @@ import torch
 from gdn_equiv.serving import pool as ref
 from gdn_equiv.serving import surface
 from gdn_equiv.serving.adapters import ReferenceAdapter
+from gdn_equiv.serving.routing import Call, ReferenceRouting, RoutingCase, SchedRow
 from gdn_equiv.serving.surface import SurfaceCase, SurfaceOp
 
 Tensor = torch.Tensor
@@ -400,6 +401,26 @@ class AnswersOutside(_SurfaceEngine):
     defect = _AnswersOutside
 
 
+class _CountsFromBatchFront(ReferenceRouting):
+    caller = "gdn_equiv/serving/planted.py:CountsFromBatchFront (a metadata builder)"
+
+    def route(self, rows: tuple[SchedRow, ...], case: RoutingCase) -> list[Call]:
+        plan = super().route(rows, case)
+        front = iter(r.accepted for r in rows)  # every row's count in batch order, not the verify rows' own
+        return [replace(c, accepted=next(front)) if c.kind == "verify" else c for c in plan]
+
+
+class CountsFromBatchFront(ReferenceAdapter):
+    """Routing: the metadata builder gathers the verify rows' accepted counts as the batch's first counts
+    (``num_accepted_tokens[:num_spec_decodes]``) instead of each verify row's own: right while verify rows lead
+    the batch, wrong once a prefill or pad comes before one."""
+
+    name = "planted-counts-from-batch-front"
+
+    def routing(self) -> _CountsFromBatchFront:
+        return _CountsFromBatchFront()
+
+
 S0 = "check_s0_reference"
 _S1_S7 = ("check_s1_pool_equals_alone", "check_s2_untouched", "check_s3_handoff", "check_s4_speculation",
           "check_s5_prefix_cache", "check_s6_dispatch", "check_s7_packed_qkv")  # fmt: skip
@@ -432,6 +453,7 @@ PLANTED: dict[str, tuple[type[ReferenceAdapter], tuple[str, ...]]] = {
     CountsIgnored.name: (CountsIgnored, (SU,)),
     PadEndsBatch.name: (PadEndsBatch, (SU,)),
     AnswersOutside.name: (AnswersOutside, ("check_s0_outside",)),
+    CountsFromBatchFront.name: (CountsFromBatchFront, ("check_s6_routing",)),
 }
 
 #: the class of issue #50's list each surface-planted engine stands for
@@ -446,6 +468,7 @@ SURFACE_CLASSES: dict[str, str] = {
     CountsIgnored.name: "accepted counts (past 1)",
     PadEndsBatch.name: "pads between rows",
     AnswersOutside.name: "outside the surface (no refusal)",
+    CountsFromBatchFront.name: "routing (a metadata builder's accepted counts)",
 }
 
 

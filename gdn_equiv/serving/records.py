@@ -27,6 +27,7 @@ from gdn_equiv.serving import properties as S
 from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.planted import PLANTED
+from gdn_equiv.serving.routing import unavailable as routing_unavailable
 from gdn_equiv.serving.surface import declared
 from gdn_equiv.strategies import pools
 
@@ -86,6 +87,7 @@ from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.serving.cases import *  # noqa: F403 (the case's classes, for its repr)
 from gdn_equiv.serving.properties import {function}
 from gdn_equiv.serving.records import adapter
+from gdn_equiv.serving.routing import RoutingCase, SchedRow  # noqa: F401 (the routing cases' classes, for their repr)
 from gdn_equiv.serving.surface import Row, SurfaceCase  # noqa: F401 (the surface cases' classes, for their repr)
 
 CASE = {case}
@@ -227,6 +229,13 @@ class ServingRecord:
                 why = f"{engine}: no op surface declared for this path (its ops are the default path's)"
             elif self.function == "check_s0_outside" and not any(s.outside for s in surfaces):
                 why = f"{engine}: its ops declare nothing outside their surface"
+            elif self.function == "check_s0_outside" and not pools.outside_draws(surfaces):
+                kinds = sorted({k for s in surfaces for k in s.outside})
+                why = (
+                    f"{engine}: nothing its ops declare outside ({', '.join(kinds)}) applies to how they address states"
+                )
+        if a is not None and self.function == "check_s6_routing":
+            why = routing_unavailable(a)
         return why
 
     def strategy(self, engine: str) -> st.SearchStrategy[Draw]:
@@ -276,5 +285,8 @@ SERVING: list[ServingRecord] = [
          "does not write bitwise unchanged", "check_s0_surface", lambda a: pools.surface_calls(declared(a))),
         (0, "outside", "every op called outside its declared surface raises with a message or answers right",
          "check_s0_outside", lambda a: pools.surface_calls(declared(a), outside=True)),
+        (6, "routing", "the engine's own metadata builder routes mixed prefill/decode/verify batches (counts, "
+         "pads, several steps) as the pool's contract says", "check_s6_routing",
+         lambda a: pools.routing_cases(pads_between=getattr(a, "engine", None) is None)),
     ]
 ]  # fmt: skip

@@ -290,13 +290,21 @@ def check_s0_surface(adapter: Any, case: SurfaceCase) -> None:
         raise NotExercised(
             f"{getattr(adapter, 'name', adapter)} declares no {case.op} op addressed by {case.addressing}"
         )
-    reserved, layout = op.surface.reserved, op.surface.layout
-    t = tensors(case, reserved)
+    t = tensors(case, op.surface.reserved)
     t["activation"] = case.activation
-    want = expected(case, t, reserved, layout)
     inputs = {k: t[k].clone() for k in ("x", "weight") if isinstance(t[k], Tensor)}
-    ctx = f"{getattr(adapter, 'name', '?')} {op.surface.key}: {case.short()}"
     y = op.call(case, t)
+    _judge(adapter, op, case, t, y, inputs)
+
+
+def _judge(adapter: Any, op: SurfaceOp, case: SurfaceCase, t: dict[str, Any], y: Tensor, inputs: dict) -> None:
+    """The call ``op`` made on ``t`` (its output ``y``, the pool and windows it left) against the reference of the
+    same call from the tensors before it (``inputs`` the caller's x and weight as they were)."""
+    reserved, layout = op.surface.reserved, op.surface.layout
+    before = tensors(case, reserved)
+    before["activation"] = case.activation
+    want = expected(case, before, reserved, layout)
+    ctx = f"{getattr(adapter, 'name', '?')} {op.surface.key}: {case.short()}"
     paths = ("engine", "reference")
     starts = _starts(case)
     for i, row in enumerate(case.rows):
@@ -335,15 +343,16 @@ def check_s0_outside(adapter: Any, case: SurfaceCase) -> None:
     t = tensors(case, op.surface.reserved)
     t["activation"] = case.activation
     ctx = f"{getattr(adapter, 'name', '?')} {op.surface.key}: {case.short()}"
+    inputs = {k: t[k].clone() for k in ("x", "weight") if isinstance(t[k], Tensor)}
     try:
-        op.call(case, dict(t, pool=t["pool"].clone(), windows=t["windows"].clone()))
+        y = op.call(case, t)
     except Exception as exc:  # a refusal: it must say something
         if not str(exc).strip():
             raise Silent(f"{ctx}: raised {type(exc).__name__} with no message", _report(ctx)) from exc
         return
     if case.outside not in ANSWERABLE:
         raise Silent(f"{ctx}: answered a call outside its surface ({case.outside}) without raising", _report(ctx))
-    check_s0_surface(adapter, replace(case, outside=None))
+    _judge(adapter, op, replace(case, outside=None), t, y, inputs)  # the answer it gave, against the right one
 
 
 def _report(ctx: str) -> Any:
