@@ -266,9 +266,17 @@ def find_counterexample(
     budget = max_examples if max_examples is not None else necessity_budget(backend)
     found: list[str] = []
     broken: list[tuple[str, Mismatch]] = []  # the production path's failure, with the example's json
+    unstable: list[str] = []  # states that looked wrong where a path differed from itself run to run
+    decided: dict[str, bool] = {}  # each state's verdict, made once: Hypothesis's replay of it reads this
     tally = ledger.Tally()
 
     def wrong(draw: Draw) -> bool:
+        key = draw.example.to_json()
+        if key not in decided:
+            decided[key] = judged(draw)
+        return decided[key]
+
+    def judged(draw: Draw) -> bool:
         _stop_if_interrupted()
         if not found and not broken and _spent(deadline):
             raise _BudgetSpent
@@ -306,6 +314,12 @@ def find_counterexample(
         if problem is ledger.MISSED:
             return False
         if problem:
+            # a wrong-looking state counts only where both paths give their own bits again: else the verdict
+            # was the kernel's run-to-run nondeterminism (atomics in a backward), not the condition's breach
+            unsteady = isolation.call(P.run_to_run_difference, example, device=device)
+            if unsteady is not None:
+                unstable.append(f"{unsteady} ({problem}); state: {example.short()}")
+                return False
             found[:] = [problem]
         return problem is not None
 
@@ -328,6 +342,8 @@ def find_counterexample(
         else:
             check.result = Outcome.COUNTEREXAMPLE
             check.failure = found[0] if found else ""
+            if unstable:
+                check.failure += f" (before it, {len(unstable)} state(s) set aside as nondeterministic: {unstable[0]})"
         check.example = example
     except (NoSuchExample, _BudgetSpent) as exc:
         check.budget_spent = isinstance(exc, _BudgetSpent)
@@ -340,7 +356,14 @@ def find_counterexample(
             budget_spent=check.budget_spent,
             must_find=backend in BUILTIN_BACKENDS,
         )
-        if check.result in (Outcome.NOT_REACHED, Outcome.NOT_EXERCISED):
+        if unstable:
+            check.result = Outcome.NONDETERMINISTIC
+            check.failure = (
+                f"{condition}: {len(unstable)} state(s) where forcing fusion looked wrong, each with a path that "
+                f"differs from itself run to run, and no stable state in {applicable} applicable ones; the first: "
+                f"{unstable[0]}"
+            )
+        elif check.result in (Outcome.NOT_REACHED, Outcome.NOT_EXERCISED):
             check.failure = f"{check.result}: none of the {check.examples} states was applicable{why}"
         elif check.result == Outcome.FAILED:
             check.failure = (
