@@ -52,9 +52,9 @@ def combination_calls(backend: str) -> st.SearchStrategy:
 #: 62 s warm (2026-12-07). On a GPU the split is finer, so that a part is a few seconds: the conv test's 120
 #: cells (torch's scope; 80 for cuda and fla-cuda, whose widths are limited) in 60 parts, the layer test's 72
 #: (56 for cuda) in 36; a part left with no cell fails rather than pass having run nothing. In 30 and 18 parts
-#: (H100, 2026-12-07, -n 14, compiled kernels cached) a conv part took 5.9-7.0 s warm (4 cells), a layer
-#: part 5.7 s (4 cells): two cells a part is about 3 s. On a CPU the draws, repeated by every part, cost more
-#: than the calls: four parts each.
+#: (H100, 2026-12-07, -n 14, kernels cached by the cold run) a conv part took 2.3-7.0 s warm (4 cells), a
+#: layer part 5.1-5.7 s (4 cells): two cells a part is 1.2-3.5 s. On a CPU the draws, repeated by every
+#: part, cost more than the calls: four parts each.
 PARTS = 4
 GPU_PARTS = {"conv": 60, "layer": 36}
 

@@ -166,8 +166,10 @@ def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
 #: the block-edge sweep runs as this many tests, one per part, each sweeping its share of the edges
 #: (``edge_splits(...)[part::PARTS]``, or one pair where there are fewer than parts): on a GPU fla's convs
 #: compile a kernel per channel count, and the undivided sweep did not finish in 400 s on the H100 (issue #52).
-#: On a GPU it sweeps 11 edges: in 4 parts a part took 50 s warm (H100, 2026-12-07), so there it runs one edge
-#: a part (:data:`GPU_EDGE_PARTS`); on a CPU, where the interpreter's reach gives fewer edges, four parts.
+#: On a GPU it sweeps 11 edges, there one edge a part (:data:`GPU_EDGE_PARTS`), so that a cold run's compiles
+#: spread over the workers: on the H100 (2026-12-07, -n 14) a part of 3 edges took 60 s cold and 4.0 s warm
+#: (1.3 s an edge), and the parts a cut cold run had not reached took 50 s in the next. On a CPU, where the
+#: interpreter's reach gives fewer edges, four parts.
 EDGE_PARTS = 4
 GPU_EDGE_PARTS = 11
 
@@ -251,7 +253,9 @@ def test_backend_matches_torch_past_every_time_tile_in_every_dtype(data, gdn_bac
 #: the value sweeps run as this many tests on a GPU, one per part, each example checking its share of the swept
 #: calls (``swept[part::parts]``: 3 dtypes x 5 value kinds = 15 calls, one a part; a backend with fewer dtypes
 #: repeats a call rather than leave a part empty). On the H100 (2026-12-07, -n 14) the undivided conformance
-#: sweep took 20 s warm and the ground-truth one 45 s: a part is about 1.3 s and 3 s. One part on a CPU.
+#: sweep took 20 s and the ground-truth one 45 s in a run that still compiled their kernels (a cut cold run had
+#: not reached them): a part is at most about 1.3 s and 3 s, and its compiles spread over the workers. One
+#: part on a CPU.
 GPU_VALUE_PARTS = 15
 
 
