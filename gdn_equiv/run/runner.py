@@ -264,8 +264,9 @@ def find_counterexample(
         check.result, check.failure = Outcome.NOT_APPLICABLE, str(reason)
         return check
     budget = max_examples if max_examples is not None else necessity_budget(backend)
-    found: list[str] = []
-    broken: list[tuple[str, Mismatch]] = []  # the production path's failure, with the example's json
+    # by the state's json, so the state Hypothesis returns (after shrinking) finds its own problem
+    found: dict[str, str] = {}
+    broken: dict[str, Mismatch] = {}  # the production path's failure
     unstable: list[str] = []  # states that looked wrong where a path differed from itself run to run
     decided: dict[str, bool] = {}  # each state's verdict, made once: Hypothesis's replay of it reads this
     tally = ledger.Tally()
@@ -289,24 +290,21 @@ def find_counterexample(
                 tally=tally,
             )
         except P.ProductionPathFailed as exc:
-            broken[:] = [(example.to_json(), exc)]
+            broken[example.to_json()] = exc
             return True
         except isolation.WorkerDied as exc:
             # which path killed the process? the separate one alone, in a fresh worker, tells
             try:
                 isolation.call(P.check_separate_path, example, device=device)
             except (isolation.WorkerDied, P.ProductionPathFailed) as separate:
-                broken[:] = [
-                    (
-                        example.to_json(),
-                        separate
-                        if isinstance(separate, Mismatch)
-                        else P.ProductionPathFailed(
-                            f"the separate (production) path killed its worker: {separate}",
-                            Report("error", ("separate", "-"), False, 0),
-                        ),
+                broken[example.to_json()] = (
+                    separate
+                    if isinstance(separate, Mismatch)
+                    else P.ProductionPathFailed(
+                        f"the separate (production) path killed its worker: {separate}",
+                        Report("error", ("separate", "-"), False, 0),
                     )
-                ]
+                )
                 return True
             problem = f"forcing the fused path killed the worker: {exc}"
         finally:
@@ -320,7 +318,7 @@ def find_counterexample(
             if unsteady is not None:
                 unstable.append(f"{unsteady} ({problem}); state: {example.short()}")
                 return False
-            found[:] = [problem]
+            found[example.to_json()] = problem
         return problem is not None
 
     phases = list(Phase) if shrink else [Phase.explicit, Phase.generate]
@@ -336,12 +334,12 @@ def find_counterexample(
                 phases=phases,
             ),
         ).example
-        if broken and broken[-1][0] == example.to_json():
-            error = broken[-1][1]
+        if example.to_json() in broken:
+            error = broken[example.to_json()]
             check.result, check.failure, check.worst = Outcome.FAILED, f"{type(error).__name__}: {error}", error.report
         else:
             check.result = Outcome.COUNTEREXAMPLE
-            check.failure = found[0] if found else ""
+            check.failure = found.get(example.to_json(), "")
             if unstable:
                 check.failure += f" (before it, {len(unstable)} state(s) set aside as nondeterministic: {unstable[0]})"
         check.example = example
