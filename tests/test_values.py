@@ -11,6 +11,7 @@ there. Pure torch: cheap on a CPU.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 import torch
@@ -65,7 +66,11 @@ def few(prop, examples: int = 2):
         deadline=None,
         suppress_health_check=list(HealthCheck),
     )
-    return quick(given(data=st.data())(inner))
+    run = quick(given(data=st.data())(inner))
+    if "part" not in inspect.signature(inner).parameters:
+        return run
+    # a sweep in parts (on a GPU): every part, the whole sweep
+    return lambda **kwargs: [run(part=part, **kwargs) for part in range(C.value_parts())]
 
 
 def _red(prop, backend: Backend) -> list[BaseException]:
@@ -238,3 +243,14 @@ def test_a_calls_tensors_all_sit_on_the_device_asked_whatever_their_values(kind:
     placed = {name: str(t.device) for name, t in tensors.items() if t is not None and name != "cu_seqlens"}
     assert set(placed) == {"x", "weight", "bias", "initial_state"}
     assert set(placed.values()) == {"meta"}, placed
+
+
+def test_the_value_sweeps_parts_cover_every_swept_call_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the value sweeps run in parts (``value_share``): every swept call in exactly one part, no part
+    empty; with fewer calls than parts (a backend of fewer dtypes) a part repeats a call rather than run none."""
+    monkeypatch.setattr(conformance, "value_parts", lambda: C.GPU_VALUE_PARTS)
+    calls = list(range(15))
+    shares = [C.value_share(calls, part) for part in range(C.GPU_VALUE_PARTS)]
+    assert sorted(c for share in shares for c in share) == calls and all(shares)
+    short = [C.value_share(calls[:10], part) for part in range(C.GPU_VALUE_PARTS)]
+    assert all(short) and {c for share in short for c in share} == set(range(10))

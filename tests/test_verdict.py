@@ -217,7 +217,15 @@ def test_a_row_exercised_in_any_round_is_exercised() -> None:
 
 
 def test_every_unfinished_result_fails_and_every_finished_one_is_green() -> None:
-    assert set(FAILING) == {"FAIL", "missed fusion", "not exercised", UNREACHED, "crashed", "interrupted"}
+    assert set(FAILING) == {
+        "FAIL",
+        "missed fusion",
+        "not exercised",
+        UNREACHED,
+        "crashed",
+        "interrupted",
+        "nondeterministic",
+    }
     assert not set(FAILING) & set(GREEN)
 
 
@@ -425,6 +433,7 @@ def test_which_outcomes_fail_a_run_and_which_are_reports() -> None:
         Outcome.NOT_REACHED,
         Outcome.CRASHED,
         Outcome.INTERRUPTED,
+        Outcome.NONDETERMINISTIC,  # P6: a search whose states' verdicts a nondeterministic kernel decided
     }
     assert {o for o in Outcome if o.fails} == failing and set(ledger.FAILING) == failing
     reports = {Outcome.NOT_APPLICABLE, Outcome.NONE_FOUND, Outcome.UPSTREAM_REFUSED, Outcome.MISSED_FUSION_ALLOWED}
@@ -436,6 +445,7 @@ def test_which_outcomes_fail_a_run_and_which_are_reports() -> None:
         Outcome.COUNTEREXAMPLE,
         Outcome.NOT_APPLICABLE,
         Outcome.CRASHED,
+        Outcome.NONDETERMINISTIC,
     }
     assert {o for o in Outcome if o.decisive} == {o for o in Outcome if o.final} | {Outcome.NONE_FOUND}
     # the word each prints, and finds as a key: a summary written before the enum reads the same

@@ -53,9 +53,13 @@ def _key(fn, args, kwargs):
     bound = dict(zip([p.name for p in params], args))
     bound.update({k: v for k, v in kwargs.items() if k in {p.name for p in params}})
     options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in bound and k not in ("grid", "warmup")))
-    dns = {params[i].name if isinstance(i, int) else i for i in (getattr(fn, "do_not_specialize", None) or [])}
+    # a JITFunction holds its do_not_specialize lists; the interpreter's InterpretedFunction keeps them in kwargs
+    given = getattr(fn, "kwargs", None) or {}
+    dns = {params[i].name if isinstance(i, int) else i
+           for i in (getattr(fn, "do_not_specialize", None) or given.get("do_not_specialize") or [])}
     dnsa = {params[i].name if isinstance(i, int) else i
-            for i in (getattr(fn, "do_not_specialize_on_alignment", None) or [])}
+            for i in (getattr(fn, "do_not_specialize_on_alignment", None)
+                      or given.get("do_not_specialize_on_alignment") or [])}
     parts = []
     for p in params:
         v = bound.get(p.name, p.default)

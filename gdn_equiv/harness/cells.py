@@ -173,11 +173,13 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
 #: ``test_backend_matches_torch_in_every_combination[triton]``, over 400 s for the layer one, each compiling
 #: its calls' kernels one after the other while other workers sat idle; in four parts a triton part still took
 #: 62 s warm (2026-12-07). On a GPU the split is finer, so that a part is a few seconds: the conv test's 120
-#: cells (torch's scope; fewer for a backend with limits) in 30 parts, the layer test's 36 in 18; a part
-#: left with no cell fails rather than pass having run nothing. On a CPU the draws, repeated by every part,
-#: cost more than the calls: four parts each.
+#: cells (torch's scope; 80 for cuda and fla-cuda, whose widths are limited) in 60 parts, the layer test's 72
+#: (56 for cuda) in 36; a part left with no cell fails rather than pass having run nothing. In 30 and 18 parts
+#: (H100, 2026-12-07, -n 14, kernels cached by the cold run) a conv part took 2.3-7.0 s warm (4 cells), a
+#: layer part 5.1-5.7 s (4 cells): two cells a part is 1.2-3.5 s. On a CPU the draws, repeated by every
+#: part, cost more than the calls: four parts each.
 PARTS = 4
-GPU_PARTS = {"conv": 30, "layer": 18}
+GPU_PARTS = {"conv": 60, "layer": 36}
 
 
 def parts(test: str) -> int:

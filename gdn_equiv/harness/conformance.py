@@ -269,10 +269,40 @@ def block_edges(backend: str) -> tuple[int, ...]:
 
 
 #: the block-edge sweep runs as this many tests, one per part, each sweeping its share of the edges
-#: (``edge_splits(...)[part::PARTS]``, or one pair where there are fewer than parts): on a GPU fla's convs
-#: compile a kernel per channel count, and the undivided sweep did not finish in 400 s on the H100 (issue #52);
-#: the gate's ``test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls`` runs each part
+#: (``edge_splits(...)[part::parts]``, or one pair where there are fewer than parts): on a GPU fla's convs
+#: compile a kernel per channel count, and the undivided sweep did not finish in 400 s on the H100 (issue #52).
+#: On a GPU it sweeps 11 edges, there one edge a part (:data:`GPU_EDGE_PARTS`), so that a cold run's compiles
+#: spread over the workers: on the H100 (2026-12-07, -n 14) a part of 3 edges took 60 s cold and 4.0 s warm
+#: (1.3 s an edge), and the parts a cut cold run had not reached took 50 s in the next. On a CPU, where the
+#: interpreter's reach gives fewer edges, four parts. The gate's
+#: ``test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls`` runs each part.
 EDGE_PARTS = 4
+GPU_EDGE_PARTS = 11
+
+
+def edge_parts() -> int:
+    """How many parts the block-edge sweep runs as here: one per edge on a GPU, :data:`EDGE_PARTS` on a CPU."""
+    return GPU_EDGE_PARTS if torch.cuda.is_available() else EDGE_PARTS
+
+
+#: the value sweeps run as this many tests on a GPU, one per part, each example checking its share of the swept
+#: calls (``swept[part::parts]``: 3 dtypes x 5 value kinds = 15 calls, one a part; a backend with fewer dtypes
+#: repeats a call rather than leave a part empty). On the H100 (2026-12-07, -n 14) the undivided conformance
+#: sweep took 20 s and the ground-truth one 45 s in a run that still compiled their kernels (a cut cold run had
+#: not reached them): a part is at most about 1.3 s and 3 s, and its compiles spread over the workers. One
+#: part on a CPU.
+GPU_VALUE_PARTS = 15
+
+
+def value_parts() -> int:
+    """How many parts the value sweeps run as here: :data:`GPU_VALUE_PARTS` on a GPU, one on a CPU."""
+    return GPU_VALUE_PARTS if torch.cuda.is_available() else 1
+
+
+def value_share(swept: list[ConvCall], part: int) -> list[ConvCall]:
+    """The swept calls of ``part``: ``swept[part::parts]``, or one call where there are fewer calls than parts."""
+    parts = value_parts()
+    return swept[part::parts] or [swept[part % len(swept)]]
 
 
 def edge_splits(backend: str) -> list[tuple[int, int]]:

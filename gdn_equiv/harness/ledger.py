@@ -89,6 +89,9 @@ class Outcome(str, Enum):
     MISSED_FUSION = "missed fusion"
     #: the same, where the run was told to let it pass (``--gdn-allow-missed-fusion``): reported, never silent
     MISSED_FUSION_ALLOWED = "missed fusion (allowed)"
+    #: a P6 search found states where forcing fusion looked wrong, but on each a path differed from itself run
+    #: to run (the same inputs, other bits): its verdict is not a fact of the code, and no stable state decided it
+    NONDETERMINISTIC = "nondeterministic"
 
     # the word itself wherever it is printed, hashed and compared as that word (a dict keyed by words finds it)
     __hash__ = str.__hash__
@@ -128,13 +131,21 @@ _FAILING = frozenset(
         Outcome.NOT_REACHED,
         Outcome.CRASHED,
         Outcome.INTERRUPTED,
+        Outcome.NONDETERMINISTIC,
     }
 )
 _REPORTS = frozenset(
     {Outcome.NOT_APPLICABLE, Outcome.NONE_FOUND, Outcome.UPSTREAM_REFUSED, Outcome.MISSED_FUSION_ALLOWED}
 )
 _FINAL = frozenset(
-    {Outcome.FAILED, Outcome.MISSED_FUSION, Outcome.COUNTEREXAMPLE, Outcome.NOT_APPLICABLE, Outcome.CRASHED}
+    {
+        Outcome.FAILED,
+        Outcome.MISSED_FUSION,
+        Outcome.COUNTEREXAMPLE,
+        Outcome.NOT_APPLICABLE,
+        Outcome.CRASHED,
+        Outcome.NONDETERMINISTIC,
+    }
 )
 _DECISIVE = _FINAL | {Outcome.NONE_FOUND}
 

@@ -310,11 +310,20 @@ def find_counterexample(
         check.result, check.failure = Outcome.NOT_APPLICABLE, str(reason)
         return check
     budget = max_examples if max_examples is not None else necessity_budget(backend)
-    found: list[str] = []
-    broken: list[tuple[str, Mismatch]] = []  # the production path's failure, with the example's json
+    # by the state's json, so the state Hypothesis returns (after shrinking) finds its own problem
+    found: dict[str, str] = {}
+    broken: dict[str, Mismatch] = {}  # the production path's failure
+    unstable: list[str] = []  # states that looked wrong where a path differed from itself run to run
+    decided: dict[str, bool] = {}  # each state's verdict, made once: Hypothesis's replay of it reads this
     tally = ledger.Tally()
 
     def wrong(draw: Draw) -> bool:
+        key = draw.example.to_json()
+        if key not in decided:
+            decided[key] = judged(draw)
+        return decided[key]
+
+    def judged(draw: Draw) -> bool:
         example = draw.example
         try:
             problem = ledger.judge(
@@ -324,24 +333,21 @@ def find_counterexample(
                 tally=tally,
             )
         except P.ProductionPathFailed as exc:
-            broken[:] = [(example.to_json(), exc)]
+            broken[example.to_json()] = exc
             return True
         except isolation.WorkerDied as exc:
             # which path killed the process? the separate one alone, in a fresh worker, tells
             try:
                 isolation.call(P.check_separate_path, example, device=device)
             except (isolation.WorkerDied, P.ProductionPathFailed) as separate:
-                broken[:] = [
-                    (
-                        example.to_json(),
-                        separate
-                        if isinstance(separate, Mismatch)
-                        else P.ProductionPathFailed(
-                            f"the separate (production) path killed its worker: {separate}",
-                            Report("error", ("separate", "-"), False, 0),
-                        ),
+                broken[example.to_json()] = (
+                    separate
+                    if isinstance(separate, Mismatch)
+                    else P.ProductionPathFailed(
+                        f"the separate (production) path killed its worker: {separate}",
+                        Report("error", ("separate", "-"), False, 0),
                     )
-                ]
+                )
                 return True
             problem = f"forcing the fused path killed the worker: {exc}"
         finally:
@@ -349,7 +355,13 @@ def find_counterexample(
         if problem is ledger.MISSED:
             return False
         if problem:
-            found[:] = [problem]
+            # a wrong-looking state counts only where both paths give their own bits again: else the verdict
+            # was the kernel's run-to-run nondeterminism (atomics in a backward), not the condition's breach
+            unsteady = isolation.call(P.run_to_run_difference, example, device=device)
+            if unsteady is not None:
+                unstable.append(f"{unsteady} ({problem}); state: {example.short()}")
+                return False
+            found[example.to_json()] = problem
         return problem is not None
 
     last: list[Draw] = []
@@ -372,12 +384,14 @@ def find_counterexample(
         )
     except _Found:
         example = last[0].example
-        if broken and broken[-1][0] == example.to_json():
-            error = broken[-1][1]
+        if example.to_json() in broken:
+            error = broken[example.to_json()]
             check.result, check.failure, check.worst = Outcome.FAILED, f"{type(error).__name__}: {error}", error.report
         else:
             check.result = Outcome.COUNTEREXAMPLE
-            check.failure = found[0] if found else ""
+            check.failure = found.get(example.to_json(), "")
+            if unstable:
+                check.failure += f" (before it, {len(unstable)} state(s) set aside as nondeterministic: {unstable[0]})"
         check.example = example
     else:
         check.budget_spent = spent
@@ -390,7 +404,14 @@ def find_counterexample(
             budget_spent=check.budget_spent,
             must_find=backend in BUILTIN_BACKENDS,
         )
-        if check.result in (Outcome.NOT_REACHED, Outcome.NOT_EXERCISED):
+        if unstable:
+            check.result = Outcome.NONDETERMINISTIC
+            check.failure = (
+                f"{condition}: {len(unstable)} state(s) where forcing fusion looked wrong, each with a path that "
+                f"differs from itself run to run, and no stable state in {applicable} applicable ones; the first: "
+                f"{unstable[0]}"
+            )
+        elif check.result in (Outcome.NOT_REACHED, Outcome.NOT_EXERCISED):
             check.failure = f"{check.result}: none of the {check.examples} states was applicable{why}"
         elif check.result == Outcome.FAILED:
             check.failure = (

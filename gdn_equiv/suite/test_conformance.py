@@ -32,7 +32,6 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness.conformance import (
-    EDGE_PARTS,
     check_block_edges,
     check_continuation,
     check_decode_continuation,
@@ -41,7 +40,10 @@ from gdn_equiv.harness.conformance import (
     check_gradients,
     check_outside_capabilities,
     check_update,
+    edge_parts,
     edge_splits,
+    value_parts,
+    value_share,
 )
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ledger import Outcome
@@ -147,7 +149,7 @@ def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
 
 # each example sweeps its share of the edges in reach, twice (11 edges on a GPU: 22 fused-vs-split checks,
 # 66 channel counts, over the parts), so a fifth of the profile's examples, as the other sweeping tests take
-@pytest.mark.parametrize("part", range(EDGE_PARTS))
+@pytest.mark.parametrize("part", range(edge_parts()))
 @settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
 @given(data=st.data())
 def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, gdn_backend, device, part):
@@ -161,7 +163,7 @@ def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, 
     call = _draw_call(data, gdn_backend, varlen=False, initial_state=False, max_channels=1)
     count_example()
     splits = edge_splits(gdn_backend)
-    share = splits[part::EDGE_PARTS] or [splits[part % len(splits)]]
+    share = splits[part :: edge_parts()] or [splits[part % len(splits)]]
     note(f"{call!r}, splits {share} of {splits}")
     check_block_edges(call, share, gdn_backend, device)
 
@@ -215,9 +217,10 @@ def test_backend_matches_torch_past_every_time_tile_in_every_dtype(data, gdn_bac
 
 
 # each example sweeps 3 dtypes x 5 value kinds: a fifth of the profile's examples
+@pytest.mark.parametrize("part", range(value_parts()))
 @settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
 @given(data=st.data())
-def test_backend_matches_torch_at_every_value_extreme_in_every_dtype(data, gdn_backend, device):
+def test_backend_matches_torch_at_every_value_extreme_in_every_dtype(data, gdn_backend, device, part):
     """Issue #52: a drawn call carrying each extreme of ``gdn_equiv.strategies.values`` in turn (sums near the
     dtype's largest value, subnormal inputs, signed zeros, cancelling taps, constant runs), in every dtype:
     y, the final state (its zeros' signs too), every gradient and the step == torch's. A kernel that sums in
@@ -226,7 +229,7 @@ def test_backend_matches_torch_at_every_value_extreme_in_every_dtype(data, gdn_b
     call = _draw_call(data, gdn_backend, varlen=False, max_seq_len=12, max_channels=16)
     count_example()
     note(repr(call))
-    swept = swept_values(call, dtypes=sweep_dtypes(gdn_backend))
+    swept = value_share(swept_values(call, dtypes=sweep_dtypes(gdn_backend)), part)
     run_sweep(swept, gdn_backend, device, (check_forward, check_gradients))
     for c in swept:
         if c.refusal(capabilities([gdn_backend, "torch"])) is None:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.harness.conformance import value_parts, value_share
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ground_truth import (
     check_forward,
@@ -127,10 +128,12 @@ def test_backend_matches_fp64_ground_truth_past_every_time_tile_in_every_dtype(d
     _sweep(sweep, gdn_backend, device)
 
 
-# each example sweeps 3 dtypes x 5 value kinds: a fifth of the profile's examples
+# each example sweeps 3 dtypes x 5 value kinds: a fifth of the profile's examples; on a GPU in parts
+# (conformance.value_parts: the same shares as the conformance sweep)
+@pytest.mark.parametrize("part", range(value_parts()))
 @settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
 @given(data=st.data())
-def test_backend_matches_fp64_ground_truth_at_every_value_extreme_in_every_dtype(data, gdn_backend, device):
+def test_backend_matches_fp64_ground_truth_at_every_value_extreme_in_every_dtype(data, gdn_backend, device, part):
     """Issue #52: a drawn call carrying each extreme value kind in turn (sums near the dtype's largest value,
     subnormal inputs, signed zeros, cancelling taps, constant runs), in every dtype: y, the final state (its
     zeros' signs too), the gradients and the step == the fp64 truth's (an output that overflows the dtype is
@@ -138,7 +141,7 @@ def test_backend_matches_fp64_ground_truth_at_every_value_extreme_in_every_dtype
     call = draw_call(data, gdn_backend, varlen=False, max_seq_len=12, max_channels=16)
     count_example()
     note(repr(call))
-    _sweep(swept_values(call, dtypes=_dtypes(gdn_backend)), gdn_backend, device, update=True)
+    _sweep(value_share(swept_values(call, dtypes=_dtypes(gdn_backend)), part), gdn_backend, device, update=True)
 
 
 # ---- the reference layer itself, against SPEC §2 written out independently ---------------------------

@@ -21,6 +21,13 @@ for W <= 4; its rows read in groups, ``ROWS`` loads in flight); the last two tak
 from ``_dstate_onepass_kernel``. Two forwards with the same bits: ``_fwd_kernel`` (a tile and its W
 shifted copies) and ``_fwd_rows_kernel`` (rows walked forwards, each input row read once, the last
 W-1 carried in registers).
+
+Specialisation: the sequence length ``T`` (and ``_reduce_kernel``'s row count ``P``) is
+``do_not_specialize``: it only bounds rows (``t < T`` is one value across a row's channels, so it never
+limits a load's vector width) and its ``== 1`` / ``% 16`` classes only multiplied the compiled kernels
+(a gate run's 306 specialisations under the interpreter, ``tools/specialisations.py``: 292 without them).
+``D`` and the strides stay specialised: ``d < D`` and the row offsets ``t * sx_t`` set how wide the
+channel loads can be (a ``D`` or stride not known to be a multiple of 16 makes them scalar).
 """
 
 from __future__ import annotations
@@ -166,7 +173,7 @@ def _activate(a, ACT: tl.constexpr):
     return a
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _fwd_kernel(
     x_ptr,
     w_ptr,
@@ -324,7 +331,7 @@ def _rows_step(
     return n0, n1, n2, seq, rmask
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _fwd_rows_kernel(
     x_ptr,
     w_ptr,
@@ -420,7 +427,7 @@ def _fwd_rows_kernel(
         k0, k1, k2, prev_seq, prev_ok = carried
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _final_state_kernel(
     x_ptr,
     s_ptr,
@@ -574,7 +581,7 @@ def _grad_outside(
     return g
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _grad_kernel(
     x_ptr,
     w_ptr,
@@ -721,7 +728,7 @@ def _final_grad(df_ptr, p, L, seq, d, dmask, rmask, sdf_n, sdf_d, sdf_w, W: tl.c
     return df.to(CDT)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _bwd_kernel(
     x_ptr,
     w_ptr,
@@ -854,7 +861,7 @@ def _tile_sums(
     tl.store(base + W * D + d1, tl.sum(g, axis=0), mask=d1 < D)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _bwd_onepass_kernel(
     x_ptr,
     w_ptr,
@@ -1074,7 +1081,7 @@ def _serial_step(
     return g, g1, g2, v0, v1, v2, seq, gmask, a0, a1, a2, a3, ab
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _bwd_serial_kernel(
     x_ptr,
     w_ptr,
@@ -1230,7 +1237,7 @@ def _bwd_serial_kernel(
         tl.store(base + W * D + d, ab, mask=dmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _dstate_onepass_kernel(
     x_ptr,
     w_ptr,
@@ -1300,7 +1307,7 @@ def _dstate_onepass_kernel(
     tl.store(ds_ptr + (seq.to(tl.int64) * D + d) * W + c, ds.to(ds_ptr.dtype.element_ty), mask=cmask & dmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _dstate_kernel(
     w_ptr,
     b_ptr,
@@ -1371,7 +1378,7 @@ def _dstate_kernel(
     tl.store(ds_ptr + (seq.to(tl.int64) * D + d) * W + c, ds.to(ds_ptr.dtype.element_ty), mask=cmask & dmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["P"])
 def _reduce_kernel(part_ptr, out_ptr, P, D, W: tl.constexpr, BD: tl.constexpr):
     """``out[j, d] = sum_i part[i, j, d]`` summed i = 0, 1, ... in order (one program per (channel block, j)).
     The rows are read four at a time before they are added (in order, so the same bits): one row per
