@@ -248,7 +248,7 @@ def test_a_calls_tensors_all_sit_on_the_device_asked_whatever_their_values(kind:
 def test_the_value_sweeps_parts_cover_every_swept_call_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a GPU the value sweeps run in parts (``value_share``): every swept call in exactly one part, no part
     empty; with fewer calls than parts (a backend of fewer dtypes) a part repeats a call rather than run none."""
-    monkeypatch.setattr(conformance, "value_parts", lambda: C.GPU_VALUE_PARTS)
+    monkeypatch.setattr(C, "value_parts", lambda: C.GPU_VALUE_PARTS)
     calls = list(range(15))
     shares = [C.value_share(calls, part) for part in range(C.GPU_VALUE_PARTS)]
     assert sorted(c for share in shares for c in share) == calls and all(shares)
