@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,23 +33,9 @@ SERVING = [r.name for r in registry.serving_records()]
 
 
 @pytest.fixture
-def gdn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[Callable]:
-    """``gdn(*argv) -> (status, stdout, stderr)``: :func:`cli.main` in ``tmp_path``."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
-    saved = os.environ.get("TRITON_INTERPRET")
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    yield run
-    if saved is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = saved
+def gdn(gdn_main: Callable[..., tuple[int, str, str]]) -> Callable[..., tuple[int, str, str]]:
+    """``gdn(*argv) -> (status, stdout, stderr)``: the root conftest's ``gdn_main`` (``cli.main`` in ``tmp_path``)."""
+    return gdn_main
 
 
 def _fake_dist(where: Path, name: str, version: str) -> Path:
