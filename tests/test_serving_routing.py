@@ -89,8 +89,11 @@ def test_a_release_whose_builder_cannot_be_loaded_is_a_named_reason_never_a_pass
     monkeypatch.delenv(R.SOURCES_ENV, raising=False)
     monkeypatch.setattr(R, "_FAILED", {})
     monkeypatch.setattr(R, "_LOADED", {})
-    why = ROUTING.not_applicable("vllm-0.31.0-cpu-torch")
+    # a side-by-side release's path (named only where .engines holds the release: built here, as its row has it)
+    why = R.unavailable(EngineOps("vllm", "cpu-torch", release="0.31.0"))
     assert why is not None and why.startswith(f"not reached: {R.GDN_BUILDER} (vllm 0.31.0) cannot be loaded: ")
+    # the installed release's path, known everywhere: where no vLLM is installed its row says so, never a pass
+    assert ROUTING.not_applicable("vllm-cpu-torch") is not None or R.unavailable(EngineOps("vllm", "cpu-torch")) is None
     sglang = R.unavailable(EngineOps("sglang", "gpu", release="0.5.23"))
     assert sglang is not None and "update_mamba_state_after_mtp_verify" in sglang and "cannot be loaded" in sglang
 
