@@ -227,7 +227,7 @@ def installed_version(engine: str) -> str | None:
 
 
 #: where releases sit side by side, one folder ``<engine>-<version>/`` each holding that release's ops files as
-#: in its wheel (``scripts/extract_engines.sh``); default ``.engines`` in the working directory
+#: in its wheel (``gdn-equiv engines fetch``); default ``.engines`` in the working directory
 ENGINES_DIR_ENV = "GDN_EQUIV_ENGINES"
 
 

@@ -73,7 +73,7 @@ class EngineCase:
 
 REPRO_TEMPLATE = '''#!/usr/bin/env python
 """Standalone reproducer written by gdn-equiv: {function} on serving engine path {engine!r} ({version}).
-An engine's ops come from its installed wheel (or PYTHONPATH=.engines, scripts/extract_engines.sh).
+An engine's ops come from its installed wheel (or PYTHONPATH=.engines, `gdn-equiv engines fetch`).
 
 {failure}
 """
