@@ -184,6 +184,11 @@ def _length(draw: st.DrawFn, W: int, max_len: int, long: int | None) -> int:
     return draw(st.integers(1, max_len))
 
 
+#: the activations a conv call draws where neither the caller nor a declaration names them (fla's conv
+#: activations); a declaration that names others (``("relu",)``) is drawn in those
+DEFAULT_ACTIVATIONS: tuple[str | None, ...] = (None, "silu", "swish")
+
+
 def conv_calls(
     *,
     dtypes: Sequence[str] | None = None,
@@ -197,7 +202,7 @@ def conv_calls(
     wide_channels: int | None = None,
     long_seq_len: int | None = None,
     layouts: Sequence[str] = ("contiguous",),
-    activations: Sequence[str | None] = (None, "silu", "swish"),
+    activations: Sequence[str | None] | None = None,
     mixed_precision: bool = True,
     capabilities: Capabilities | None = None,
     values: Sequence[str] = ("randn",),
@@ -233,6 +238,8 @@ def conv_calls(
         widths = (max(widths[0], caps.widths[0]), min(widths[1], caps.widths[1]))
         if widths[0] > widths[1]:
             raise InvalidArgument(f"no kernel width in range is in the capabilities' {caps.widths}")
+    if activations is None:  # none, silu and swish; a declaration of others: every registered one it declares
+        activations = DEFAULT_ACTIVATIONS if caps.activations is None else activation_names()
     if caps.activations is not None:
         activations = [a for a in activations if a in caps.activations]
     kinds = {name: _allowed_layouts(caps, name, layouts) for name in LAYOUT_TENSORS}
