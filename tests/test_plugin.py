@@ -91,7 +91,9 @@ def runs(env_dir: Path) -> dict[str, subprocess.CompletedProcess]:
         "correct": [*suite, "--gdn-backend", "example-correct", "-k", "update_matches or forward_matches"],
         "check": [
             str(_bin(env_dir, "gdn-equiv")),
-            *("check", "--backend", "example-bias-block", "--profile", "dev", "--skip-necessity"),
+            # derandomized: whether dev's 15 examples a row catch the kernel is a fact of the code (a random run
+            # drew 13 n/a of 15 in float32 and missed it: CI, 2026-12-07); the fixed sequence fails both rows
+            *("check", "--backend", "example-bias-block", "--profile", "dev", "--skip-necessity", "--derandomize"),
             *("--property", "P3-forward-exact", "--dtype", "float32", "--dtype", "bfloat16"),
             *("--junit-xml", "junit.xml", "--json", "summary.json", "--report", "report"),
         ],
