@@ -57,10 +57,12 @@ def _mismatches(exc: BaseException) -> list[BaseException]:
 
 def few(prop, examples: int = 2):
     """The gate's property ``prop`` (its body and its strategy) for ``examples`` generated examples, no
-    shrinking, no database: a sweep is red on its first example, so a red run costs one example here."""
+    shrinking, no database, derandomized: whether a sweep is red on these examples is a fact of the code (a
+    random CI run drew two base calls on which fp16 accumulation stayed in range, and the test missed)."""
     inner = prop.hypothesis.inner_test
     quick = settings(
         max_examples=examples,
+        derandomize=True,
         phases=[Phase.generate],
         database=None,
         deadline=None,
