@@ -85,6 +85,18 @@ def test_the_routing_strategy_reaches_each_kind_of_row(what: str, holds) -> None
     find(routing_cases(), holds, settings=first_hit(2000))
 
 
+def test_a_planted_short_conv_builder_is_judged_through_the_short_conv_layer_only() -> None:
+    """S6-routing drives both layers; the planted short-conv builder (a fresh one-token prompt sent to the decode
+    update) is caught there, by the short-conv caller, and leaves the GDN layer's routing as the reference's."""
+    from gdn_equiv.serving.planted import OnePromptAsDecode
+
+    case = R.RoutingCase(0, ((R.SchedRow(1, 1),),), 3)
+    with pytest.raises(R.Misrouted, match=r"OnePromptAsDecode \(a short-conv metadata builder\).*token 0"):
+        R.check_s6_routing(OnePromptAsDecode(), case)
+    assert isinstance(R.routing_engine(OnePromptAsDecode(), "gdn"), R.ReferenceRouting)
+    R.check_s6_routing(OnePromptAsDecode(), R.RoutingCase(0, ((R.SchedRow(2, 1),),), 3))
+
+
 def test_a_release_whose_builder_cannot_be_loaded_is_a_named_reason_never_a_pass(monkeypatch) -> None:
     monkeypatch.delenv(R.SOURCES_ENV, raising=False)
     monkeypatch.setattr(R, "_FAILED", {})
@@ -94,6 +106,8 @@ def test_a_release_whose_builder_cannot_be_loaded_is_a_named_reason_never_a_pass
     assert why is not None and why.startswith(f"not reached: {R.GDN_BUILDER} (vllm 0.31.0) cannot be loaded: ")
     # the installed release's path, known everywhere: where no vLLM is installed its row says so, never a pass
     assert ROUTING.not_applicable("vllm-cpu-torch") is not None or R.unavailable(EngineOps("vllm", "cpu-torch")) is None
+    short = R.VllmShortConvRouting("0.31.0").unavailable()
+    assert short is not None and short.startswith(f"not reached: {R.SHORT_CONV_BUILDER} (vllm 0.31.0) cannot be loaded")
     sglang = R.unavailable(EngineOps("sglang", "gpu", release="0.5.23"))
     assert sglang is not None and "update_mamba_state_after_mtp_verify" in sglang and "cannot be loaded" in sglang
 
@@ -102,9 +116,9 @@ def test_a_release_whose_builder_cannot_be_loaded_is_a_named_reason_never_a_pass
 @pytest.mark.parametrize(("version", "fixed"), [("0.34.0", True)])
 def test_a_release_builder_routes_a_mixed_batch_as_the_pool_says(version: str, fixed: bool) -> None:
     """One release per process (torch keeps a release's registered types)."""
-    engine = R.VllmGdnRouting(version)
-    if engine.unavailable():
-        pytest.skip(str(engine.unavailable()))
     rows = (R.SchedRow(3, 1, 3, drafts=2, accepted=2), R.SchedRow(4, 2, 0), R.SchedRow(0, 0))
     case = R.RoutingCase(2, ((R.SchedRow(2, 1),), (R.SchedRow(2, 1, 2, drafts=1),), rows), 3)
-    R.check_routing(engine, case)
+    for engine in (R.VllmGdnRouting(version), R.VllmShortConvRouting(version)):
+        if engine.unavailable():
+            pytest.skip(str(engine.unavailable()))
+        R.check_routing(engine, case)

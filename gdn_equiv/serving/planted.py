@@ -421,6 +421,26 @@ class CountsFromBatchFront(ReferenceAdapter):
         return _CountsFromBatchFront()
 
 
+class _OnePromptAsDecode(ReferenceRouting):
+    caller = "gdn_equiv/serving/planted.py:OnePromptAsDecode (a short-conv metadata builder)"
+
+    def route(self, rows: tuple[SchedRow, ...], case: RoutingCase) -> list[Call]:
+        plan = super().route(rows, case)
+        return [replace(c, kind="decode", has_state=True) if c.kind == "prefill" and len(c.tokens) == 1 else c
+                for c in plan]  # fmt: skip
+
+
+class OnePromptAsDecode(ReferenceAdapter):
+    """Routing (short-conv): the metadata builder splits decodes from prefills by query length alone, so a fresh
+    one-token prompt goes to the decode update, which continues its block's (recycled) state instead of zeros
+    (the class of vLLM 0.28.0-0.30.0's GDN builder finding, planted in a short-conv builder)."""
+
+    name = "planted-short-conv-one-prompt-as-decode"
+
+    def short_conv_routing(self) -> _OnePromptAsDecode:
+        return _OnePromptAsDecode()
+
+
 S0 = "check_s0_reference"
 _S1_S7 = ("check_s1_pool_equals_alone", "check_s2_untouched", "check_s3_handoff", "check_s4_speculation",
           "check_s5_prefix_cache", "check_s6_dispatch", "check_s7_packed_qkv")  # fmt: skip
@@ -454,6 +474,7 @@ PLANTED: dict[str, tuple[type[ReferenceAdapter], tuple[str, ...]]] = {
     PadEndsBatch.name: (PadEndsBatch, (SU,)),
     AnswersOutside.name: (AnswersOutside, ("check_s0_outside",)),
     CountsFromBatchFront.name: (CountsFromBatchFront, ("check_s6_routing",)),
+    OnePromptAsDecode.name: (OnePromptAsDecode, ("check_s6_routing",)),
 }
 
 #: the class of issue #50's list each surface-planted engine stands for
@@ -469,6 +490,7 @@ SURFACE_CLASSES: dict[str, str] = {
     PadEndsBatch.name: "pads between rows",
     AnswersOutside.name: "outside the surface (no refusal)",
     CountsFromBatchFront.name: "routing (a metadata builder's accepted counts)",
+    OnePromptAsDecode.name: "routing (a short-conv metadata builder's decode/prefill split)",
 }
 
 

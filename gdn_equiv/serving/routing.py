@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ __all__ = [
     "RoutingEngine",
     "SchedRow",
     "VllmGdnRouting",
+    "VllmShortConvRouting",
     "check_routing",
     "check_s6_routing",
     "reference_plan",
@@ -299,6 +301,29 @@ def _load_vllm(version: str) -> Any:
     return _LOADED["vllm"]
 
 
+def _common_metadata(backend: Any, rows: tuple[SchedRow, ...], k: int) -> Any:
+    """The runner's ``CommonAttentionMetadata`` of one step's rows (block table: the conv block, then ``k``
+    speculative columns), with the fields the release's dataclass has."""
+    starts = torch.tensor(_starts(rows), dtype=torch.int32)
+    seq = torch.tensor([r.computed + r.tokens for r in rows], dtype=torch.int32)
+    table = torch.tensor([[r.block, *(list(r.spare) + [NULL_BLOCK] * k)[:k]] for r in rows], dtype=torch.int32).reshape(
+        len(rows), k + 1
+    )
+    computed = torch.tensor([r.computed for r in rows], dtype=torch.int32)
+    known = {
+        "query_start_loc": starts, "query_start_loc_cpu": starts.clone(), "seq_lens": seq,
+        "seq_lens_cpu": seq.clone(), "num_computed_tokens_cpu": computed, "num_reqs": len(rows),
+        "num_actual_tokens": int(starts[-1]), "max_query_len": max([r.tokens for r in rows] + [0]),
+        "max_seq_len": int(seq.max()) if len(rows) else 0, "block_table_tensor": table,
+        "slot_mapping": torch.zeros(int(starts[-1]), dtype=torch.int64), "causal": True,
+        "is_prefilling": torch.tensor([r.drafts < 0 and (r.tokens > 1 or r.computed == 0) for r in rows]),
+        "seq_lens_cpu_upper_bound": seq.clone(), "_seq_lens_cpu": seq.clone(),
+        "_num_computed_tokens_cpu": computed.clone(), "_num_computed_tokens_cache": None,
+    }  # fmt: skip
+    fields = {f.name for f in dataclasses.fields(backend.CommonAttentionMetadata)}
+    return backend.CommonAttentionMetadata(**{n: v for n, v in known.items() if n in fields})
+
+
 class VllmGdnRouting:
     """vLLM's ``GDNAttentionMetadataBuilder.build`` on a :class:`RoutingCase`'s rows, and the conv calls the GDN
     layer's ``_forward_core`` makes from its metadata: the verify rows through ``causal_conv1d_update`` with
@@ -349,24 +374,7 @@ class VllmGdnRouting:
         """The builder's metadata for one step's rows (the runner's ``CommonAttentionMetadata`` of them)."""
         _, backend, _ = _load_vllm(self.version)
         k = case.num_spec
-        starts = torch.tensor(_starts(rows), dtype=torch.int32)
-        seq = torch.tensor([r.computed + r.tokens for r in rows], dtype=torch.int32)
-        table = torch.tensor(
-            [[r.block, *(list(r.spare) + [NULL_BLOCK] * k)[:k]] for r in rows], dtype=torch.int32
-        ).reshape(len(rows), k + 1)
-        computed = torch.tensor([r.computed for r in rows], dtype=torch.int32)
-        known = {
-            "query_start_loc": starts, "query_start_loc_cpu": starts.clone(), "seq_lens": seq,
-            "seq_lens_cpu": seq.clone(), "num_computed_tokens_cpu": computed, "num_reqs": len(rows),
-            "num_actual_tokens": int(starts[-1]), "max_query_len": max([r.tokens for r in rows] + [0]),
-            "max_seq_len": int(seq.max()) if len(rows) else 0, "block_table_tensor": table,
-            "slot_mapping": torch.zeros(int(starts[-1]), dtype=torch.int64), "causal": True,
-            "is_prefilling": torch.tensor([r.drafts < 0 and (r.tokens > 1 or r.computed == 0) for r in rows]),
-            "seq_lens_cpu_upper_bound": seq.clone(), "_seq_lens_cpu": seq.clone(),
-            "_num_computed_tokens_cpu": computed.clone(), "_num_computed_tokens_cache": None,
-        }  # fmt: skip
-        fields = {f.name for f in dataclasses.fields(backend.CommonAttentionMetadata)}
-        m = backend.CommonAttentionMetadata(**{n: v for n, v in known.items() if n in fields})
+        m = _common_metadata(backend, rows, k)
         accepted = torch.tensor([r.accepted for r in rows], dtype=torch.int32)
         drafts = torch.tensor([r.drafts for r in rows], dtype=torch.int32)
         b = self._builder(case)
@@ -403,17 +411,163 @@ class VllmGdnRouting:
         return calls
 
 
-def routing_engine(adapter: Any) -> RoutingEngine | str:
-    """The routing an adapter declares (its own ``routing()``: planted ones), else its engine version's loaded
-    caller; a string says why none can be loaded (the row's reason, never a pass)."""
-    own = getattr(adapter, "routing", None)
+# ---- vLLM's short-conv metadata builder (LFM2's ShortConv layer) ------------------------------------------------
+
+SHORT_CONV_BUILDER = (
+    "vllm/v1/attention/backends/short_conv_attn.py:ShortConvAttentionMetadataBuilder.build "
+    "(mamba_attn.py:BaseMambaAttentionMetadataBuilder._compute_common_metadata)"
+)
+SHORT_CONV_LAYER = "vllm/model_executor/layers/mamba/short_conv.py:ShortConv.forward_cuda (its conv calls)"
+#: what the driver gives the short-conv builder object in place of its ``__init__`` (which needs a ``VllmConfig``)
+VLLM_SHORT_CONV_BUILDER_ATTRS = (
+    "vllm_config.cache_config.mamba_cache_mode='none'", "kv_cache_spec (a MambaSpec)", "num_spec_tokens",
+    "use_spec_decode", "reorder_batch_threshold=1+k (what _init_reorder_batch_threshold sets for k drafts)",
+    "compilation_config (full CUDA graphs on or off, no capture-size cap)", "decode_cudagraph_max_bs",
+    "its persistent decode buffers", "ReplaySSM off",
+    "PIN_MEMORY / is_pin_memory_available() False in its modules (no accelerator platform: no pinned memory)",
+)  # fmt: skip
+
+
+def _vllm_module(version: str, dotted: str) -> Any:
+    """One more module of the release :func:`_load_vllm` loaded (its failure is the row's reason)."""
+    key = ("vllm", f"{version}:{dotted}")
+    if key in _FAILED:
+        raise ImportError(_FAILED[key])
+    _load_vllm(version)
+    try:
+        mod = importlib.import_module(dotted)
+    except Exception as exc:  # the exact import that fails is the row's reason
+        _FAILED[key] = f"{type(exc).__name__}: {exc}"
+        raise ImportError(_FAILED[key]) from exc
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm") and hasattr(module, "PIN_MEMORY"):
+            setattr(module, "PIN_MEMORY", False)  # noqa: B010
+        if name.startswith("vllm") and hasattr(module, "is_pin_memory_available"):
+            setattr(module, "is_pin_memory_available", _no_pinned_memory)  # noqa: B010
+    return mod
+
+
+class VllmShortConvRouting:
+    """vLLM's ``ShortConvAttentionMetadataBuilder.build`` (the Mamba family's common builder) on a
+    :class:`RoutingCase`'s rows, and the conv calls the ShortConv layer's ``forward_cuda`` makes from its
+    metadata: the first ``num_decode_tokens`` tokens through ``causal_conv1d_update`` (with
+    ``num_accepted_tokens`` when the metadata has them and the layer passes them: per decode row,
+    ``state_indices_tensor_d`` column 0, ``query_start_loc_d``; else one token a row, each token reading row
+    ``j`` of ``state_indices_tensor_d``), the rest through ``causal_conv1d_fn`` (``state_indices_tensor_p``,
+    ``has_initial_states_p``, ``query_start_loc_p``). The runner hands the builder counts and drafts where its
+    layer takes them (vLLM #50272, 0.29.0 on: read from the release's ``short_conv.py``)."""
+
+    caller = f"{SHORT_CONV_BUILDER} + {SHORT_CONV_LAYER}"
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self._layer_counts: bool | None = None
+
+    def _modules(self) -> tuple[Any, Any, Any]:
+        _, backend, kv = _load_vllm(self.version)
+        mod = _vllm_module(self.version, "vllm.v1.attention.backends.short_conv_attn")
+        return mod, backend, kv
+
+    def unavailable(self) -> str | None:
+        try:
+            self._modules()
+        except ImportError as exc:
+            return f"not reached: {SHORT_CONV_BUILDER} (vllm {self.version}) cannot be loaded: {exc}"
+        return None
+
+    def layer_counts(self) -> bool:
+        """Whether the release's ShortConv layer passes ``num_accepted_tokens`` to its update (vLLM #50272)."""
+        if self._layer_counts is None:
+            spec = importlib.util.find_spec("vllm.model_executor.layers.mamba.short_conv")
+            text = open(spec.origin).read() if spec is not None and spec.origin else ""  # noqa: SIM115
+            layer = text[text.find("def forward_cuda") :]
+            self._layer_counts = "num_accepted_tokens=num_accepted_tokens" in layer
+        return self._layer_counts
+
+    def _builder(self, case: RoutingCase) -> Any:
+        mod, _, kv = self._modules()
+        cls = mod.ShortConvAttentionMetadataBuilder
+        b = cls.__new__(cls)
+        k = case.num_spec
+        max_bs = 16 * (k + 1)
+        spec = kv.MambaSpec(block_size=16, shapes=((1, W - 1),), dtypes=(torch.float32,), num_speculative_blocks=k)
+        cache = SimpleNamespace(mamba_cache_mode="none", use_replayssm=False, replayssm_buffer_len=0)
+        cfg = SimpleNamespace(cache_config=cache, speculative_config=None, use_flashinfer_replayssm=False)
+        full = case.full_cudagraph
+        compilation = SimpleNamespace(
+            cudagraph_mode=SimpleNamespace(has_full_cudagraphs=lambda: full), max_cudagraph_capture_size=None
+        )
+        attrs = {
+            "vllm_config": cfg, "kv_cache_spec": spec, "num_spec_tokens": k, "use_spec_decode": k > 0,
+            "reorder_batch_threshold": 1 + k, "compilation_config": compilation, "speculative_config": None,
+            "decode_cudagraph_max_bs": max_bs, "device": torch.device("cpu"), "layer_names": [],
+            "use_replayssm": False, "use_flashinfer_replayssm": False, "replayssm_buffer_len": 0,
+            "decode_bc_pre_scratch": None, "decode_replayssm_scratch": None,
+            "decode_replayssm_state_indices_d": None, "supports_update_block_table": k == 0,
+            "state_indices_tensor_d": torch.empty((max_bs, 1 + k), dtype=torch.int32),
+            "decode_num_accepted_tokens": torch.empty((max_bs,), dtype=torch.int32),
+            "state_indices_tensor": torch.empty((max_bs, 1 + k), dtype=torch.int32),
+        }  # fmt: skip
+        for name, value in attrs.items():
+            setattr(b, name, value)
+        return b
+
+    def metadata(self, rows: tuple[SchedRow, ...], case: RoutingCase) -> Any:
+        _, backend, _ = self._modules()
+        k = case.num_spec
+        m = _common_metadata(backend, rows, k)
+        extra: dict[str, Any] = {}
+        if k and self.layer_counts():  # the runner's extra arguments for the builders that take them
+            extra = {
+                "num_accepted_tokens": torch.tensor([r.accepted for r in rows], dtype=torch.int32),
+                "num_decode_draft_tokens_cpu": torch.tensor([r.drafts for r in rows], dtype=torch.int32),
+            }
+        return self._builder(case).build(0, m, **extra)
+
+    def route(self, rows: tuple[SchedRow, ...], case: RoutingCase) -> list[Call]:
+        md = self.metadata(rows, case)
+        calls: list[Call] = []
+        n_dec = int(md.num_decode_tokens)
+        if md.num_prefills > 0:
+            bounds = md.query_start_loc_p.tolist()
+            blocks = md.state_indices_tensor_p.tolist()
+            has = md.has_initial_states_p.tolist()
+            for i in range(len(bounds) - 1):
+                seq = tuple(range(n_dec + bounds[i], n_dec + bounds[i + 1]))
+                calls.append(Call("prefill", seq, int(blocks[i]), bool(has[i])))
+        if n_dec > 0:
+            table = md.state_indices_tensor_d
+            if md.num_accepted_tokens is not None and self.layer_counts():
+                bounds = md.query_start_loc_d.tolist()
+                counts = md.num_accepted_tokens.tolist()
+                for i in range(table.shape[0]):
+                    seq = tuple(range(bounds[i], bounds[i + 1]))
+                    calls.append(Call("verify", seq, int(table[i, 0]), True, int(counts[i])))
+            else:  # x [num_decode_tokens, D]: token j is batch row j, its state index row j's first column
+                for j in range(n_dec):
+                    block = int(table[j, 0]) if j < table.shape[0] else -1  # past the table: no state of ours
+                    calls.append(Call("decode", (j,), block, True))
+        return calls
+
+
+#: the layers whose routing S6-routing drives: the adapter's own planted routing is its method of that name
+LAYERS = {"gdn": "routing", "short-conv": "short_conv_routing"}
+
+
+def routing_engine(adapter: Any, layer: str = "gdn") -> RoutingEngine | str:
+    """The routing an adapter declares for ``layer`` (its own ``routing()`` / ``short_conv_routing()``: planted
+    ones), else its engine version's loaded caller; a string says why none can be loaded (the row's reason,
+    never a pass)."""
+    own = getattr(adapter, LAYERS[layer], None)
     if callable(own):
         return own()
     engine, version = getattr(adapter, "engine", None), getattr(adapter, "version", "")
     if engine is None:
         return ReferenceRouting()
     if engine == "vllm":
-        r = VllmGdnRouting(version)
+        r: VllmGdnRouting | VllmShortConvRouting = (
+            VllmGdnRouting(version) if layer == "gdn" else VllmShortConvRouting(version)
+        )
         why = r.unavailable()
         return r if why is None else why
     if engine == "sglang":
@@ -432,20 +586,26 @@ SGLANG_NOT_REACHED = (
 
 
 def unavailable(adapter: Any) -> str | None:
-    """Why the routing row of ``adapter`` cannot run: its caller cannot be loaded, or (a vLLM path other than
-    ``cpu-torch``) the same device-independent builder is the release's ``cpu-torch`` row."""
+    """Why the routing row of ``adapter`` cannot run: a caller of one of its :data:`LAYERS` cannot be loaded, or
+    (a vLLM path other than ``cpu-torch``) the same device-independent builders are the release's ``cpu-torch``
+    row."""
     path = getattr(adapter, "path", "")
     if getattr(adapter, "engine", None) == "vllm" and path != "cpu-torch":
         return "the metadata builder is device-independent Python: its row is the release's cpu-torch path's"
-    r = routing_engine(adapter)
-    return r if isinstance(r, str) else None
+    for layer in LAYERS:
+        r = routing_engine(adapter, layer)
+        if isinstance(r, str):
+            return r
+    return None
 
 
 def check_s6_routing(adapter: Any, case: RoutingCase) -> None:
-    """S6-routing: the engine's own routing of every step of ``case`` (its metadata builder and its layer's conv
-    calls from that metadata) = the pool's contract for those rows (:func:`check_routing`). An engine version
+    """S6-routing: the engine's own routing of every step of ``case`` through each of its :data:`LAYERS` (the GDN
+    layer's and the short-conv layer's metadata builder, and that layer's conv calls from the metadata) = the
+    pool's contract for those rows (:func:`check_routing`; the mismatch names the caller). An engine version
     whose caller cannot be loaded is never a pass: its row says which caller and why."""
-    r = routing_engine(adapter)
-    if isinstance(r, str):
-        raise NotExercised(r)
-    check_routing(r, case, ctx=f"{getattr(adapter, 'name', '?')} {getattr(adapter, 'version', '')}: ")
+    for layer in LAYERS:
+        r = routing_engine(adapter, layer)
+        if isinstance(r, str):
+            raise NotExercised(r)
+        check_routing(r, case, ctx=f"{getattr(adapter, 'name', '?')} {getattr(adapter, 'version', '')}: ")
