@@ -106,6 +106,7 @@ def test_a_release_whose_builder_cannot_be_loaded_is_a_named_reason_never_a_pass
     assert why is not None and why.startswith(f"not reached: {R.GDN_BUILDER} (vllm 0.31.0) cannot be loaded: ")
     # the installed release's path, known everywhere: where no vLLM is installed its row says so, never a pass
     assert ROUTING.not_applicable("vllm-cpu-torch") is not None or R.unavailable(EngineOps("vllm", "cpu-torch")) is None
+    assert f"; not reached: {R.SHORT_CONV_BUILDER} (vllm 0.31.0) cannot be loaded: " in why  # both layers named
     short = R.VllmShortConvRouting("0.31.0").unavailable()
     assert short is not None and short.startswith(f"not reached: {R.SHORT_CONV_BUILDER} (vllm 0.31.0) cannot be loaded")
     sglang = R.unavailable(EngineOps("sglang", "gpu", release="0.5.23"))

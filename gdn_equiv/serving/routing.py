@@ -592,11 +592,8 @@ def unavailable(adapter: Any) -> str | None:
     path = getattr(adapter, "path", "")
     if getattr(adapter, "engine", None) == "vllm" and path != "cpu-torch":
         return "the metadata builder is device-independent Python: its row is the release's cpu-torch path's"
-    for layer in LAYERS:
-        r = routing_engine(adapter, layer)
-        if isinstance(r, str):
-            return r
-    return None
+    why = [r for r in (routing_engine(adapter, layer) for layer in LAYERS) if isinstance(r, str)]
+    return "; ".join(dict.fromkeys(why)) or None
 
 
 def check_s6_routing(adapter: Any, case: RoutingCase) -> None:
