@@ -540,7 +540,9 @@ class VllmShortConvRouting:
             if md.num_accepted_tokens is not None and self.layer_counts():
                 bounds = md.query_start_loc_d.tolist()
                 counts = md.num_accepted_tokens.tolist()
-                for i in range(table.shape[0]):
+                for i in range(table.shape[0]):  # the kernel returns on the null block before it reads the bounds
+                    if int(table[i, 0]) == NULL_BLOCK:
+                        continue
                     seq = tuple(range(bounds[i], bounds[i + 1]))
                     calls.append(Call("verify", seq, int(table[i, 0]), True, int(counts[i])))
             else:  # x [num_decode_tokens, D]: token j is batch row j, its state index row j's first column
