@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.model.backends import capabilities, supported_activations
+from gdn_equiv.model.backends.capabilities import DTYPE_NAMES as ALL_DTYPES
 from gdn_equiv.model.config import CONV_ACTIVATIONS, ConvSpec, LayerConfig, canonical_activation
 from gdn_equiv.model.conv_ops import conv_facts as registered_conv_facts
 from gdn_equiv.model.families import DEFAULT_FAMILY, get_family, is_fla_only
@@ -129,8 +130,9 @@ def _widest_kernel(min_conv_size: int, max_conv_size: int, max_width: int) -> in
 
 
 def unbreakable_conditions(backends: Sequence[str], min_conv_size: int = 2, max_conv_size: int = 5) -> dict[str, str]:
-    """G6/G7 where the backends' declaration leaves a conv nothing else to carry, and why: one activation (a
-    kernel declaring ``(None,)``), one kernel width (``(4, 4)``). Not breakable there, so never drawn."""
+    """G6/G7/G9 where the backends' declaration leaves a conv nothing else to carry, and why: one activation (a
+    kernel declaring ``(None,)``), one kernel width (``(4, 4)``), one dtype (``("float64",)``: no conv's
+    parameters can be of another). Not breakable there, so never drawn."""
     caps = capabilities(backends)
     out = {}
     classes = {canonical_activation(a) for a in supported_activations(backends)}
@@ -139,6 +141,9 @@ def unbreakable_conditions(backends: Sequence[str], min_conv_size: int = 2, max_
     lo, hi = caps.widths or (1, 64)
     if _widest_kernel(max(min_conv_size, lo), min(max_conv_size, hi), hi) <= max(min_conv_size, lo):
         out["G7"] = f"G7 needs two kernel widths; {tuple(backends)} take {lo}..{hi}"
+    dtypes = caps.dtypes_among(ALL_DTYPES)
+    if len(dtypes) < 2:
+        out["G9"] = f"G9 needs conv parameters of two dtypes; {tuple(backends)} take {', '.join(dtypes)} only"
     return out
 
 

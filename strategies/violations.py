@@ -99,7 +99,12 @@ def violating(
         current = c.conv_spec(name).dtype or base.dtype
         taken = capabilities(backends).dtypes_among(DTYPE_NAMES)
         other = _OTHER_DTYPE[current]
-        return _with_conv(base, name, dtype=other if other in taken else next(d for d in taken if d != current))
+        others = [d for d in taken if d != current]
+        if not others:
+            raise InvalidArgument(
+                f"G9 needs conv parameters of another dtype than {current}; the backends take {taken}"
+            )
+        return _with_conv(base, name, dtype=other if other in taken else others[0])
     if condition.fact is not None:
         # a registered per-conv fact (the L2 norm): the fact says how one conv disagrees with the
         # others (the base is fusable, so they agree); shrinks to its simplest disagreement

@@ -103,7 +103,11 @@ def _second_backend(backend: str) -> str | None:
 def _precision_reason(backend: str) -> str | None:
     """G9's counterexamples change a conv's arithmetic through its parameters' dtype: fp64 parameters make the
     sum fp64 (SPEC §3), and fused, the others' too. A backend that takes no fp64 computes every dtype it
-    takes in fp32 from exactly upcast values, so parameters of another dtype change nothing there."""
+    takes in fp32 from exactly upcast values, so parameters of another dtype change nothing there. A backend
+    that takes one dtype has no other for a conv's parameters: no state breaking G9 can run on it."""
+    one = strategies.layers.unbreakable_conditions([backend]).get("G9")
+    if one is not None:
+        return one
     dtypes = capabilities([backend]).dtypes
     if dtypes is not None and "float64" not in dtypes:
         return (
