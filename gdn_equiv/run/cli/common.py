@@ -73,6 +73,26 @@ def at_least(flag: str, value: int | None, low: int) -> None:
         raise UsageError(f"{flag} must be >= {low}, got {value}")
 
 
+def gate_profile(given: str | None, *, hint: str = "") -> str:
+    """A gate run's profile (``--profile``, default ``ci``): a registered one other than ``fuzz`` (``hint``: what to
+    say after the known ones)."""
+    from gdn_equiv.harness.testing import PROFILES
+
+    profile = "ci" if given is None else given
+    if profile not in PROFILES or profile == "fuzz":
+        known = ", ".join(p for p in PROFILES if p != "fuzz")
+        raise UsageError(f"--profile {profile!r} is not a gate profile; known: {known}{hint}")
+    return profile
+
+
+def positive_seconds(flag: str, value: float | None, default: float) -> float:
+    """``value`` (``default`` when not given), refused unless > 0."""
+    seconds = default if value is None else value
+    if not seconds > 0:
+        raise UsageError(f"{flag} {seconds!r} must be > 0 seconds")
+    return seconds
+
+
 def explicit_options(args: argparse.Namespace, *names: str) -> list[str]:
     """The options among ``names`` that were given (their defaults are ``None`` / ``False``)."""
     return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) not in (None, False)]
