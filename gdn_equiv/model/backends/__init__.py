@@ -229,11 +229,11 @@ def count_launches() -> Iterator[LaunchCounter]:
         _ACTIVE_COUNTERS.remove(counter)
 
 
-def off_device(name: str, device: str) -> str | None:
-    """Why ``name`` cannot run a run on ``device`` (``"cpu"``, ``"cuda"``) by its own declaration, or ``None``: a
+def off_device(backend: Backend, device: str) -> str | None:
+    """Why ``backend`` cannot run a run on ``device`` (``"cpu"``, ``"cuda"``) by its own declaration, or ``None``: a
     backend that declares other devices only is not run here, where every call would be outside it (a gate that
     ran it anyway checked the kernel on a device it does not claim, or failed a kernel that cannot run here)."""
-    devices = get_backend(name).capabilities.devices
+    devices = backend.capabilities.devices
     if devices is None or device.split(":")[0] in devices:
         return None
     return f"it declares the devices {', '.join(devices)}; this run is on {device}"
