@@ -13,6 +13,7 @@ from gdn_equiv.harness import registry
 from gdn_equiv.harness.ledger import EXIT_FAILED as EXIT_FAILED  # the ledger's, for the subcommands
 from gdn_equiv.harness.ledger import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from gdn_equiv.harness.ledger import EXIT_OK as EXIT_OK
+from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import known_backends
 from gdn_equiv.model.families import parse_families
 from gdn_equiv.run import plan as run_plan
@@ -76,8 +77,6 @@ def at_least(flag: str, value: int | None, low: int) -> None:
 def gate_profile(given: str | None, *, hint: str = "") -> str:
     """A gate run's profile (``--profile``, default ``ci``): a registered one other than ``fuzz`` (``hint``: what to
     say after the known ones)."""
-    from gdn_equiv.harness.testing import PROFILES
-
     profile = "ci" if given is None else given
     if profile not in PROFILES or profile == "fuzz":
         known = ", ".join(p for p in PROFILES if p != "fuzz")
