@@ -17,7 +17,6 @@ from gdn_equiv.harness.conformance import (
     conv_call_of,
     conv_forward,
     state_name,
-    state_slots_of,
 )
 from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
 from gdn_equiv.harness.ground_truth import conv1d_truth
@@ -141,7 +140,8 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
     within §6. The torch backend itself is compared with the fp64 truth instead: torch against torch
     compares nothing (the ledger's vacuous row), and would label its cell reached for nothing."""
     label_conv_call(call, grad=cell.grad, final_state=cell.final_state)
-    unused = get_backend(backend).unused_state_slots
+    impl = get_backend(backend)
+    unused = impl.unused_state_slots
     got = _run(call, backend, device, final=cell.final_state, grad=cell.grad, unused=unused)
     context = f"{call}, {cell}"
     close = close_to_torch
@@ -157,11 +157,11 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
         ref = _run(call, "torch", device, final=cell.final_state, grad=cell.grad, unused=unused)
     if not cell.final_state and got["final_state"] is not None:
         raise AssertionError(f"backend {backend!r} returned a final state that was not asked for\nExample: {context}")
-    s = state_slots_of(backend, call.W)
+    s = impl.state_slots(call.W)
     for name, value in got.items():
         if name == "final_state":
             if cell.final_state:
-                close(value[..., s], ref[name][..., s], state_name(backend, call.W, name), backend, context)
+                close(value[..., s], ref[name][..., s], state_name(s, call.W, name), backend, context)
             continue
         close(value, ref[name], name, backend, context)
 

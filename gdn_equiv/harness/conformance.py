@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,7 +29,7 @@ from gdn_equiv.harness.compare import (
     tolerance,
 )
 from gdn_equiv.harness.coverage import label_conv_call
-from gdn_equiv.model.backends import capabilities, causal_conv1d, causal_conv1d_update, get_backend
+from gdn_equiv.model.backends import Backend, capabilities, causal_conv1d, causal_conv1d_update, get_backend
 from gdn_equiv.strategies import ConvCall, OutsideCall
 from gdn_equiv.strategies.conformance import conformance_reach
 
@@ -84,17 +84,15 @@ def zero_signs_of_torch(actual, expected, name: str, backend: str, call: object)
     assert_zero_signs(actual, expected, name=name, paths=(backend, "torch"), context=call)
 
 
-def state_slots_of(backend: str, W: int) -> slice:
-    """The state slots ``backend`` declares meaningful (``Backend.unused_state_slots``)."""
-    return get_backend(backend).state_slots(W)
-
-
-def state_name(backend: str, W: int, name: str) -> str:
-    s = state_slots_of(backend, W)
+def state_name(s: slice, W: int, name: str) -> str:
+    """``name`` as compared: the slots ``s`` (a backend's :meth:`~gdn_equiv.model.backends.Backend.state_slots`)
+    of a width-``W`` state."""
     return name if s.start == 0 else f"{name}[..., {s.start}:{W}]"
 
 
-# ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them)
+# ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them).
+# Each takes the backend by name: a check may run in an isolation worker, which is sent names (see
+# gdn_equiv.harness.isolation); it looks the backend up once and hands the object on.
 
 
 def check_forward(call: ConvCall, backend: str, device: str) -> None:
@@ -103,9 +101,9 @@ def check_forward(call: ConvCall, backend: str, device: str) -> None:
     y, final = conv_forward(call, tensors, backend)
     y_ref, final_ref = conv_forward(call, tensors, "torch")
     close_to_torch(y, y_ref, "y", backend, call)
-    s = state_slots_of(backend, call.W)
-    close_to_torch(final[..., s], final_ref[..., s], state_name(backend, call.W, "final_state"), backend, call)
-    zero_signs_of_torch(final[..., s], final_ref[..., s], state_name(backend, call.W, "final_state"), backend, call)
+    s = get_backend(backend).state_slots(call.W)
+    close_to_torch(final[..., s], final_ref[..., s], state_name(s, call.W, "final_state"), backend, call)
+    zero_signs_of_torch(final[..., s], final_ref[..., s], state_name(s, call.W, "final_state"), backend, call)
 
 
 def _grads(
@@ -164,11 +162,9 @@ def check_update(call: ConvCall, backend: str, device: str) -> None:
     assert_equivalent(state, before, name="state after update", paths=("after", "before"), context=call)
     y_ref, new_ref = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend="torch")
     close_to_torch(y, y_ref, "update.y", backend, call)
-    s = state_slots_of(backend, call.W)
-    close_to_torch(new_state[..., s], new_ref[..., s], state_name(backend, call.W, "update.new_state"), backend, call)
-    zero_signs_of_torch(
-        new_state[..., s], new_ref[..., s], state_name(backend, call.W, "update.new_state"), backend, call
-    )
+    s = get_backend(backend).state_slots(call.W)
+    close_to_torch(new_state[..., s], new_ref[..., s], state_name(s, call.W, "update.new_state"), backend, call)
+    zero_signs_of_torch(new_state[..., s], new_ref[..., s], state_name(s, call.W, "update.new_state"), backend, call)
 
 
 def _continued(call: ConvCall, t: dict, backend: str, split: int):
@@ -185,7 +181,8 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
     both calls, and the last final state's declared slots. (Two torch calls, not one: a gradient summed
     from two calls is rounded twice in fp16/bf16.)"""
     context = f"{call}, split at {split}"
-    unused = get_backend(backend).unused_state_slots
+    impl = get_backend(backend)
+    unused = impl.unused_state_slots
 
     def continued(c: ConvCall, t: dict, name: str) -> tuple:
         return _continued(c, t, name, split)
@@ -194,8 +191,8 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
     y_ref, final_ref, grads_ref = _grads(call, "torch", device, unused, continued)
     truth = functools.cache(lambda: _truth_grads(call, device, unused, continued))
     close_to_torch(y, y_ref, "continued.y", backend, context, of=call)
-    s = state_slots_of(backend, call.W)
-    name = state_name(backend, call.W, "continued.final_state")
+    s = impl.state_slots(call.W)
+    name = state_name(s, call.W, "continued.final_state")
     close_to_torch(final[..., s], final_ref[..., s], name, backend, context, of=call)
     for n, g in got.items():
         leaf = functools.partial(_leaf, truth, n)
@@ -227,8 +224,8 @@ def check_decode_continuation(call: ConvCall, split: int, backend: str, device: 
         y, state = _decoded(call, t, backend, split)
         y_ref, state_ref = _decoded(call, t, "torch", split)
     close_to_torch(y, y_ref, "decoded.y", backend, context, of=call)
-    s = state_slots_of(backend, call.W)
-    name = state_name(backend, call.W, "decoded.state")
+    s = get_backend(backend).state_slots(call.W)
+    name = state_name(s, call.W, "decoded.state")
     close_to_torch(state[..., s], state_ref[..., s], name, backend, context, of=call)
 
 
@@ -341,19 +338,19 @@ class AnsweredOutside(AssertionError):
     """A backend answered a call outside its declared capabilities with a wrong result."""
 
 
-def _answer(impl: Any, t: dict, activation: str | None) -> tuple[Tensor, Tensor | None]:
+def _answer(impl: Backend, t: dict, activation: str | None) -> tuple[Tensor, Tensor | None]:
     return impl.forward(t["x"], t["weight"], t["bias"], activation, t["initial_state"], True, t["cu_seqlens"])
 
 
-def _right_answer(y: Tensor, final: Tensor | None, t: dict, call: ConvCall, backend: str, context: str) -> None:
+def _right_answer(y: Tensor, final: Tensor | None, t: dict, call: ConvCall, impl: Backend, context: str) -> None:
     """y and the final state's declared slots == torch's on the same tensors, within §6."""
     y_ref, final_ref = causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend="torch"
     )
-    close_to_torch(y, y_ref.to(y.dtype), "y", backend, context)
-    s = state_slots_of(backend, call.W)
+    close_to_torch(y, y_ref.to(y.dtype), "y", impl.name, context)
+    s = impl.state_slots(call.W)
     if final is not None and final_ref is not None:
-        close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", backend, context)
+        close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", impl.name, context)
 
 
 def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) -> str:
@@ -377,7 +374,7 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
             ) from exc
         return f"refused: {type(exc).__name__}: {exc}"
     try:
-        _right_answer(y, final, t, outside.call, backend, f"{outside} (outside its {outside.limit} limit, answered)")
+        _right_answer(y, final, t, outside.call, impl, f"{outside} (outside its {outside.limit} limit, answered)")
     except AssertionError as exc:
         wrong_outside = exc
     else:
@@ -388,7 +385,7 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
         context = f"{inside} (the call of {outside} brought back inside its {outside.limit} limit)"
         try:
             y_in, final_in = _answer(impl, t_in, inside.activation)
-            _right_answer(y_in, final_in, t_in, inside, backend, context)
+            _right_answer(y_in, final_in, t_in, inside, impl, context)
         except Exception as exc:  # wrong, or refused, inside: the finding is the kernel's, not the limit's
             raise AssertionError(
                 f"backend {backend!r} answers wrongly inside its declared capabilities too (not a refusal "
