@@ -21,7 +21,7 @@ from gdn_equiv.harness.conformance import (
 from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
 from gdn_equiv.harness.ground_truth import conv1d_truth
 from gdn_equiv.harness.premise import NotApplicable
-from gdn_equiv.model.backends import capabilities, get_backend
+from gdn_equiv.model.backends import Backend, capabilities, get_backend
 from gdn_equiv.strategies.combinations import all_cells, cell_call, combination_widths, feasible, layer_cells
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def missed_layer_combinations(examples: list[Example], *, varlen_initial_state: 
     return _names(promised - reached)
 
 
-def _run(call: ConvCall, backend: str, device: str, *, final: bool, grad: bool, unused: int) -> dict:
+def _run(call: ConvCall, backend: str | Backend, device: str, *, final: bool, grad: bool, unused: int) -> dict:
     t = call.tensors(device, grad=grad)
     y, state = conv_forward(call, t, backend, final=final)
     out = {"y": y, "final_state": state}
@@ -142,7 +142,7 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
     label_conv_call(call, grad=cell.grad, final_state=cell.final_state)
     impl = get_backend(backend)
     unused = impl.unused_state_slots
-    got = _run(call, backend, device, final=cell.final_state, grad=cell.grad, unused=unused)
+    got = _run(call, impl, device, final=cell.final_state, grad=cell.grad, unused=unused)
     context = f"{call}, {cell}"
     close = close_to_torch
     ref: dict[str, Any]

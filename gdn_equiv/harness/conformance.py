@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from gdn_equiv.model.example import Example
 
 
-def conv_forward(call: ConvCall, tensors: dict, backend: str, *, final: bool = True):
+def conv_forward(call: ConvCall, tensors: dict, backend: str | Backend, *, final: bool = True):
     t = tensors
     return causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], final, t["cu_seqlens"], backend=backend
@@ -97,11 +97,12 @@ def state_name(s: slice, W: int, name: str) -> str:
 
 def check_forward(call: ConvCall, backend: str, device: str) -> None:
     """y and the final state's declared slots == the torch backend's, within §6."""
+    impl = get_backend(backend)
     tensors = call.tensors(device)
-    y, final = conv_forward(call, tensors, backend)
+    y, final = conv_forward(call, tensors, impl)
     y_ref, final_ref = conv_forward(call, tensors, "torch")
     close_to_torch(y, y_ref, "y", backend, call)
-    s = get_backend(backend).state_slots(call.W)
+    s = impl.state_slots(call.W)
     close_to_torch(final[..., s], final_ref[..., s], state_name(s, call.W, "final_state"), backend, call)
     zero_signs_of_torch(final[..., s], final_ref[..., s], state_name(s, call.W, "final_state"), backend, call)
 
@@ -155,14 +156,15 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
 def check_update(call: ConvCall, backend: str, device: str) -> None:
     """The single-step ``update`` on ``x[:, 0]``: y and the new state's declared slots == torch's; the
     state passed in is unchanged."""
+    impl = get_backend(backend)
     t = call.tensors(device)
     x, state = t["x"][:, 0], t["initial_state"]
     before = state.clone()
-    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=backend)
+    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=impl)
     assert_equivalent(state, before, name="state after update", paths=("after", "before"), context=call)
     y_ref, new_ref = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend="torch")
     close_to_torch(y, y_ref, "update.y", backend, call)
-    s = get_backend(backend).state_slots(call.W)
+    s = impl.state_slots(call.W)
     close_to_torch(new_state[..., s], new_ref[..., s], state_name(s, call.W, "update.new_state"), backend, call)
     zero_signs_of_torch(new_state[..., s], new_ref[..., s], state_name(s, call.W, "update.new_state"), backend, call)
 
@@ -199,7 +201,7 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
         close_to_torch(g, grads_ref[n], f"continued.grad.{n}", backend, context, leaf, of=call)
 
 
-def _decoded(call: ConvCall, t: dict, backend: str, split: int):
+def _decoded(call: ConvCall, t: dict, backend: str | Backend, split: int):
     x, w, b, h0 = t["x"], t["weight"], t["bias"], t["initial_state"]
     if split > 0:
         y_pre, state = causal_conv1d(x[:, :split], w, b, call.activation, h0, True, None, backend=backend)
@@ -219,12 +221,13 @@ def check_decode_continuation(call: ConvCall, split: int, backend: str, device: 
     ``update`` per remaining token from the state the previous call returned == the same on torch: every
     y and the last state's declared slots."""
     context = f"{call}, prefill of {split}"
+    impl = get_backend(backend)
     t = call.tensors(device)
     with torch.no_grad():
-        y, state = _decoded(call, t, backend, split)
+        y, state = _decoded(call, t, impl, split)
         y_ref, state_ref = _decoded(call, t, "torch", split)
     close_to_torch(y, y_ref, "decoded.y", backend, context, of=call)
-    s = get_backend(backend).state_slots(call.W)
+    s = impl.state_slots(call.W)
     name = state_name(s, call.W, "decoded.state")
     close_to_torch(state[..., s], state_ref[..., s], name, backend, context, of=call)
 

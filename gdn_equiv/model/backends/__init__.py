@@ -115,8 +115,9 @@ def registered(*backends: Backend) -> Iterator[tuple[Backend, ...]]:
                 _REGISTRY[name] = old
 
 
-def get_backend(name: str) -> Backend:
-    """The backend called ``name``; ``module:attr`` loads one from code (see :func:`as_backend`).
+def get_backend(name: str | Backend) -> Backend:
+    """The backend called ``name``; ``module:attr`` loads one from code (see :func:`as_backend`); a
+    :class:`Backend` is itself.
 
     Raises :class:`InvalidArgument` when the name is unknown, the code cannot be imported, or its
     forward/update signature cannot take SPEC §3's arguments.
@@ -244,12 +245,12 @@ def _record(backend: str, kind: str) -> None:
         counter.record(backend, kind)
 
 
-def _runnable(name: str) -> Backend:
-    backend = get_backend(name)
-    reason = backend.unavailable()
+def _runnable(backend: str | Backend) -> Backend:
+    impl = get_backend(backend)  # a name is looked up; a Backend (one a caller already holds) is itself
+    reason = impl.unavailable()
     if reason is not None:
-        raise BackendUnavailable(f"conv backend {name!r} cannot run here: {reason}")
-    return backend
+        raise BackendUnavailable(f"conv backend {impl.name!r} cannot run here: {reason}")
+    return impl
 
 
 def causal_conv1d(
@@ -261,9 +262,10 @@ def causal_conv1d(
     output_final_state: bool = False,
     cu_seqlens: Tensor | None = None,
     *,
-    backend: str = "torch",
+    backend: str | Backend = "torch",
 ) -> tuple[Tensor, Tensor | None]:
-    """Depthwise causal conv through ``backend`` (one counted launch); arguments are checked first."""
+    """Depthwise causal conv through ``backend`` (a name, or the :class:`Backend` a caller already resolved;
+    one counted launch); arguments are checked first."""
     check_forward_args(x, weight, bias, activation, initial_state, cu_seqlens)
     impl = _runnable(backend)
     return _sequence_kernel(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens, impl, "forward")
@@ -298,9 +300,10 @@ def causal_conv1d_update(
     bias: Tensor | None = None,
     activation: str | None = None,
     *,
-    backend: str = "torch",
+    backend: str | Backend = "torch",
 ) -> tuple[Tensor, Tensor]:
-    """One decode step for ``N`` sequences; ``state`` is left as it was (checked, not trusted)."""
+    """One decode step for ``N`` sequences through ``backend`` (as for :func:`causal_conv1d`); ``state`` is left
+    as it was (checked, not trusted)."""
     check_update_args(x, state, weight, bias, activation)
     impl = _runnable(backend)
     _check_runs_activation(impl, activation)
