@@ -108,7 +108,11 @@ def check_forward(call: ConvCall, backend: str, device: str) -> None:
 
 
 def _grads(
-    call: ConvCall, backend: str, device: str, unused_state_slots: int, run: Callable[..., tuple] | None = None
+    call: ConvCall,
+    backend: str | Backend,
+    device: str,
+    unused_state_slots: int,
+    run: Callable[..., tuple] | None = None,
 ) -> tuple[Tensor, Tensor, dict[str, Tensor | None]]:
     """``run(call, tensors, backend)`` (default: one call) on fresh leaves: y, the final state, and the
     gradient of every input from ``dy`` and ``d final_state`` (zero on the ``unused_state_slots``)."""
@@ -116,7 +120,8 @@ def _grads(
     names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
     y, final = (run or conv_forward)(call, t, backend)
     if not y.requires_grad:
-        raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
+        name = backend if isinstance(backend, str) else backend.name
+        raise AssertionError(f"backend {name!r} returned y without a gradient (no backward)\nExample: {call}")
     cot = call.cotangents(device, unused_state_slots=unused_state_slots)
     # with respect to the tensors as passed (an expanded one's gradient before autograd sums its copies:
     # a sum of rounded fp16/bf16 terms that cancel would judge the summation, not the kernel)
@@ -145,8 +150,9 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
     """Gradients of every input (through its layout) from ``dy`` and ``d final_state`` (zero on the slots
     the backend declares unused) == torch's, within §6 (or, past it, as accurate as torch's against the
     fp64 truth: :func:`close_to_torch`)."""
-    unused = get_backend(backend).unused_state_slots  # the reviewed backend's convention, for both
-    *_, grads = _grads(call, backend, device, unused)
+    impl = get_backend(backend)
+    unused = impl.unused_state_slots  # the reviewed backend's convention, for both
+    *_, grads = _grads(call, impl, device, unused)
     *_, grads_ref = _grads(call, "torch", device, unused)
     truth = functools.cache(lambda: _truth_grads(call, device, unused))  # an fp64 pass only past the table
     for name, g in grads.items():
@@ -169,7 +175,7 @@ def check_update(call: ConvCall, backend: str, device: str) -> None:
     zero_signs_of_torch(new_state[..., s], new_ref[..., s], state_name(s, call.W, "update.new_state"), backend, call)
 
 
-def _continued(call: ConvCall, t: dict, backend: str, split: int):
+def _continued(call: ConvCall, t: dict, backend: str | Backend, split: int):
     """``x[:, :split]``, then ``x[:, split:]`` from the first call's final state as the backend returned it."""
     x, w, b = t["x"], t["weight"], t["bias"]
     y1, f1 = causal_conv1d(x[:, :split], w, b, call.activation, t["initial_state"], True, None, backend=backend)
@@ -186,10 +192,10 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
     impl = get_backend(backend)
     unused = impl.unused_state_slots
 
-    def continued(c: ConvCall, t: dict, name: str) -> tuple:
-        return _continued(c, t, name, split)
+    def continued(c: ConvCall, t: dict, on: str | Backend) -> tuple:
+        return _continued(c, t, on, split)
 
-    y, final, got = _grads(call, backend, device, unused, continued)
+    y, final, got = _grads(call, impl, device, unused, continued)
     y_ref, final_ref, grads_ref = _grads(call, "torch", device, unused, continued)
     truth = functools.cache(lambda: _truth_grads(call, device, unused, continued))
     close_to_torch(y, y_ref, "continued.y", backend, context, of=call)
@@ -243,12 +249,13 @@ def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: st
     x = t["x"]
     w, b = t["weight"].detach(), None if t["bias"] is None else t["bias"].detach()
     dy = wide.cotangents(device)["dy"]
-    y_fused, _ = causal_conv1d(x, w, b, call.activation, backend=backend)
+    impl = get_backend(backend)
+    y_fused, _ = causal_conv1d(x, w, b, call.activation, backend=impl)
     (dx_fused,) = torch.autograd.grad(y_fused, [x], dy)
     ys, start = [], 0
     for n in dims:
         c = slice(start, start + n)
-        ys.append(causal_conv1d(x[..., c], w[c], None if b is None else b[c], call.activation, backend=backend)[0])
+        ys.append(causal_conv1d(x[..., c], w[c], None if b is None else b[c], call.activation, backend=impl)[0])
         start += n
     y_split = torch.cat(ys, -1)
     (dx_split,) = torch.autograd.grad(y_split, [x], dy)
