@@ -134,13 +134,15 @@ def _truth(call: ConvCall, device: str, *, final: bool, grad: bool, unused: int)
     return out
 
 
-def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
+def check_cell(call: ConvCall, cell: Cell, backend: str | Backend, device: str) -> None:
     """y, the final state's declared slots (when the cell requests it; ``None`` when it does not) and,
     under gradients, every input's gradient from ``dy`` (and ``d final_state``) == the torch backend's,
     within §6. The torch backend itself is compared with the fp64 truth instead: torch against torch
-    compares nothing (the ledger's vacuous row), and would label its cell reached for nothing."""
+    compares nothing (the ledger's vacuous row), and would label its cell reached for nothing. ``backend``:
+    a name, or the object a caller that checks many cells resolved once."""
     label_conv_call(call, grad=cell.grad, final_state=cell.final_state)
     impl = get_backend(backend)
+    backend = impl.name  # the words name it
     unused = impl.unused_state_slots
     got = _run(call, impl, device, final=cell.final_state, grad=cell.grad, unused=unused)
     context = f"{call}, {cell}"
@@ -205,8 +207,9 @@ def check_cells(cells: list, backend: str, device: str, *, part: int | None = No
     assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
     share = part_share(cells, part, of)
     note(f"{len(share)} of {len(cells)} cells; a failure names its call and cell")
+    impl = get_backend(backend)
     for cell, call in share:
-        check_cell(call, cell, backend, device)
+        check_cell(call, cell, impl, device)
 
 
 def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> None:
@@ -229,6 +232,7 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> Non
     base = dataclasses.replace(call, seq_lens=(), B=max(1, call.B))
     rng = random.Random(example.seed)
     varlen_state = caps.varlen_initial_state
+    impl = get_backend(backend)
     for cell in all_cells():
         if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None:
-            check_cell(cell_call(rng, base, cell, widths, channel_step=caps.channel_step), cell, backend, device)
+            check_cell(cell_call(rng, base, cell, widths, channel_step=caps.channel_step), cell, impl, device)
