@@ -94,3 +94,30 @@ def load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def gate_verdict(run: Any, limit: int = 400) -> str:
+    """One example of a gate test, ``run()`` (its Hypothesis body on a drawn ``data``), as the declaration
+    meta-tests judge it: ``pass``; ``n/a: <reason>`` (its skip, or every example it counted not applicable); or
+    ``FAIL: <message>`` (the gate is red on it). The gate's own ``assume()`` rejecting the draw propagates: the
+    gate discards such an example, so the meta-test's example is discarded too."""
+    from _pytest.outcomes import Skipped
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    from gdn_equiv.harness import ledger
+
+    tally = ledger.Tally()
+    ledger._RUNNING.append(tally)
+    try:
+        run()
+    except Skipped as exc:
+        return f"n/a: {exc.msg}"
+    except UnsatisfiedAssumption:
+        raise
+    except Exception as exc:
+        return f"FAIL: {type(exc).__name__}: {str(exc)[:limit]}"
+    finally:
+        ledger._RUNNING.remove(tally)
+    if tally.drawn and tally.not_applicable == tally.drawn:
+        return f"n/a: {tally.last}"
+    return "pass"

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _gen import gate_verdict
 from _pytest.outcomes import Skipped
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-from hypothesis.errors import UnsatisfiedAssumption
 
 from gdn_equiv.harness import conformance as C
-from gdn_equiv.harness import ledger, planted, registry
+from gdn_equiv.harness import planted, registry
 from gdn_equiv.model.backends import Capabilities, registered
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.model.conv_ops import activation_names
@@ -93,21 +93,7 @@ def run_gate_test(name: str, data: st.DataObject, backend: str) -> str:
     for key, strategy in handle._given_kwargs.items():
         if key != "data":
             kwargs[key] = data.draw(strategy, label=f"{name}.{key}")
-    tally = ledger.Tally()
-    ledger._RUNNING.append(tally)
-    try:
-        handle.inner_test(**kwargs)
-    except Skipped as exc:
-        return f"n/a: {exc.msg}"
-    except UnsatisfiedAssumption:  # the gate's draw rejected this example (its assume): the gate discards it too
-        raise
-    except Exception as exc:  # a finding: the gate is red on this example
-        return f"FAIL: {type(exc).__name__}: {str(exc)[:400]}"
-    finally:
-        ledger._RUNNING.remove(tally)
-    if tally.drawn and tally.not_applicable == tally.drawn:
-        return f"n/a: {tally.last}"
-    return "pass"
+    return gate_verdict(lambda: handle.inner_test(**kwargs))
 
 
 @st.composite

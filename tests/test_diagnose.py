@@ -21,13 +21,13 @@ from hypothesis.database import ExampleDatabase, InMemoryExampleDatabase, Multip
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.compare import KindedMismatch, Mismatch, Report, mismatch_kind
 from gdn_equiv.harness.diagnose import COUNT, FUSED_PATH, OFFSET, OFFSET_AND_COUNT, STEP, diagnose
+from gdn_equiv.harness.necessity import verdict
 from gdn_equiv.harness.testing import MISS_BOUND, first_hit
 from gdn_equiv.model.backends import Backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.model.guard import Condition
 from gdn_equiv.run.report import Check
 from gdn_equiv.strategies import examples
-from gdn_equiv.suite.test_necessity import verdict
 from gdn_equiv.targets import get_target
 
 if sys.version_info < (3, 11):

@@ -21,11 +21,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from _pytest.outcomes import Skipped
+from _gen import gate_verdict
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from gdn_equiv.harness import ledger, registry
+from gdn_equiv.harness import registry
 from gdn_equiv.serving import surface as su
 from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.strategies.pools import outside_draws
@@ -104,19 +104,8 @@ def gate(record_name: str, engine: str, data: st.DataObject) -> str:
     """One example of the gate's serving test for ``record_name`` on ``engine``: ``pass``, ``n/a: <reason>`` (its
     skip, or nothing compared) or ``FAIL: <message>``."""
     record = registry.get_record(record_name)
-    tally = ledger.Tally()
-    ledger._RUNNING.append(tally)
-    try:
-        gate_suite.test_serving_property.hypothesis.inner_test(data=data, record=record, gdn_serving_engine=engine)
-    except Skipped as exc:
-        return f"n/a: {exc.msg}"
-    except Exception as exc:  # the gate is red on this example
-        return f"FAIL: {type(exc).__name__}: {str(exc)[:300]}"
-    finally:
-        ledger._RUNNING.remove(tally)
-    if tally.drawn and tally.not_applicable == tally.drawn:
-        return f"n/a: {tally.last}"
-    return "pass"
+    inner = gate_suite.test_serving_property.hypothesis.inner_test
+    return gate_verdict(lambda: inner(data=data, record=record, gdn_serving_engine=engine), limit=300)
 
 
 def _drawable_outside(decl: su.OpSurface) -> bool:

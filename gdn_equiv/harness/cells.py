@@ -17,12 +17,11 @@ from gdn_equiv.harness.conformance import (
     conv_call_of,
     conv_forward,
     state_name,
-    state_slots_of,
 )
 from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
 from gdn_equiv.harness.ground_truth import conv1d_truth
 from gdn_equiv.harness.premise import NotApplicable
-from gdn_equiv.model.backends import capabilities, get_backend
+from gdn_equiv.model.backends import Backend, capabilities, get_backend
 from gdn_equiv.strategies.combinations import all_cells, cell_call, combination_widths, feasible, layer_cells
 
 if TYPE_CHECKING:
@@ -97,7 +96,7 @@ def missed_layer_combinations(examples: list[Example], *, varlen_initial_state: 
     return _names(promised - reached)
 
 
-def _run(call: ConvCall, backend: str, device: str, *, final: bool, grad: bool, unused: int) -> dict:
+def _run(call: ConvCall, backend: str | Backend, device: str, *, final: bool, grad: bool, unused: int) -> dict:
     t = call.tensors(device, grad=grad)
     y, state = conv_forward(call, t, backend, final=final)
     out = {"y": y, "final_state": state}
@@ -135,14 +134,17 @@ def _truth(call: ConvCall, device: str, *, final: bool, grad: bool, unused: int)
     return out
 
 
-def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
+def check_cell(call: ConvCall, cell: Cell, backend: str | Backend, device: str) -> None:
     """y, the final state's declared slots (when the cell requests it; ``None`` when it does not) and,
     under gradients, every input's gradient from ``dy`` (and ``d final_state``) == the torch backend's,
     within §6. The torch backend itself is compared with the fp64 truth instead: torch against torch
-    compares nothing (the ledger's vacuous row), and would label its cell reached for nothing."""
+    compares nothing (the ledger's vacuous row), and would label its cell reached for nothing. ``backend``:
+    a name, or the object a caller that checks many cells resolved once."""
     label_conv_call(call, grad=cell.grad, final_state=cell.final_state)
-    unused = get_backend(backend).unused_state_slots
-    got = _run(call, backend, device, final=cell.final_state, grad=cell.grad, unused=unused)
+    impl = get_backend(backend)
+    backend = impl.name  # the words name it
+    unused = impl.unused_state_slots
+    got = _run(call, impl, device, final=cell.final_state, grad=cell.grad, unused=unused)
     context = f"{call}, {cell}"
     close = close_to_torch
     ref: dict[str, Any]
@@ -157,11 +159,11 @@ def check_cell(call: ConvCall, cell: Cell, backend: str, device: str) -> None:
         ref = _run(call, "torch", device, final=cell.final_state, grad=cell.grad, unused=unused)
     if not cell.final_state and got["final_state"] is not None:
         raise AssertionError(f"backend {backend!r} returned a final state that was not asked for\nExample: {context}")
-    s = state_slots_of(backend, call.W)
+    s = impl.state_slots(call.W)
     for name, value in got.items():
         if name == "final_state":
             if cell.final_state:
-                close(value[..., s], ref[name][..., s], state_name(backend, call.W, name), backend, context)
+                close(value[..., s], ref[name][..., s], state_name(s, call.W, name), backend, context)
             continue
         close(value, ref[name], name, backend, context)
 
@@ -205,8 +207,9 @@ def check_cells(cells: list, backend: str, device: str, *, part: int | None = No
     assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
     share = part_share(cells, part, of)
     note(f"{len(share)} of {len(cells)} cells; a failure names its call and cell")
+    impl = get_backend(backend)
     for cell, call in share:
-        check_cell(call, cell, backend, device)
+        check_cell(call, cell, impl, device)
 
 
 def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> None:
@@ -229,6 +232,7 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> Non
     base = dataclasses.replace(call, seq_lens=(), B=max(1, call.B))
     rng = random.Random(example.seed)
     varlen_state = caps.varlen_initial_state
+    impl = get_backend(backend)
     for cell in all_cells():
         if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None:
-            check_cell(cell_call(rng, base, cell, widths, channel_step=caps.channel_step), cell, backend, device)
+            check_cell(cell_call(rng, base, cell, widths, channel_step=caps.channel_step), cell, impl, device)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,7 +29,7 @@ from gdn_equiv.harness.compare import (
     tolerance,
 )
 from gdn_equiv.harness.coverage import label_conv_call
-from gdn_equiv.model.backends import capabilities, causal_conv1d, causal_conv1d_update, get_backend
+from gdn_equiv.model.backends import Backend, capabilities, causal_conv1d, causal_conv1d_update, get_backend
 from gdn_equiv.strategies import ConvCall, OutsideCall
 from gdn_equiv.strategies.conformance import conformance_reach
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from gdn_equiv.model.example import Example
 
 
-def conv_forward(call: ConvCall, tensors: dict, backend: str, *, final: bool = True):
+def conv_forward(call: ConvCall, tensors: dict, backend: str | Backend, *, final: bool = True):
     t = tensors
     return causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], final, t["cu_seqlens"], backend=backend
@@ -84,32 +84,35 @@ def zero_signs_of_torch(actual, expected, name: str, backend: str, call: object)
     assert_zero_signs(actual, expected, name=name, paths=(backend, "torch"), context=call)
 
 
-def state_slots_of(backend: str, W: int) -> slice:
-    """The state slots ``backend`` declares meaningful (``Backend.unused_state_slots``)."""
-    return get_backend(backend).state_slots(W)
-
-
-def state_name(backend: str, W: int, name: str) -> str:
-    s = state_slots_of(backend, W)
+def state_name(s: slice, W: int, name: str) -> str:
+    """``name`` as compared: the slots ``s`` (a backend's :meth:`~gdn_equiv.model.backends.Backend.state_slots`)
+    of a width-``W`` state."""
     return name if s.start == 0 else f"{name}[..., {s.start}:{W}]"
 
 
-# ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them)
+# ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them).
+# Each takes the backend by name: a check may run in an isolation worker, which is sent names (see
+# gdn_equiv.harness.isolation); it looks the backend up once and hands the object on.
 
 
 def check_forward(call: ConvCall, backend: str, device: str) -> None:
     """y and the final state's declared slots == the torch backend's, within §6."""
+    impl = get_backend(backend)
     tensors = call.tensors(device)
-    y, final = conv_forward(call, tensors, backend)
+    y, final = conv_forward(call, tensors, impl)
     y_ref, final_ref = conv_forward(call, tensors, "torch")
     close_to_torch(y, y_ref, "y", backend, call)
-    s = state_slots_of(backend, call.W)
-    close_to_torch(final[..., s], final_ref[..., s], state_name(backend, call.W, "final_state"), backend, call)
-    zero_signs_of_torch(final[..., s], final_ref[..., s], state_name(backend, call.W, "final_state"), backend, call)
+    s = impl.state_slots(call.W)
+    close_to_torch(final[..., s], final_ref[..., s], state_name(s, call.W, "final_state"), backend, call)
+    zero_signs_of_torch(final[..., s], final_ref[..., s], state_name(s, call.W, "final_state"), backend, call)
 
 
 def _grads(
-    call: ConvCall, backend: str, device: str, unused_state_slots: int, run: Callable[..., tuple] | None = None
+    call: ConvCall,
+    backend: str | Backend,
+    device: str,
+    unused_state_slots: int,
+    run: Callable[..., tuple] | None = None,
 ) -> tuple[Tensor, Tensor, dict[str, Tensor | None]]:
     """``run(call, tensors, backend)`` (default: one call) on fresh leaves: y, the final state, and the
     gradient of every input from ``dy`` and ``d final_state`` (zero on the ``unused_state_slots``)."""
@@ -117,7 +120,8 @@ def _grads(
     names = [n for n in ("x", "weight", "bias", "initial_state") if t[n] is not None]
     y, final = (run or conv_forward)(call, t, backend)
     if not y.requires_grad:
-        raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
+        name = backend if isinstance(backend, str) else backend.name
+        raise AssertionError(f"backend {name!r} returned y without a gradient (no backward)\nExample: {call}")
     cot = call.cotangents(device, unused_state_slots=unused_state_slots)
     # with respect to the tensors as passed (an expanded one's gradient before autograd sums its copies:
     # a sum of rounded fp16/bf16 terms that cancel would judge the summation, not the kernel)
@@ -146,8 +150,9 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
     """Gradients of every input (through its layout) from ``dy`` and ``d final_state`` (zero on the slots
     the backend declares unused) == torch's, within §6 (or, past it, as accurate as torch's against the
     fp64 truth: :func:`close_to_torch`)."""
-    unused = get_backend(backend).unused_state_slots  # the reviewed backend's convention, for both
-    *_, grads = _grads(call, backend, device, unused)
+    impl = get_backend(backend)
+    unused = impl.unused_state_slots  # the reviewed backend's convention, for both
+    *_, grads = _grads(call, impl, device, unused)
     *_, grads_ref = _grads(call, "torch", device, unused)
     truth = functools.cache(lambda: _truth_grads(call, device, unused))  # an fp64 pass only past the table
     for name, g in grads.items():
@@ -157,21 +162,20 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
 def check_update(call: ConvCall, backend: str, device: str) -> None:
     """The single-step ``update`` on ``x[:, 0]``: y and the new state's declared slots == torch's; the
     state passed in is unchanged."""
+    impl = get_backend(backend)
     t = call.tensors(device)
     x, state = t["x"][:, 0], t["initial_state"]
     before = state.clone()
-    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=backend)
+    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=impl)
     assert_equivalent(state, before, name="state after update", paths=("after", "before"), context=call)
     y_ref, new_ref = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend="torch")
     close_to_torch(y, y_ref, "update.y", backend, call)
-    s = state_slots_of(backend, call.W)
-    close_to_torch(new_state[..., s], new_ref[..., s], state_name(backend, call.W, "update.new_state"), backend, call)
-    zero_signs_of_torch(
-        new_state[..., s], new_ref[..., s], state_name(backend, call.W, "update.new_state"), backend, call
-    )
+    s = impl.state_slots(call.W)
+    close_to_torch(new_state[..., s], new_ref[..., s], state_name(s, call.W, "update.new_state"), backend, call)
+    zero_signs_of_torch(new_state[..., s], new_ref[..., s], state_name(s, call.W, "update.new_state"), backend, call)
 
 
-def _continued(call: ConvCall, t: dict, backend: str, split: int):
+def _continued(call: ConvCall, t: dict, backend: str | Backend, split: int):
     """``x[:, :split]``, then ``x[:, split:]`` from the first call's final state as the backend returned it."""
     x, w, b = t["x"], t["weight"], t["bias"]
     y1, f1 = causal_conv1d(x[:, :split], w, b, call.activation, t["initial_state"], True, None, backend=backend)
@@ -185,24 +189,25 @@ def check_continuation(call: ConvCall, split: int, backend: str, device: str) ->
     both calls, and the last final state's declared slots. (Two torch calls, not one: a gradient summed
     from two calls is rounded twice in fp16/bf16.)"""
     context = f"{call}, split at {split}"
-    unused = get_backend(backend).unused_state_slots
+    impl = get_backend(backend)
+    unused = impl.unused_state_slots
 
-    def continued(c: ConvCall, t: dict, name: str) -> tuple:
-        return _continued(c, t, name, split)
+    def continued(c: ConvCall, t: dict, on: str | Backend) -> tuple:
+        return _continued(c, t, on, split)
 
-    y, final, got = _grads(call, backend, device, unused, continued)
+    y, final, got = _grads(call, impl, device, unused, continued)
     y_ref, final_ref, grads_ref = _grads(call, "torch", device, unused, continued)
     truth = functools.cache(lambda: _truth_grads(call, device, unused, continued))
     close_to_torch(y, y_ref, "continued.y", backend, context, of=call)
-    s = state_slots_of(backend, call.W)
-    name = state_name(backend, call.W, "continued.final_state")
+    s = impl.state_slots(call.W)
+    name = state_name(s, call.W, "continued.final_state")
     close_to_torch(final[..., s], final_ref[..., s], name, backend, context, of=call)
     for n, g in got.items():
         leaf = functools.partial(_leaf, truth, n)
         close_to_torch(g, grads_ref[n], f"continued.grad.{n}", backend, context, leaf, of=call)
 
 
-def _decoded(call: ConvCall, t: dict, backend: str, split: int):
+def _decoded(call: ConvCall, t: dict, backend: str | Backend, split: int):
     x, w, b, h0 = t["x"], t["weight"], t["bias"], t["initial_state"]
     if split > 0:
         y_pre, state = causal_conv1d(x[:, :split], w, b, call.activation, h0, True, None, backend=backend)
@@ -222,13 +227,14 @@ def check_decode_continuation(call: ConvCall, split: int, backend: str, device: 
     ``update`` per remaining token from the state the previous call returned == the same on torch: every
     y and the last state's declared slots."""
     context = f"{call}, prefill of {split}"
+    impl = get_backend(backend)
     t = call.tensors(device)
     with torch.no_grad():
-        y, state = _decoded(call, t, backend, split)
+        y, state = _decoded(call, t, impl, split)
         y_ref, state_ref = _decoded(call, t, "torch", split)
     close_to_torch(y, y_ref, "decoded.y", backend, context, of=call)
-    s = state_slots_of(backend, call.W)
-    name = state_name(backend, call.W, "decoded.state")
+    s = impl.state_slots(call.W)
+    name = state_name(s, call.W, "decoded.state")
     close_to_torch(state[..., s], state_ref[..., s], name, backend, context, of=call)
 
 
@@ -243,12 +249,13 @@ def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: st
     x = t["x"]
     w, b = t["weight"].detach(), None if t["bias"] is None else t["bias"].detach()
     dy = wide.cotangents(device)["dy"]
-    y_fused, _ = causal_conv1d(x, w, b, call.activation, backend=backend)
+    impl = get_backend(backend)
+    y_fused, _ = causal_conv1d(x, w, b, call.activation, backend=impl)
     (dx_fused,) = torch.autograd.grad(y_fused, [x], dy)
     ys, start = [], 0
     for n in dims:
         c = slice(start, start + n)
-        ys.append(causal_conv1d(x[..., c], w[c], None if b is None else b[c], call.activation, backend=backend)[0])
+        ys.append(causal_conv1d(x[..., c], w[c], None if b is None else b[c], call.activation, backend=impl)[0])
         start += n
     y_split = torch.cat(ys, -1)
     (dx_split,) = torch.autograd.grad(y_split, [x], dy)
@@ -341,19 +348,19 @@ class AnsweredOutside(AssertionError):
     """A backend answered a call outside its declared capabilities with a wrong result."""
 
 
-def _answer(impl: Any, t: dict, activation: str | None) -> tuple[Tensor, Tensor | None]:
+def _answer(impl: Backend, t: dict, activation: str | None) -> tuple[Tensor, Tensor | None]:
     return impl.forward(t["x"], t["weight"], t["bias"], activation, t["initial_state"], True, t["cu_seqlens"])
 
 
-def _right_answer(y: Tensor, final: Tensor | None, t: dict, call: ConvCall, backend: str, context: str) -> None:
+def _right_answer(y: Tensor, final: Tensor | None, t: dict, call: ConvCall, impl: Backend, context: str) -> None:
     """y and the final state's declared slots == torch's on the same tensors, within §6."""
     y_ref, final_ref = causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend="torch"
     )
-    close_to_torch(y, y_ref.to(y.dtype), "y", backend, context)
-    s = state_slots_of(backend, call.W)
+    close_to_torch(y, y_ref.to(y.dtype), "y", impl.name, context)
+    s = impl.state_slots(call.W)
     if final is not None and final_ref is not None:
-        close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", backend, context)
+        close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", impl.name, context)
 
 
 def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) -> str:
@@ -377,7 +384,7 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
             ) from exc
         return f"refused: {type(exc).__name__}: {exc}"
     try:
-        _right_answer(y, final, t, outside.call, backend, f"{outside} (outside its {outside.limit} limit, answered)")
+        _right_answer(y, final, t, outside.call, impl, f"{outside} (outside its {outside.limit} limit, answered)")
     except AssertionError as exc:
         wrong_outside = exc
     else:
@@ -388,7 +395,7 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
         context = f"{inside} (the call of {outside} brought back inside its {outside.limit} limit)"
         try:
             y_in, final_in = _answer(impl, t_in, inside.activation)
-            _right_answer(y_in, final_in, t_in, inside, backend, context)
+            _right_answer(y_in, final_in, t_in, inside, impl, context)
         except Exception as exc:  # wrong, or refused, inside: the finding is the kernel's, not the limit's
             raise AssertionError(
                 f"backend {backend!r} answers wrongly inside its declared capabilities too (not a refusal "

@@ -195,15 +195,16 @@ def _same_zeros(actual: torch.Tensor | None, truth: torch.Tensor, name: str, bac
 
 def check_forward(call: ConvCall, backend: str, device: str) -> None:
     """y and the final state of one call == the fp64 truth's, within §6."""
+    impl = get_backend(backend)  # by name: the check may run in an isolation worker
     t = call.tensors(device)
     y, final = causal_conv1d(
-        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=backend
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=impl
     )
     y_true, final_true = conv1d_truth(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], t["cu_seqlens"]
     )
     _close(y, y_true, "y", backend, call)
-    s = get_backend(backend).state_slots(call.W)  # the slots the backend declares meaningful
+    s = impl.state_slots(call.W)  # the slots the backend declares meaningful
     _close(None if final is None else final[..., s], final_true[..., s], "final_state", backend, call)
     _same_zeros(None if final is None else final[..., s], final_true[..., s], "final_state", backend, call)
 
@@ -213,8 +214,9 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
     tensors = call.tensors(device)
     names = [n for n in ("x", "weight", "bias", "initial_state") if tensors[n] is not None]
     t = {k: (v.detach().clone().requires_grad_() if k in names else v) for k, v in tensors.items()}
+    impl = get_backend(backend)
     y, final = causal_conv1d(
-        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=backend
+        t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=impl
     )
     if not y.requires_grad:
         raise AssertionError(f"backend {backend!r} returned y without a gradient (no backward)\nExample: {call}")
@@ -222,7 +224,7 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
     gen = torch.Generator().manual_seed(call.seed + 11)
     dy = torch.randn(y.shape, generator=gen).to(y.dtype).to(device)
     dfinal = torch.randn(final.shape, generator=gen).to(final.dtype).to(device)
-    dfinal[..., : get_backend(backend).unused_state_slots] = 0  # no gradient into slots declared unused
+    dfinal[..., : impl.unused_state_slots] = 0  # no gradient into slots declared unused
     scale = cotangent_scale(call.values, call.B, call.T)  # huge inputs: gradients kept in range
     dy, dfinal = dy * scale, dfinal * scale
     grads = torch.autograd.grad((y, final), [t[n] for n in names], (dy, dfinal), allow_unused=True)
@@ -244,9 +246,10 @@ def check_update(call: ConvCall, backend: str, device: str) -> None:
     """The single-step update: y and the new state == the truth's one-token forward, within §6."""
     t = call.tensors(device)
     x, state = t["x"][:, 0], t["initial_state"]
-    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=backend)
+    impl = get_backend(backend)
+    y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=impl)
     y_true, new_true = update_truth(x, state, t["weight"], t["bias"], call.activation)
     _close(y, y_true, "update.y", backend, call)
-    s = get_backend(backend).state_slots(call.W)
+    s = impl.state_slots(call.W)
     _close(new_state[..., s], new_true[..., s], "update.new_state", backend, call)
     _same_zeros(new_state[..., s], new_true[..., s], "update.new_state", backend, call)

@@ -86,7 +86,7 @@ def backends(option: Sequence[str]) -> tuple[Backend, ...]:
 def backends_unavailable(plan_backends: Sequence[Backend], device: str | None = None) -> dict[str, str]:
     """Each backend that cannot run on this machine, with why: its own ``unavailable()``, or, for a run on
     ``device``, a declaration of other devices only (:func:`~gdn_equiv.model.backends.off_device`)."""
-    reasons = {b.name: b.unavailable() or (off_device(b.name, device) if device else None) for b in plan_backends}
+    reasons = {b.name: b.unavailable() or (off_device(b, device) if device else None) for b in plan_backends}
     return {name: reason for name, reason in reasons.items() if reason is not None}
 
 

@@ -19,32 +19,12 @@ Under ``--gdn-isolate`` each state runs in a worker process, as every other prop
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from gdn_equiv.harness import registry
-from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.harness.necessity import verdict
 from gdn_equiv.harness.testing import count_example
 from gdn_equiv.run import runner
-from gdn_equiv.run.rows import Check
-
-
-def verdict(check: Check, report: Callable[[str], None] = print) -> None:
-    """What a necessity search's row means under pytest (see the module docstring): the ledger's outcome, a
-    pass, a skip with its reason (a report, never a pass) or a failure."""
-    outcome = Outcome(check.result)
-    if outcome == Outcome.COUNTEREXAMPLE:
-        assert check.example is not None
-        report(f"{check.name}: {check.failure}\n  found: {check.example.short()}")
-        return
-    if outcome == Outcome.NOT_APPLICABLE:
-        pytest.skip(f"{check.name} on {check.backend!r}: {check.failure}")
-    if outcome.reports:  # none found
-        report(f"{check.failure} (backend {check.backend!r})")
-        pytest.skip(f"{check.failure} (backend {check.backend!r})")
-    example = f"\nExample: {check.example.short()}" if check.example is not None else ""
-    raise AssertionError(f"{check.name} on {check.backend!r}: {check.result}: {check.failure}{example}")
 
 
 @pytest.mark.parametrize("condition", [r.condition for r in registry.necessity_records()], ids=lambda c: c.id)

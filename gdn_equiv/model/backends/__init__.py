@@ -115,8 +115,9 @@ def registered(*backends: Backend) -> Iterator[tuple[Backend, ...]]:
                 _REGISTRY[name] = old
 
 
-def get_backend(name: str) -> Backend:
-    """The backend called ``name``; ``module:attr`` loads one from code (see :func:`as_backend`).
+def get_backend(name: str | Backend) -> Backend:
+    """The backend called ``name``; ``module:attr`` loads one from code (see :func:`as_backend`); a
+    :class:`Backend` is itself.
 
     Raises :class:`InvalidArgument` when the name is unknown, the code cannot be imported, or its
     forward/update signature cannot take SPEC §3's arguments.
@@ -229,11 +230,11 @@ def count_launches() -> Iterator[LaunchCounter]:
         _ACTIVE_COUNTERS.remove(counter)
 
 
-def off_device(name: str, device: str) -> str | None:
-    """Why ``name`` cannot run a run on ``device`` (``"cpu"``, ``"cuda"``) by its own declaration, or ``None``: a
+def off_device(backend: Backend, device: str) -> str | None:
+    """Why ``backend`` cannot run a run on ``device`` (``"cpu"``, ``"cuda"``) by its own declaration, or ``None``: a
     backend that declares other devices only is not run here, where every call would be outside it (a gate that
     ran it anyway checked the kernel on a device it does not claim, or failed a kernel that cannot run here)."""
-    devices = get_backend(name).capabilities.devices
+    devices = backend.capabilities.devices
     if devices is None or device.split(":")[0] in devices:
         return None
     return f"it declares the devices {', '.join(devices)}; this run is on {device}"
@@ -244,12 +245,12 @@ def _record(backend: str, kind: str) -> None:
         counter.record(backend, kind)
 
 
-def _runnable(name: str) -> Backend:
-    backend = get_backend(name)
-    reason = backend.unavailable()
+def _runnable(backend: str | Backend) -> Backend:
+    impl = get_backend(backend)  # a name is looked up; a Backend (one a caller already holds) is itself
+    reason = impl.unavailable()
     if reason is not None:
-        raise BackendUnavailable(f"conv backend {name!r} cannot run here: {reason}")
-    return backend
+        raise BackendUnavailable(f"conv backend {impl.name!r} cannot run here: {reason}")
+    return impl
 
 
 def causal_conv1d(
@@ -261,12 +262,13 @@ def causal_conv1d(
     output_final_state: bool = False,
     cu_seqlens: Tensor | None = None,
     *,
-    backend: str = "torch",
+    backend: str | Backend = "torch",
 ) -> tuple[Tensor, Tensor | None]:
-    """Depthwise causal conv through ``backend`` (one counted launch); arguments are checked first."""
-    return _sequence_kernel(
-        x, weight, bias, activation, initial_state, output_final_state, cu_seqlens, backend, "forward"
-    )
+    """Depthwise causal conv through ``backend`` (a name, or the :class:`Backend` a caller already resolved;
+    one counted launch); arguments are checked first."""
+    check_forward_args(x, weight, bias, activation, initial_state, cu_seqlens)
+    impl = _runnable(backend)
+    return _sequence_kernel(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens, impl, "forward")
 
 
 def _sequence_kernel(
@@ -277,14 +279,13 @@ def _sequence_kernel(
     initial_state: Tensor | None,
     output_final_state: bool,
     cu_seqlens: Tensor | None,
-    backend: str,
+    impl: Backend,
     kind: str,
 ) -> tuple[Tensor, Tensor | None]:
-    """The backend's sequence kernel, counted as a launch of ``kind`` (``update``: a step call of a backend
-    that has no step kernel, so P2 can still tell the step path from the sequence path)."""
-    check_forward_args(x, weight, bias, activation, initial_state, cu_seqlens)
-    impl = _runnable(backend)
-    _check_runs_activation(impl.name, activation)
+    """``impl``'s sequence kernel (runnable here, its arguments checked), counted as a launch of ``kind``
+    (``update``: a step call of a backend that has no step kernel, so P2 can still tell the step path from
+    the sequence path)."""
+    _check_runs_activation(impl, activation)
     x, bias = _fit_layout(impl.capabilities, x, bias)
     _record(impl.name, kind)
     y, final = impl.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
@@ -299,17 +300,17 @@ def causal_conv1d_update(
     bias: Tensor | None = None,
     activation: str | None = None,
     *,
-    backend: str = "torch",
+    backend: str | Backend = "torch",
 ) -> tuple[Tensor, Tensor]:
-    """One decode step for ``N`` sequences; ``state`` is left as it was (checked, not trusted)."""
+    """One decode step for ``N`` sequences through ``backend`` (as for :func:`causal_conv1d`); ``state`` is left
+    as it was (checked, not trusted)."""
     check_update_args(x, state, weight, bias, activation)
     impl = _runnable(backend)
-    _check_runs_activation(impl.name, activation)
+    _check_runs_activation(impl, activation)
     if impl.update is None:
         # A plug-in without a step kernel: the full kernel over a one-token window is the same maths.
-        y, new_state = _sequence_kernel(
-            x.unsqueeze(1), weight, bias, activation, state, True, None, impl.name, "update"
-        )
+        check_forward_args(x.unsqueeze(1), weight, bias, activation, state, None)
+        y, new_state = _sequence_kernel(x.unsqueeze(1), weight, bias, activation, state, True, None, impl, "update")
         assert new_state is not None
         return y[:, 0], new_state
     _, bias = _fit_layout(impl.capabilities, x, bias)  # a step's x [N, D] has no layout rule
@@ -346,21 +347,26 @@ def supported_activations(backends: Sequence[str]) -> tuple[str | None, ...]:
 
 def _runs(backend: str, act: Activation) -> bool:
     try:
-        declared = get_backend(backend).capabilities.activations
-    except InvalidArgument:
-        declared = None
+        impl = get_backend(backend)
+    except InvalidArgument:  # undeclared: the activation's own list decides
+        return act.name in CORE_ACTIVATIONS or act.backends is None or backend in act.backends
+    return _impl_runs(impl, act)
+
+
+def _impl_runs(impl: Backend, act: Activation) -> bool:
+    declared = impl.capabilities.activations
     if declared is not None:  # the backend's own declaration decides
         return act.name in declared
-    return act.name in CORE_ACTIVATIONS or act.backends is None or backend in act.backends
+    return act.name in CORE_ACTIVATIONS or act.backends is None or impl.name in act.backends
 
 
-def _check_runs_activation(backend: str, activation: str | None) -> None:
+def _check_runs_activation(impl: Backend, activation: str | None) -> None:
     """A registered activation the backend is not known to run is refused, not passed on: fla's conv
     treats an activation it does not know as none at all, silently (relu would come back unactivated)."""
-    runs = supported_activations([backend])
+    runs = tuple(act.name for act in (get_activation(n) for n in activation_names()) if _impl_runs(impl, act))
     if activation not in runs:
         raise InvalidArgument(
-            f"conv backend {backend!r} does not run activation {activation!r}; it runs {', '.join(map(str, runs))}"
+            f"conv backend {impl.name!r} does not run activation {activation!r}; it runs {', '.join(map(str, runs))}"
         )
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import registry
-from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import available_backends
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import bench, bench_compare, verdict
@@ -33,7 +32,9 @@ from gdn_equiv.run.cli.common import (
     backends_option,
     device_option,
     families_option,
+    gate_profile,
     one_line,
+    positive_seconds,
     subcommand,
 )
 
@@ -239,13 +240,8 @@ def plan_verdict(args: argparse.Namespace) -> verdict.VerdictPlan:
     at_least("--runs", runs, 1)
     jobs = 2 if args.jobs is None else args.jobs
     at_least("--jobs", jobs, 1)
-    profile = "ci" if args.profile is None else args.profile
-    if profile not in PROFILES or profile == "fuzz":
-        known = ", ".join(p for p in PROFILES if p != "fuzz")
-        raise UsageError(f"--profile {profile!r} is not a gate profile; known: {known} (fuzz runs by --fuzz-seconds)")
-    timeout = 600.0 if args.timeout is None else args.timeout
-    if not timeout > 0:
-        raise UsageError(f"--timeout {timeout!r} must be > 0 seconds")
+    profile = gate_profile(args.profile, hint=" (fuzz runs by --fuzz-seconds)")
+    timeout = positive_seconds("--timeout", args.timeout, 600.0)
     fuzz_seconds = 60.0 if args.fuzz_seconds is None else args.fuzz_seconds
     if not fuzz_seconds > 0:
         raise UsageError(f"--fuzz-seconds {fuzz_seconds!r} must be > 0")

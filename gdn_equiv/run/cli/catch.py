@@ -40,9 +40,17 @@ from gdn_equiv.harness.faithful import check_faithful
 from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.planted import COMBINATION_BACKENDS, defect_family, reference_defects
 from gdn_equiv.harness.registry import examples_per_row, get_record
-from gdn_equiv.harness.testing import PROFILES, register_profiles
+from gdn_equiv.harness.testing import register_profiles
 from gdn_equiv.model.backends import Backend, registered
-from gdn_equiv.run.cli.common import EXIT_ENVIRONMENT, EXIT_OK, UsageError, at_least, output_file
+from gdn_equiv.run.cli.common import (
+    EXIT_ENVIRONMENT,
+    EXIT_OK,
+    UsageError,
+    at_least,
+    gate_profile,
+    output_file,
+    positive_seconds,
+)
 from gdn_equiv.run.runner import run_property
 from gdn_equiv.strategies.faithful import faithful_budget, faithful_examples
 
@@ -238,13 +246,8 @@ def plan_catch(args: argparse.Namespace) -> CatchPlan:
             raise UsageError("--command '': give the command each run runs")
     runs = 20 if args.runs is None else args.runs
     at_least("--runs", runs, 1)
-    profile = args.profile or "ci"
-    if profile not in PROFILES or profile == "fuzz":
-        known_profiles = ", ".join(p for p in PROFILES if p != "fuzz")
-        raise UsageError(f"--profile {profile!r} is not a gate profile; known: {known_profiles}")
-    timeout = 600.0 if args.timeout is None else args.timeout
-    if not timeout > 0:
-        raise UsageError(f"--timeout {timeout!r} must be > 0 seconds")
+    profile = gate_profile(args.profile or None)
+    timeout = positive_seconds("--timeout", args.timeout, 600.0)
     return CatchPlan(asked, command, runs, profile, timeout, json=output_file("--json", args.json))
 
 

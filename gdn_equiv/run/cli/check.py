@@ -16,7 +16,6 @@ from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness.interpreter import describe
 from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import PROFILES
-from gdn_equiv.model.backends import off_device
 from gdn_equiv.model.families import DEFAULT_FAMILY
 from gdn_equiv.run import fuzz_engines, html_report, runner, serving_paths
 from gdn_equiv.run import plan as resolve  # the checks every front end shares
@@ -213,9 +212,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
             raise UsageError(f"--fla-core {args.fla_core!r} applies to --target fla only")
         target_options: dict[str, Any] = {}
         backends = backends_option(args.backend if args.backend is not None else "torch")
-        for name in backends:
-            if (reason := off_device(name, device)) is not None:
-                raise EnvironmentProblem(f"--backend {name!r} cannot run here: {reason}")
+        kernels = resolve.backends([b for b in backends if b != "-"])  # "-": a bench baseline, no kernel
+        for name, why in resolve.backends_unavailable(kernels, device).items():  # off its declared devices
+            raise EnvironmentProblem(f"--backend {name!r} cannot run here: {why}")
         families = families_option(args.family if args.family is not None else DEFAULT_FAMILY)
         properties, conditions = _properties(args)
         engines = _serving_engines(args.serving_engine)

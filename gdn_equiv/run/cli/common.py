@@ -13,6 +13,7 @@ from gdn_equiv.harness import registry
 from gdn_equiv.harness.ledger import EXIT_FAILED as EXIT_FAILED  # the ledger's, for the subcommands
 from gdn_equiv.harness.ledger import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from gdn_equiv.harness.ledger import EXIT_OK as EXIT_OK
+from gdn_equiv.harness.testing import PROFILES
 from gdn_equiv.model.backends import known_backends
 from gdn_equiv.model.families import parse_families
 from gdn_equiv.run import plan as run_plan
@@ -71,6 +72,24 @@ def one_line(text: str) -> str:
 def at_least(flag: str, value: int | None, low: int) -> None:
     if value is not None and value < low:
         raise UsageError(f"{flag} must be >= {low}, got {value}")
+
+
+def gate_profile(given: str | None, *, hint: str = "") -> str:
+    """A gate run's profile (``--profile``, default ``ci``): a registered one other than ``fuzz`` (``hint``: what to
+    say after the known ones)."""
+    profile = "ci" if given is None else given
+    if profile not in PROFILES or profile == "fuzz":
+        known = ", ".join(p for p in PROFILES if p != "fuzz")
+        raise UsageError(f"--profile {profile!r} is not a gate profile; known: {known}{hint}")
+    return profile
+
+
+def positive_seconds(flag: str, value: float | None, default: float) -> float:
+    """``value`` (``default`` when not given), refused unless > 0."""
+    seconds = default if value is None else value
+    if not seconds > 0:
+        raise UsageError(f"{flag} {seconds!r} must be > 0 seconds")
+    return seconds
 
 
 def explicit_options(args: argparse.Namespace, *names: str) -> list[str]:
