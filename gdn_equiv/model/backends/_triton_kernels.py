@@ -1030,7 +1030,7 @@ def _serial_step(
     ``wl1..wl3`` are taps W-1, W-2, W-3 (dx's weights). Few nested calls: under the interpreter each
     one costs more than the row's arithmetic."""
     t, rmask, seq, bos, L, p, gmask, dy, v0 = row
-    g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab = carried
+    g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab, k0, k1, k2, k3, kb = carried
     if VARLEN:
         carry = prev_ok & gmask & (seq == prev_seq)
         fresh = gmask & (carry == 0)
@@ -1072,13 +1072,29 @@ def _serial_step(
         dx = dx + _final_grad(df_ptr, p, L, seq, d, dmask, mine, sdf_n, sdf_d, sdf_w, W, CDT)
     dx_at = dx_ptr + (pid_b.to(tl.int64) * T + t) * D + d
     tl.store(dx_at, dx.to(dx_ptr.dtype.element_ty), mask=mine & dmask)
-    if NEED_DW:
-        a0 = tl.where(mine, a0 + g * v0, a0)
-        a1 = tl.where(mine, a1 + g * v1, a1)
-        a2 = tl.where(mine, a2 + g * v2, a2)
-        a3 = tl.where(mine, a3 + g * v3, a3)
-        ab = tl.where(mine, ab + g, ab)
-    return g, g1, g2, v0, v1, v2, seq, gmask, a0, a1, a2, a3, ab
+    if NEED_DW:  # compensated (Kahan) sums: k holds what the last add lost, taken off the next term; a sum
+        # past the largest finite value keeps k at 0 (inf - inf would make every later sum NaN, not inf)
+        y0 = g * v0 - k0
+        y1 = g * v1 - k1
+        y2 = g * v2 - k2
+        y3 = g * v3 - k3
+        yb = g - kb
+        s0 = a0 + y0
+        s1 = a1 + y1
+        s2 = a2 + y2
+        s3 = a3 + y3
+        sb = ab + yb
+        k0 = tl.where(mine, tl.where(s0 - s0 == 0, (s0 - a0) - y0, 0.0), k0)
+        k1 = tl.where(mine, tl.where(s1 - s1 == 0, (s1 - a1) - y1, 0.0), k1)
+        k2 = tl.where(mine, tl.where(s2 - s2 == 0, (s2 - a2) - y2, 0.0), k2)
+        k3 = tl.where(mine, tl.where(s3 - s3 == 0, (s3 - a3) - y3, 0.0), k3)
+        kb = tl.where(mine, tl.where(sb - sb == 0, (sb - ab) - yb, 0.0), kb)
+        a0 = tl.where(mine, s0, a0)
+        a1 = tl.where(mine, s1, a1)
+        a2 = tl.where(mine, s2, a2)
+        a3 = tl.where(mine, s3, a3)
+        ab = tl.where(mine, sb, ab)
+    return g, g1, g2, v0, v1, v2, seq, gmask, a0, a1, a2, a3, ab, k0, k1, k2, k3, kb
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -1126,8 +1142,10 @@ def _bwd_serial_kernel(
     """The backward walking time backwards, one row at a time, for a chunk of CT rows and BD channels
     (W <= 4): ``g`` of each row recomputed as pass 1 forms it, the W-1 later rows' ``g`` carried in
     registers (``g1..g3``), so no shift ever crosses threads. dx as ``_grad_input`` sums it (same order,
-    ``z`` outside the row's sequence); dweight/dbias summed row by row (latest row first) per chunk,
-    then the chunks in order: other bits than the two passes' sums, still per channel only.
+    ``z`` outside the row's sequence); dweight/dbias summed row by row (latest row first) per chunk, each
+    sum compensated (Kahan: a chunk of 128 rows summed plainly lost up to 8x torch's error against the
+    fp64 truth on the H100, T=262), then the chunks in order: other bits than the two passes' sums, still
+    per channel only.
 
     The rows go in groups of ROWS (1, 2, 4 or 8): a group's loads (``_serial_in``) are all issued
     before its first row is computed and stored, so ROWS rows' reads are in flight together (one row's
@@ -1169,6 +1187,11 @@ def _bwd_serial_kernel(
     a2 = tl.zeros([BD], dtype=CDT)
     a3 = tl.zeros([BD], dtype=CDT)
     ab = tl.zeros([BD], dtype=CDT)
+    k0 = tl.zeros([BD], dtype=CDT)
+    k1 = tl.zeros([BD], dtype=CDT)
+    k2 = tl.zeros([BD], dtype=CDT)
+    k3 = tl.zeros([BD], dtype=CDT)
+    kb = tl.zeros([BD], dtype=CDT)
     u0 = tl.zeros([BD], dtype=CDT)
     u1 = tl.zeros([BD], dtype=CDT)
     u2 = tl.zeros([BD], dtype=CDT)
@@ -1211,7 +1234,7 @@ def _bwd_serial_kernel(
             r5 = _serial_in(*ins, t - 5, *at, W, HAS_STATE, VARLEN, CDT)
             r6 = _serial_in(*ins, t - 6, *at, W, HAS_STATE, VARLEN, CDT)
             r7 = _serial_in(*ins, t - 7, *at, W, HAS_STATE, VARLEN, CDT)
-        carried = (g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab)
+        carried = (g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab, k0, k1, k2, k3, kb)
         carried = _serial_step(r0, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, VARLEN, CDT)
         if ROWS > 1:
             carried = _serial_step(r1, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, VARLEN, CDT)
@@ -1223,18 +1246,18 @@ def _bwd_serial_kernel(
             carried = _serial_step(r5, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, VARLEN, CDT)
             carried = _serial_step(r6, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, VARLEN, CDT)
             carried = _serial_step(r7, carried, *ctx, W, HAS_BIAS, HAS_STATE, ACT, HAS_DF, NEED_DW, VARLEN, CDT)
-        g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab = carried
+        g1, g2, g3, u0, u1, u2, prev_seq, prev_ok, a0, a1, a2, a3, ab, k0, k1, k2, k3, kb = carried
     if NEED_DW:
         prow = pid_b * tl.num_programs(0) + pid_t
         base = part_ptr + prow.to(tl.int64) * (W + 1) * D
-        tl.store(base + d, a0, mask=dmask)
+        tl.store(base + d, a0 - k0, mask=dmask)
         if W > 1:
-            tl.store(base + D + d, a1, mask=dmask)
+            tl.store(base + D + d, a1 - k1, mask=dmask)
         if W > 2:
-            tl.store(base + 2 * D + d, a2, mask=dmask)
+            tl.store(base + 2 * D + d, a2 - k2, mask=dmask)
         if W > 3:
-            tl.store(base + 3 * D + d, a3, mask=dmask)
-        tl.store(base + W * D + d, ab, mask=dmask)
+            tl.store(base + 3 * D + d, a3 - k3, mask=dmask)
+        tl.store(base + W * D + d, ab - kb, mask=dmask)
 
 
 @triton.jit(do_not_specialize=["T"])
