@@ -68,10 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     conv_mod = importlib.import_module("fla.modules.convolution")
     _pin_autotuned(conv_mod)
     for sub in ("fla.ops.convolution.fused_short_conv",):
-        try:
+        with contextlib.suppress(ImportError):
             _pin_autotuned(importlib.import_module(sub))
-        except ImportError:
-            pass
     SC = conv_mod.ShortConvolution
     ctor = inspect.signature(SC.__init__).parameters
     fwd = inspect.signature(SC.forward).parameters
@@ -109,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             try:
                 y = m(x)[0]
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 bad += 1
                 print(f"DIFF activation {act!r}: sequence path raises {type(exc).__name__}: {exc}")
                 continue
@@ -141,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             with torch.no_grad():
                 try:
                     y = m(xx, **kw)[0]
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     bad += 1
-                    print(f"DIFF norm l2 D={D_} head_dim={hd} eps={eps}: sequence path raises {type(exc).__name__}: {exc}")
+                    print(
+                        f"DIFF norm l2 D={D_} head_dim={hd} eps={eps}: sequence path raises {type(exc).__name__}: {exc}"
+                    )
                     continue
                 report(f"norm l2 D={D_} head_dim={hd} eps={eps}, sequence kernel", y, ours(m, xx, extras))
                 try:
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         ys = m(xx[:, -1:], cache=out[1], output_final_state=True, **kw)[0]
                         report(f"norm l2 D={D_} head_dim={hd} eps={eps}, step", ys[:, -1], ours(m, xx, extras)[:, -1])
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     bad += 1
                     print(f"DIFF norm l2 D={D_} head_dim={hd}: cache path raises {type(exc).__name__}: {exc}")
 
@@ -163,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     gdn = importlib.import_module("fla.layers.gated_deltanet").GatedDeltaNet
     method = getattr(gdn, "_use_fused_qkv_conv", None)
     if guard is None and method is None:
-        print("n/a  fusion guard: neither can_fuse_qkv_short_conv nor GatedDeltaNet._use_fused_qkv_conv exists in this "
-              "branch (it predates PR #972's fused prologue); a rebase onto >= 0.6.0 must add the registered conditions")
+        print(
+            "n/a  fusion guard: neither can_fuse_qkv_short_conv nor GatedDeltaNet._use_fused_qkv_conv exists in this "
+            "branch (it predates PR #972's fused prologue); a rebase onto >= 0.6.0 must add the registered conditions"
+        )
     elif guard is not None:
         from hypothesis import HealthCheck, find, settings
 
@@ -193,13 +195,18 @@ def main(argv: list[str] | None = None) -> int:
 
         strat = layer_facts(use_short_conv=True, dtypes=("float32",), devices=("cpu",), backends=("triton",))
         try:
-            found = find(strat, disagree, settings=settings(max_examples=args.states, database=None,
-                                                             suppress_health_check=list(HealthCheck)))
+            found = find(
+                strat,
+                disagree,
+                settings=settings(max_examples=args.states, database=None, suppress_health_check=list(HealthCheck)),
+            )
             print(f"DIFF fusion guard vs spec (conv conditions): shrunk {found}; spec: {decide(found, plain)}")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             print(f"ok   fusion guard vs spec on {args.states} states ({type(exc).__name__})")
     else:
-        print("info fusion guard: GatedDeltaNet._use_fused_qkv_conv (0.6.0's rule); compare with gdn-equiv's fla target")
+        print(
+            "info fusion guard: GatedDeltaNet._use_fused_qkv_conv (0.6.0's rule); compare with gdn-equiv's fla target"
+        )
     print(f"{bad} disagreement(s)")
     return 1 if bad else 0
 
