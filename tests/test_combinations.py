@@ -145,6 +145,40 @@ def test_a_layer_examples_conv_call_in_every_cell_catches_the_no_final_kernel() 
                 check_example_in_every_cell(example)
 
 
+def test_a_layer_examples_every_cell_check_in_parts_checks_each_cell_of_the_whole_once(monkeypatch) -> None:
+    """The gate's P7-combinations test runs as parts on a GPU (``GPU_PARTS["layer-cells"]``): the parts of one
+    example check, between them, exactly the calls the whole check makes, each once; and the planted kernel
+    wrong at one combination is caught by the part holding that cell."""
+    from gdn_equiv.harness.cells import check_example_in_every_cell
+    from gdn_equiv.model.example import Example
+    from gdn_equiv.model.families import get_family
+
+    checked: list = []
+    real = gate_cells.check_cell
+    monkeypatch.setattr(
+        gate_cells, "check_cell", lambda call, cell, *a, **k: (checked.append((cell, call)), real(call, cell, *a, **k))
+    )
+    family = get_family("gated_deltanet")
+    config = family.config_cls(**dict(family.small), conv_backend="torch")
+    example = Example(config=config, family="gated_deltanet", dtype="float32", batch=1, seq_len=3, seed=5)
+    check_example_in_every_cell(example)
+    whole, checked[:] = list(checked), []
+    for part in range(3):
+        check_example_in_every_cell(example, part=part, of=3)
+    assert sorted(map(repr, checked)) == sorted(map(repr, whole)) and len(checked) == len(whole) > 3
+    backend = COMBINATION_BACKENDS["planted-short-state-grad-no-final"]
+    with registered(backend):
+        config = family.config_cls(**dict(family.small), conv_backend=backend.name)
+        planted_example = dataclasses.replace(example, config=config)
+        caught = 0
+        for part in range(3):
+            try:
+                check_example_in_every_cell(planted_example, part=part, of=3)
+            except Mismatch:
+                caught += 1
+        assert caught >= 1
+
+
 def test_each_part_runs_its_share_and_a_part_without_cells_fails() -> None:
     cells = list(range(120))
     shares = [gate_cells.part_share(cells, part, 30) for part in range(30)]

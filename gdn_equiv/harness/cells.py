@@ -181,12 +181,16 @@ def check_cell(call: ConvCall, cell: Cell, backend: str | Backend, device: str) 
 #: layer part 5.1-5.7 s (4 cells): two cells a part is 1.2-3.5 s. On a CPU the draws, repeated by every
 #: part, cost more than the calls: four parts each.
 PARTS = 4
-GPU_PARTS = {"conv": 60, "layer": 36}
+GPU_PARTS = {"conv": 60, "layer": 36, "layer-cells": 12}
+#: on a CPU (the interpreter), the layer examples' every-cell test (P7-combinations' gate test) is one test:
+#: its parts would each build the example's layer again for a quarter of the cells
+CPU_PARTS = {"conv": PARTS, "layer": PARTS, "layer-cells": 1}
 
 
 def parts(test: str) -> int:
-    """How many parts ``test`` (``conv`` or ``layer``) runs as here: finer on a GPU (see :data:`GPU_PARTS`)."""
-    return GPU_PARTS[test] if torch.cuda.is_available() else PARTS
+    """How many parts ``test`` (``conv``, ``layer`` or ``layer-cells``) runs as here: finer on a GPU (see
+    :data:`GPU_PARTS`)."""
+    return GPU_PARTS[test] if torch.cuda.is_available() else CPU_PARTS[test]
 
 
 def part_share(cells: list, part: int | None, of: int) -> list:
@@ -212,11 +216,13 @@ def check_cells(cells: list, backend: str, device: str, *, part: int | None = No
         check_cell(call, cell, impl, device)
 
 
-def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> None:
+def check_example_in_every_cell(example: Example, *, device: str = "cpu", part: int | None = None, of: int = 1) -> None:
     """The conv call of a layer example (:func:`gdn_equiv.harness.conformance.conv_call_of`, dense) moved into
     every feasible cell of the combination grid on its backend, each checked by :func:`check_cell`:
     the form a registry row (``check``/``fuzz``) can run. Lengths inside each region come from the
-    example's seed. :class:`gdn_equiv.harness.properties.NotApplicable` where the layer makes no such call."""
+    example's seed. :class:`gdn_equiv.harness.properties.NotApplicable` where the layer makes no such call.
+    With ``part``, the cells of that part only (:func:`part_share`: every ``of``-th feasible cell); the lengths
+    are drawn for every cell still, so a part's calls are the whole grid's."""
     import dataclasses
     import random
 
@@ -233,6 +239,10 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu") -> Non
     rng = random.Random(example.seed)
     varlen_state = caps.varlen_initial_state
     impl = get_backend(backend)
-    for cell in all_cells():
-        if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None:
-            check_cell(cell_call(rng, base, cell, widths, channel_step=caps.channel_step), cell, impl, device)
+    grid = [
+        (cell, cell_call(rng, base, cell, widths, channel_step=caps.channel_step))
+        for cell in all_cells()
+        if feasible(cell, widths=widths, varlen_initial_state=varlen_state) is None
+    ]
+    for cell, cell_call_ in part_share(grid, part, of):
+        check_cell(cell_call_, cell, impl, device)

@@ -564,14 +564,16 @@ def check_conv_ground_truth(example: Example, *, device: str = "cpu", target: Ta
     return decision
 
 
-def check_conv_combinations(example: Example, *, device: str = "cpu", target: TargetLike = None) -> Decision:
+def check_conv_combinations(
+    example: Example, *, device: str = "cpu", target: TargetLike = None, part: int | None = None, of: int = 1
+) -> Decision:
     """P7 where regions meet, as a property of one example: the conv call the example's fused prologue
     makes, moved into every feasible cell of T against W x initial state x final state x packing x
     gradients (:func:`gdn_equiv.harness.cells.check_example_in_every_cell`), on its conv backend against torch
     within §6. A kernel wrong only at one such combination is reached by every example. Not applicable
-    where the layer makes no such call."""
+    where the layer makes no such call. ``part`` of ``of``: that share of the cells (the gate's parts)."""
     _, _, decision = _setup(example, device, target)
-    check_example_in_every_cell(example, device=device)
+    check_example_in_every_cell(example, device=device, part=part, of=of)
     return decision
 
 

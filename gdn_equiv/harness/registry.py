@@ -148,6 +148,9 @@ class PropertyRecord:
     #: what one example costs in ordinary ones (P7-combinations checks ~120 cells an example): its gate test gets
     #: the profile's examples divided by it (at least 2), as the hand-written grid test always did
     gate_cost: int = 1
+    #: the gate's test runs as this many parts (``gdn_equiv.harness.cells.parts``), each over its share of the
+    #: example's cells with the same examples budget: one test of minutes on a GPU spread over the workers
+    gate_parts: str | None = None
     #: the gate's deterministic test of this record over the spec's exhaustive decision tables, one per family,
     #: generated in ``gdn_equiv.suite.test_guard`` (P1 only)
     table_test: str | None = None
@@ -262,6 +265,7 @@ def _example_records() -> list[PropertyRecord]:
             # the gate also runs it on grids of conv calls drawn directly, wider (gdn_equiv.suite.test_combinations)
             gate_test="test_the_layers_conv_call_matches_torch_in_every_cell",
             gate_cost=6,
+            gate_parts="layer-cells",
         ),
         PropertyRecord(
             "P7-ground-truth",

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation, ledger, registry
 from gdn_equiv.harness import properties as P
+from gdn_equiv.harness.cells import parts
 from gdn_equiv.harness.registry import Draw
 from gdn_equiv.model.example import Example
 from gdn_equiv.strategies import premises
@@ -111,6 +112,7 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
         device: str,
         target: str | Target,
         allow_missed_fusion: bool,
+        part: int | None = None,
     ) -> None:
         reason = record.not_applicable(backend)  # a row that cannot be asked here (a backend against itself)
         if ledger.asked(reason) is not None:
@@ -119,17 +121,32 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
         kwargs = dict(record.upstream_gate_kwargs) if _upstream(target) else {}
         if record.allows_missed_fusion and allow_missed_fusion:
             kwargs["allow_missed"] = True
+        if part is not None:
+            kwargs.update(part=part, of=of)
         run_example(record.check, example, device, target, may_not_apply=not must_apply, **kwargs)
 
     # the fixtures pytest passes, by name in the signature
-    if record.needs_fusion:
+    of = parts(record.gate_parts) if record.gate_parts is not None else 1
+    test: Callable[..., None]
+    if of > 1:  # the cells in parts (a GPU): each part its share of every example's cells
+        assert not record.needs_fusion, record.name
 
-        def test(data, gdn_backend, fusing_families, device, layer_target, allow_missed_fusion):
+        def parted(data, gdn_backend, gdn_families, device, layer_target, allow_missed_fusion, part):
+            run(data, gdn_backend, gdn_families, device, layer_target, allow_missed_fusion, part)
+
+        test = parted
+    elif record.needs_fusion:
+
+        def fusing(data, gdn_backend, fusing_families, device, layer_target, allow_missed_fusion):
             run(data, gdn_backend, fusing_families, device, layer_target, allow_missed_fusion)
+
+        test = fusing
     else:
 
-        def test(data, gdn_backend, gdn_families, device, layer_target, allow_missed_fusion):
+        def plain(data, gdn_backend, gdn_families, device, layer_target, allow_missed_fusion):
             run(data, gdn_backend, gdn_families, device, layer_target, allow_missed_fusion)
+
+        test = plain
 
     assert record.gate_test is not None
     test.__name__ = test.__qualname__ = record.gate_test
@@ -139,7 +156,8 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
         budget["max_examples"] = max(2, settings().max_examples // record.gate_cost)
     wrapped = given(data=st.data())(settings(deadline=None, **budget)(test))
     wrapped.hypothesis.inner_test._hypothesis_internal_add_digest = record.name.encode()  # type: ignore[attr-defined]
-    return exercised(wrapped)
+    gate = exercised(wrapped)
+    return pytest.mark.parametrize("part", range(of))(gate) if of > 1 else gate
 
 
 # one test per record the gate runs here, named for its property (test_fused_forward_is_bitwise_equal, ...)
