@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gdn_equiv.harness import properties as P
 from gdn_equiv.harness.ledger import Outcome
-from gdn_equiv.harness.planted import JITTER
+from gdn_equiv.harness.planted import JITTER, reset_jitter
 from gdn_equiv.model.backends import registered
 from gdn_equiv.model.guard import Condition
 from gdn_equiv.run import runner
@@ -23,8 +23,14 @@ BUDGET = 30
 
 
 def test_a_search_on_a_nondeterministic_kernel_ends_nondeterministic_not_flaky() -> None:
+    """Derandomized, on jitter drawn from a fixed seed: a fact of the code. A CI run's search (random draws and
+    jitter) ended ``counterexample``: a state's two stability runs of each path had agreed by chance (an fp16 layer
+    rounding the jittered conv's ulp away twice in a row); rerun, the same state differed from itself 5 times of 5.
+    Each path now runs three times (``properties.STABILITY_RUNS``); this fixed search ended ``counterexample`` with
+    two runs and ends ``nondeterministic`` with three, as do seeds 1-3."""
+    reset_jitter(0)
     with registered(JITTER):
-        check = runner.find_counterexample(CONDITION, JITTER.name, max_examples=BUDGET, shrink=False)
+        check = runner.find_counterexample(CONDITION, JITTER.name, max_examples=BUDGET, shrink=False, derandomize=True)
     assert check.result == Outcome.NONDETERMINISTIC, (check.result, check.failure)
     assert Outcome(check.result).fails and check.example is None
     assert "differs from itself run to run" in check.failure and "G9" in check.failure

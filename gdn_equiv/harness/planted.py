@@ -717,6 +717,13 @@ def _jittered(
 _JITTER_CALLS = [0]
 
 
+def reset_jitter(seed: int = 0) -> None:
+    """Start :data:`JITTER`'s draws over from ``seed`` (a new process seeds them from the OS): a test that must be a
+    fact of the code runs its search derandomized on these."""
+    _JITTER.manual_seed(seed)
+    _JITTER_CALLS[0] = 0
+
+
 def _jitter(y: Any) -> Any:
     """``y`` with each element one bf16 ulp up or down at random; the first element's way alternates from call to call,
     so no two calls in a row agree, whatever the draws (a few-element output would otherwise repeat by chance)."""
