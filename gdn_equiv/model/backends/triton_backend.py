@@ -92,6 +92,9 @@ _GPU_ONEPASS = (64, 64, 4)
 # (-14%; 64x512x4x1x4 0.1085, two-pass 0.2247): half the weight sums' partial rows and of the halo rows
 # each chunk re-reads, and 384 programs in one wave (3 blocks per SM x 132) where 768 took two. sm_90:
 # 168 registers, no spills. dx keeps its bits; dweight's change (the partial sums group rows by 128).
+# Then the dweight/dbias sums compensated (Kahan; a plain 128-row chain was 1.29e-05 from the fp64 truth where the
+# gate allows 6.75e-06): H100 (2026-12-07, CUDA graph, old and new alternated in one call) 0.1249 and 0.1287 ms
+# against the plain sums' 0.0806 and 0.1179 (two-pass 0.2202-0.2251); its registers not yet read.
 _GPU_SERIAL = (128, 512, 4, 1, 8)
 # with packed sequences the row groups are capped: each row's sequence checks and carried-tap reads
 # cost registers, and ROWS 8 reaches 255 on sm_90 and spills with a state and a final-state gradient
