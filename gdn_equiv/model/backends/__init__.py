@@ -337,33 +337,29 @@ def _fit_layout(caps: Capabilities, x: Tensor, bias: Tensor | None) -> tuple[Ten
     return x, bias
 
 
-def supported_activations(backends: Sequence[str]) -> tuple[str | None, ...]:
-    """The activations every one of ``backends`` runs: those a backend's capabilities declare, else the core
-    ones and each registered one whose ``backends`` include it."""
+def supported_activations(backends: Sequence[str | Backend]) -> tuple[str | None, ...]:
+    """The activations every one of ``backends`` (names, or backends a caller already holds) runs: those a
+    backend's capabilities declare, else the core ones and each registered one whose ``backends`` include it."""
     return tuple(
         act.name for act in (get_activation(n) for n in activation_names()) if all(_runs(b, act) for b in backends)
     )
 
 
-def _runs(backend: str, act: Activation) -> bool:
+def _runs(backend: str | Backend, act: Activation) -> bool:
     try:
-        impl = get_backend(backend)
-    except InvalidArgument:  # undeclared: the activation's own list decides
-        return act.name in CORE_ACTIVATIONS or act.backends is None or backend in act.backends
-    return _impl_runs(impl, act)
-
-
-def _impl_runs(impl: Backend, act: Activation) -> bool:
-    declared = impl.capabilities.activations
+        declared = get_backend(backend).capabilities.activations
+    except InvalidArgument:  # an unknown name declares nothing
+        declared = None
     if declared is not None:  # the backend's own declaration decides
         return act.name in declared
-    return act.name in CORE_ACTIVATIONS or act.backends is None or impl.name in act.backends
+    name = backend if isinstance(backend, str) else backend.name
+    return act.name in CORE_ACTIVATIONS or act.backends is None or name in act.backends
 
 
 def _check_runs_activation(impl: Backend, activation: str | None) -> None:
     """A registered activation the backend is not known to run is refused, not passed on: fla's conv
     treats an activation it does not know as none at all, silently (relu would come back unactivated)."""
-    runs = tuple(act.name for act in (get_activation(n) for n in activation_names()) if _impl_runs(impl, act))
+    runs = supported_activations([impl])
     if activation not in runs:
         raise InvalidArgument(
             f"conv backend {impl.name!r} does not run activation {activation!r}; it runs {', '.join(map(str, runs))}"
