@@ -104,6 +104,7 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
     """The gate's test of one property record: examples from its premise, its check on the layers of
     ``--gdn-target`` with the backend of ``--gdn-backend``; P3/P4 (``needs_fusion``) draw from the families
     the target fuses. Named by the record (``gate_test``), its database key the record's name."""
+    of = parts(record.gate_parts) if record.gate_parts is not None else 1  # the test's parts here (1: one test)
 
     def run(
         data: st.DataObject,
@@ -126,7 +127,6 @@ def _gate_test(record: registry.PropertyRecord) -> Callable[..., None]:
         run_example(record.check, example, device, target, may_not_apply=not must_apply, **kwargs)
 
     # the fixtures pytest passes, by name in the signature
-    of = parts(record.gate_parts) if record.gate_parts is not None else 1
     test: Callable[..., None]
     if of > 1:  # the cells in parts (a GPU): each part its share of every example's cells
         assert not record.needs_fusion, record.name
