@@ -253,6 +253,16 @@ _LOADED: dict[str, Any] = {}
 _FAILED: dict[tuple[str, str], str] = {}
 
 
+def _unpin_vllm() -> None:
+    """No accelerator platform here: host tensors are not staged in pinned memory (said in every row), in each
+    vLLM module imported so far."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm") and hasattr(module, "PIN_MEMORY"):
+            setattr(module, "PIN_MEMORY", False)  # noqa: B010
+        if name.startswith("vllm") and hasattr(module, "is_pin_memory_available"):
+            setattr(module, "is_pin_memory_available", _no_pinned_memory)  # noqa: B010
+
+
 def _load_vllm(version: str) -> Any:
     """The release's ``gdn_attn`` module (one vLLM release per process: torch keeps the first one's registered
     custom ops and types)."""
@@ -285,12 +295,7 @@ def _load_vllm(version: str) -> Any:
         mod = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
         backend = importlib.import_module("vllm.v1.attention.backend")
         kv = importlib.import_module("vllm.v1.kv_cache_interface")
-        # no accelerator platform here: host tensors are not staged in pinned memory (said in every row)
-        for name, module in list(sys.modules.items()):
-            if name.startswith("vllm") and hasattr(module, "PIN_MEMORY"):
-                setattr(module, "PIN_MEMORY", False)  # noqa: B010
-            if name.startswith("vllm") and hasattr(module, "is_pin_memory_available"):
-                setattr(module, "is_pin_memory_available", _no_pinned_memory)  # noqa: B010
+        _unpin_vllm()
     except Exception as exc:  # the exact import that fails is the row's reason
         _FAILED[key] = f"{type(exc).__name__}: {exc}"
         raise ImportError(_FAILED[key]) from exc
@@ -429,21 +434,22 @@ VLLM_SHORT_CONV_BUILDER_ATTRS = (
 
 
 def _vllm_module(version: str, dotted: str) -> Any:
-    """One more module of the release :func:`_load_vllm` loaded (its failure is the row's reason)."""
+    """One more module of the release :func:`_load_vllm` loaded (its failure is the row's reason), imported and
+    unpinned once per process."""
     key = ("vllm", f"{version}:{dotted}")
     if key in _FAILED:
         raise ImportError(_FAILED[key])
     _load_vllm(version)
+    loaded = f"vllm:{version}:{dotted}"
+    if loaded in _LOADED:
+        return _LOADED[loaded]
     try:
         mod = importlib.import_module(dotted)
     except Exception as exc:  # the exact import that fails is the row's reason
         _FAILED[key] = f"{type(exc).__name__}: {exc}"
         raise ImportError(_FAILED[key]) from exc
-    for name, module in list(sys.modules.items()):
-        if name.startswith("vllm") and hasattr(module, "PIN_MEMORY"):
-            setattr(module, "PIN_MEMORY", False)  # noqa: B010
-        if name.startswith("vllm") and hasattr(module, "is_pin_memory_available"):
-            setattr(module, "is_pin_memory_available", _no_pinned_memory)  # noqa: B010
+    _unpin_vllm()
+    _LOADED[loaded] = mod
     return mod
 
 
