@@ -43,6 +43,7 @@ from gdn_equiv.harness.compare import Mismatch, compare
 from gdn_equiv.serving.adapters import NotExercised
 
 __all__ = [
+    "VLLM_ROUTING",
     "Call",
     "Misrouted",
     "Pool",
@@ -560,6 +561,11 @@ class VllmShortConvRouting:
 
 #: the layers whose routing S6-routing drives: the adapter's own planted routing is its method of that name
 LAYERS = {"gdn": "routing", "short-conv": "short_conv_routing"}
+#: each layer's caller in a vLLM release
+VLLM_ROUTING: dict[str, type[VllmGdnRouting] | type[VllmShortConvRouting]] = {
+    "gdn": VllmGdnRouting,
+    "short-conv": VllmShortConvRouting,
+}
 
 
 def routing_engine(adapter: Any, layer: str = "gdn") -> RoutingEngine | str:
@@ -573,9 +579,7 @@ def routing_engine(adapter: Any, layer: str = "gdn") -> RoutingEngine | str:
     if engine is None:
         return ReferenceRouting()
     if engine == "vllm":
-        r: VllmGdnRouting | VllmShortConvRouting = (
-            VllmGdnRouting(version) if layer == "gdn" else VllmShortConvRouting(version)
-        )
+        r = VLLM_ROUTING[layer](version)
         why = r.unavailable()
         return r if why is None else why
     if engine == "sglang":

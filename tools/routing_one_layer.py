@@ -4,7 +4,7 @@ builder there. This runs one layer's caller (``gdn`` or ``short-conv``) on the s
 scheduler order) and prints its verdict: ``pass, N cases, S s`` or ``FINDING (S s): <the shrunk mismatch>``.
 Exit 0 pass, 1 finding, 3 the caller cannot be loaded. One release per process (docs/serving-routing.md).
 
-    PYTHONPATH=/tmp/routing-deps GDN_EQUIV_ENGINE_SOURCES=/tmp/eng python scripts/routing_one_layer.py 0.28.0 short-conv
+    PYTHONPATH=/tmp/routing-deps GDN_EQUIV_ENGINE_SOURCES=/tmp/eng python tools/routing_one_layer.py 0.28.0 short-conv
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gdn_equiv.strategies.pools import routing_cases
 
 
 def main(version: str, layer: str, examples: int = 200) -> int:
-    engine = R.VllmGdnRouting(version) if layer == "gdn" else R.VllmShortConvRouting(version)
+    engine = R.VLLM_ROUTING[layer](version)
     why = engine.unavailable()
     if why:
         print(f"vllm {version} {layer}: {why}")
