@@ -94,7 +94,8 @@ _GPU_ONEPASS = (64, 64, 4)
 # 168 registers, no spills. dx keeps its bits; dweight's change (the partial sums group rows by 128).
 # Then the dweight/dbias sums compensated (Kahan; a plain 128-row chain was 1.29e-05 from the fp64 truth where the
 # gate allows 6.75e-06): H100 (2026-12-07, CUDA graph, old and new alternated in one call) 0.1249 and 0.1287 ms
-# against the plain sums' 0.0806 and 0.1179 (two-pass 0.2202-0.2251); its registers not yet read.
+# against the plain sums' 0.0806 and 0.1179 (two-pass 0.2202-0.2251); sm_90 (tools/sm90_compile.py, Triton 3.9):
+# 168 registers and no spills, as the plain sums' build: the cost is the added instructions, not spills.
 _GPU_SERIAL = (128, 512, 4, 1, 8)
 # with packed sequences the row groups are capped: each row's sequence checks and carried-tap reads
 # cost registers, and ROWS 8 reaches 255 on sm_90 and spills with a state and a final-state gradient
