@@ -114,7 +114,10 @@ def _conv1d_fp32(x, weight, bias, activation, initial_state, output_final_state,
     b = None if bias is None else bias.float()
     ys = []
     for xs, state in planted._sequences(x, initial_state, cu_seqlens):
-        B, _, D = xs.shape
+        B, T, D = xs.shape
+        if T == 0:  # an empty sequence (cu_seqlens+empty): no output rows
+            ys.append(xs)
+            continue
         history = xs.new_zeros(B, D, W - 1) if state is None else state[..., 1:].to(xs.dtype)
         seq = torch.cat([history, xs.transpose(1, 2)], dim=-1).float()  # [B, D, W-1+T]
         y = F.conv1d(seq, w, b, groups=D).transpose(1, 2)
@@ -256,3 +259,68 @@ def test_the_value_sweeps_parts_cover_every_swept_call_once(monkeypatch: pytest.
     assert sorted(c for share in shares for c in share) == calls and all(shares)
     short = [C.value_share(calls[:10], part) for part in range(C.GPU_VALUE_PARTS)]
     assert all(short) and {c for share in short for c in share} == set(range(10))
+
+
+# ---- the combination grid's cells at the extremes (P7-combinations) ---------------------------------------
+
+
+def _fp64_inside(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """A correct kernel more accurate than torch's: the conv in fp64, each output rounded once."""
+
+    def wide(t):
+        return None if t is None else t.double()
+
+    y, final = tb.forward(
+        wide(x), wide(weight), wide(bias), activation, wide(initial_state), output_final_state, cu_seqlens
+    )
+    return y.to(x.dtype), None if final is None else final.to(x.dtype)
+
+
+FP64_INSIDE = Backend("correct-fp64-inside", forward=_fp64_inside, update=tb.update)
+
+
+def _grid_at(kind: str, dtype: str, seeds: range) -> list:
+    """Every feasible cell of the combination grid (widths 1-4) at a call of ``kind``'s values: the H100 lane's
+    failing call's shape (8 tokens, 24 channels, W=3, silu, no bias), each seed its own lengths and values."""
+    import random
+
+    from gdn_equiv.harness import cells as K
+
+    grid = []
+    for seed in seeds:
+        base = ConvCall(B=1, T=8, D=24, W=3, dtype=dtype, bias=seed % 2 == 1, activation="silu", seed=seed, values=kind)
+        rng = random.Random(seed)
+        grid += [(c, K.cell_call(rng, base, c, (1, 4))) for c in K.all_cells() if K.feasible(c, widths=(1, 4)) is None]
+    return grid
+
+
+@pytest.mark.parametrize("kind", [k for k in VALUE_KINDS if k != "randn"])
+def test_every_combination_cell_at_the_extremes_passes_correct_kernels(kind) -> None:
+    """The every-cell check (P7-combinations' gate test moves each example's conv call, values and all, into
+    every cell) on correct kernels, in the cells with gradients: torch itself (against the fp64 truth) and one
+    summing in fp64 and rounding once (against torch). Red before the cell check read the call's values (H100 lane,
+    2026-12-07: our Triton kernel failed a subnormal call's grad.x, 1 ulp of 1.6e36 apart from torch; on a CPU
+    the fp64 kernel and torch itself failed 32 of 180 such cells; this test, subnormal and cancel)."""
+    from gdn_equiv.harness import cells as K
+
+    with registered(FP64_INSIDE):
+        for cell, call in _grid_at(kind, "float32", range(1)):
+            if cell.grad:  # the sums a kernel may order otherwise (the forward's taps agree to the bit here)
+                for backend in ("torch", FP64_INSIDE.name):
+                    K.check_cell(call, cell, backend, "cpu")
+
+
+@pytest.mark.parametrize("defect", ["planted-fp16-accumulate", "planted-flush-subnormals"])
+def test_every_combination_cell_at_the_extremes_catches_each_value_defect(defect) -> None:
+    """The same cells on the planted value defects that change an output: red in some cell of their kind."""
+    from gdn_equiv.harness import cells as K
+
+    kind, dtype = VALUE_DEFECTS[defect]
+    caught = 0
+    with registered(planted.BACKENDS[defect]):
+        for cell, call in _grid_at(kind, dtype or "float32", range(2)):
+            try:
+                K.check_cell(call, cell, defect, "cpu")
+            except Mismatch:
+                caught += 1
+    assert caught, f"{defect}: no cell of {kind} values caught it"

@@ -5,12 +5,13 @@ state, so a kernel whose code path without it is wrong passes them."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
 from hypothesis import note
 
-from gdn_equiv.harness.compare import assert_equivalent
+from gdn_equiv.harness.compare import assert_equivalent, extreme_allowance
 from gdn_equiv.harness.conformance import (
     NotAConvCall,
     close_to_torch,
@@ -146,17 +147,31 @@ def check_cell(call: ConvCall, cell: Cell, backend: str | Backend, device: str) 
     unused = impl.unused_state_slots
     got = _run(call, impl, device, final=cell.final_state, grad=cell.grad, unused=unused)
     context = f"{call}, {cell}"
-    close = close_to_torch
     ref: dict[str, Any]
     if backend == "torch":
         truth = _truth(call, device, final=cell.final_state, grad=cell.grad, unused=unused)
         ref = {k: None if v is None or got[k] is None else v.detach().to(got[k].dtype) for k, v in truth.items()}
 
-        def close(actual, expected, name: str, backend: str, context: str) -> None:  # type: ignore[misc]
+        def close(actual, expected, name: str, backend: str, context: str) -> None:
+            # extreme values: the table's atol widened at their scale, a gradient as a sum over the tokens (as
+            # the conv-level ground truth judges them: :func:`gdn_equiv.harness.ground_truth._close`)
+            summed = name.startswith("grad.")
+            extra = extreme_allowance(expected, summed_over_tokens=summed) if call.values != "randn" else 0.0
             paths = (backend, "fp64 conv1d")
-            assert_equivalent(actual, expected, name=name, paths=paths, exact=False, context=context)
+            assert_equivalent(actual, expected, name=name, paths=paths, exact=False, extra_atol=extra, context=context)
     else:
         ref = _run(call, "torch", device, final=cell.final_state, grad=cell.grad, unused=unused)
+        # the fp64 truth, run only where a gradient differs from torch's past the table (as at the conv:
+        # :func:`~gdn_equiv.harness.conformance.check_gradients`)
+        fp64 = functools.cache(lambda: _truth(call, device, final=cell.final_state, grad=cell.grad, unused=unused))
+
+        def close(actual, expected, name: str, backend: str, context: str) -> None:
+            # ``of=call``: the call's values (an extreme kind widens the table's atol at their scale); the
+            # context is a string and carries none. Without it a kernel more accurate than torch failed an
+            # extreme-value cell (H100 lane, 2026-12-07: grad.x of a subnormal call, 1 ulp of 1.6e36 apart)
+            leaf = (lambda: fp64()[name]) if name.startswith("grad.") else None
+            close_to_torch(actual, expected, name, backend, context, leaf, of=call)
+
     if not cell.final_state and got["final_state"] is not None:
         raise AssertionError(f"backend {backend!r} returned a final state that was not asked for\nExample: {context}")
     s = impl.state_slots(call.W)
