@@ -262,5 +262,5 @@ def test_the_gates_forward_check_reaches_the_planted_kernel(monkeypatch: pytest.
     monkeypatch.setattr(kernels, "planted_conv_fwd_kernel", Counted())
     call = ConvCall(B=1, T=5, D=6, W=3, dtype="float32", bias=True, activation="silu", initial_state=False)
     with registered(planted.SANITIZER_OOB):
-        conformance.check_forward(call, planted.SANITIZER_OOB.name, "cpu")
+        conformance.check_forward(call, planted.SANITIZER_OOB, "cpu")
     assert launches == [(1, 5)]
