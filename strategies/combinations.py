@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
-from gdn_equiv.model.backends import capabilities
+from gdn_equiv.model.backends import Backend, capabilities
 
 from .convs import LAYOUTS, ConvCall, conv_calls
 from .examples import attention_mask_lens, examples
@@ -218,7 +218,7 @@ def _cell_strategy(kwargs: tuple[tuple[str, Any], ...]) -> st.SearchStrategy[Any
     return examples(fusable=None, **dict(kwargs))
 
 
-def combination_widths(backend: str) -> tuple[int, int]:
+def combination_widths(backend: str | Backend) -> tuple[int, int]:
     """The widths the combination tests draw on ``backend``: its declared ones, up to 4."""
     lo, hi = capabilities([backend]).widths or (1, 4)
     return lo, min(hi, 4)

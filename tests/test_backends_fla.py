@@ -107,9 +107,9 @@ def test_fla_triton_matches_torch_on_one_call_of_each_kind():
     forward = ConvCall(B=2, T=5, D=20, W=4, bias=True, activation="silu", initial_state=True, seed=3)
     varlen = ConvCall(B=1, T=6, D=9, W=3, bias=True, activation=None, initial_state=True, seq_lens=(2, 0, 4), seed=4)
     for call in (forward, varlen):
-        C.check_forward(call, "fla-triton", "cpu")
-    C.check_gradients(forward, "fla-triton", "cpu")
-    C.check_update(dataclasses.replace(forward, T=1), "fla-triton", "cpu")
+        C.check_forward(call, get_backend("fla-triton"), "cpu")
+    C.check_gradients(forward, get_backend("fla-triton"), "cpu")
+    C.check_update(dataclasses.replace(forward, T=1), get_backend("fla-triton"), "cpu")
 
 
 @needs_fla_triton
@@ -178,10 +178,10 @@ def test_fla_drops_the_gradient_of_a_final_state_slot_0_which_the_declaration_co
     honest = get_backend("fla-triton")
     with registered(dataclasses.replace(honest, name="fla-triton-all-slots", unused_state_slots=0)):
         with pytest.raises(Mismatch, match=r"grad\.x") as caught:
-            C.check_gradients(call, "fla-triton-all-slots", "cpu")
+            C.check_gradients(call, get_backend("fla-triton-all-slots"), "cpu")
         assert "index (0, 2, " in str(caught.value)  # token T - W = 2
-    C.check_gradients(call, "fla-triton", "cpu")
-    C.check_continuation(call, 2, "fla-triton", "cpu")
+    C.check_gradients(call, honest, "cpu")
+    C.check_continuation(call, 2, honest, "cpu")
 
 
 @needs_fla_triton
@@ -194,7 +194,7 @@ def test_fla_triton_update_leaves_the_state_alone_and_continues_a_prefill():
     with torch.no_grad():
         causal_conv1d_update(t["x"][:, 0], state, t["weight"], t["bias"], "silu", backend="fla-triton")
     torch.testing.assert_close(state, before, rtol=0, atol=0)
-    C.check_decode_continuation(call, 2, "fla-triton", "cpu")
+    C.check_decode_continuation(call, 2, get_backend("fla-triton"), "cpu")
 
 
 # ---- the gluon scope: an environment variable set for forward and backward alike --------------------
@@ -303,9 +303,9 @@ def _caught(check, backend: str, *, split: int | None = None, **options) -> Conv
             return False
         try:
             if split is None:
-                check(call, backend, "cpu")
+                check(call, get_backend(backend), "cpu")
             else:
-                check(call, min(split, call.T - 1), backend, "cpu")
+                check(call, min(split, call.T - 1), get_backend(backend), "cpu")
         except Mismatch:
             return True
         return False
@@ -348,7 +348,7 @@ def test_a_needed_slot_declared_unused_is_caught_by_state_passing(conventions):
     """Slot 1 spoiled and declared unused: the single-call comparisons skip it, but a final state fed
     back as the next initial state (or to the step kernel) is read from slot 1 on."""
     honest_call = ConvCall(B=1, T=3, D=2, W=3, initial_state=True, seed=1)
-    C.check_forward(honest_call, "state-slot1-declared", "cpu")  # the declaration hides it here
+    C.check_forward(honest_call, get_backend("state-slot1-declared"), "cpu")  # the declaration hides it here
     call = _caught(C.check_continuation, "state-slot1-declared", split=1, varlen=False)
     assert call.W >= 2
     call = _caught(C.check_decode_continuation, "state-slot1-declared", split=1, varlen=False)

@@ -367,7 +367,7 @@ def test_the_serial_backward_sums_a_gpu_chunk_of_rows_as_accurately_as_torch() -
     call = ConvCall(B=1, T=262, D=16, W=4, dtype="float32", bias=False, activation=None, initial_state=True,
                     seq_lens=(5, 257), seed=36150)  # fmt: skip
     with _backward("serial"), mock.patch.object(tb, "_INTERP_SERIAL", (chunk, 16, 1, 1, 4)):
-        check_gradients(call, "triton", "cpu")
+        check_gradients(call, get_backend("triton"), "cpu")
 
 
 @pytest.mark.teeth

@@ -19,7 +19,7 @@ from gdn_equiv.harness.conformance import check_forward, check_gradients
 from gdn_equiv.harness.coverage import conv_call_regions
 from gdn_equiv.harness.planted import COMBINATION_BACKENDS
 from gdn_equiv.harness.testing import first_hit
-from gdn_equiv.model.backends import registered
+from gdn_equiv.model.backends import get_backend, registered
 from gdn_equiv.strategies import ConvCall, conv_calls, examples
 from gdn_equiv.strategies.combinations import Cell, all_cells, cell_call, combination_calls, feasible
 from gdn_equiv.strategies.examples import ZERO_SCALE_RATE
@@ -56,7 +56,7 @@ def test_the_combination_test_catches_a_kernel_wrong_only_at_a_combination_in_on
         @given(cells=combination_calls(backend.name))
         def gate(cells) -> None:
             for cell, call in cells:
-                check_cell(call, cell, backend.name, "cpu")
+                check_cell(call, cell, backend, "cpu")
 
         with pytest.raises(Mismatch):
             gate()
@@ -78,7 +78,7 @@ def test_the_gate_fails_an_example_whose_calls_leave_a_promised_combination_unre
     @given(cells=combination_calls("torch").map(lose_short_states))
     def gate(cells) -> None:
         try:
-            check_cells(cells, "torch", "cpu")
+            check_cells(cells, get_backend("torch"), "cpu")
         except AssertionError as exc:
             failures.append(str(exc))
             return
@@ -94,10 +94,10 @@ def test_the_checks_that_always_ask_for_the_final_state_cannot_see_the_no_final_
     call = ConvCall(B=1, T=2, D=4, W=4, initial_state=True, seed=3)
     cell = Cell("T<W-1", True, False, "dense", True)
     with registered(backend):
-        check_forward(call, backend.name, "cpu")
-        check_gradients(call, backend.name, "cpu")  # final state requested: the right code path
+        check_forward(call, backend, "cpu")
+        check_gradients(call, backend, "cpu")  # final state requested: the right code path
         with pytest.raises(Mismatch):
-            check_cell(call, cell, backend.name, "cpu")
+            check_cell(call, cell, backend, "cpu")
 
 
 def test_the_torch_backend_passes_every_cell() -> None:
@@ -105,7 +105,7 @@ def test_the_torch_backend_passes_every_cell() -> None:
     @given(cells=combination_calls("torch"))
     def gate(cells) -> None:
         for cell, call in cells:
-            check_cell(call, cell, "torch", "cpu")
+            check_cell(call, cell, get_backend("torch"), "cpu")
 
     gate()
 

@@ -306,10 +306,10 @@ def test_a_refusal_finding_names_the_limit_only_when_the_call_inside_it_is_right
     wrong_outside = planted.declared_backend(Capabilities(contiguous_bias=True), "wrong-outside")
     with registered(ignores, wrong_outside):
         with pytest.raises(AssertionError, match="wrongly inside its declared capabilities too") as caught:
-            check_outside_capabilities(outside, ignores.name, "cpu")
+            check_outside_capabilities(outside, ignores, "cpu")
         assert not isinstance(caught.value, AnsweredOutside)
         with pytest.raises(AnsweredOutside, match="outside its contiguous_bias limit wrongly"):
-            check_outside_capabilities(outside, wrong_outside.name, "cpu")
+            check_outside_capabilities(outside, wrong_outside, "cpu")
 
 
 @settings(max_examples=10, database=None, deadline=None, suppress_health_check=list(HealthCheck))

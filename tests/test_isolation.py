@@ -27,6 +27,7 @@ import gdn_equiv
 from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness import properties as P
+from gdn_equiv.model.backends import get_backend
 from gdn_equiv.model.example import Example
 from gdn_equiv.run import cli
 from gdn_equiv.run.cli import common as cli_common
@@ -214,17 +215,44 @@ def test_a_worker_runs_any_importable_check_and_refuses_what_a_fresh_process_can
         raise AssertionError("never called")
 
     try:
-        assert pool.call(conformance.check_forward, call, "torch", "cpu") is None
-        assert (
-            pool.call(ground_truth.check_update, dataclasses.replace(call, initial_state=True, T=1), "torch", "cpu")
-            is None
-        )
+        torch_backend = get_backend("torch")
+        assert pool.call(conformance.check_forward, call, torch_backend, "cpu") is None
+        step = dataclasses.replace(call, initial_state=True, T=1)
+        assert pool.call(ground_truth.check_update, step, torch_backend, "cpu") is None
         assert pool.started == 1
         with pytest.raises(InvalidArgument, match="cannot run in a worker process"):
             pool.call(local, call)
         assert (pool.started, pool.deaths) == (1, 0)
     finally:
         pool.close()
+
+
+def test_a_backend_crosses_to_a_worker_as_its_name_and_is_resolved_once_per_process() -> None:
+    """A check is handed the backend's object; to a worker it goes as a reference (its name), which the worker
+    resolves once for its process: four checks, one resolution a name, a ``module:attr`` plug-in's included. A
+    backend registered at run time here is not one a fresh process can resolve: the call raises the registry's
+    words, and the worker goes on."""
+    from gdn_equiv.harness import conformance, ground_truth
+    from gdn_equiv.model.backends import Backend, registered
+    from gdn_equiv.strategies import ConvCall
+
+    call = ConvCall(B=1, T=3, D=4, W=2, initial_state=True, seed=1)
+    pool = isolation.WorkerPool(timeout=60)
+    try:
+        torch_backend, plugin = get_backend("torch"), get_backend("gdn_equiv.harness.planted:SLOW_TORCH")
+        for check in (conformance.check_forward, conformance.check_update, ground_truth.check_forward):
+            assert pool.call(check, call, torch_backend, "cpu") is None
+        assert pool.call(conformance.check_forward, call, plugin, "cpu") is None
+        assert pool.call(conformance.check_forward, call, plugin, "cpu") is None
+        assert pool.call(isolation.resolutions) == {"torch": 1, "gdn_equiv.harness.planted:SLOW_TORCH": 1}
+        here = Backend("isolation-registered-here", forward=torch_backend.forward)
+        with registered(here), pytest.raises(InvalidArgument, match="unknown conv backend 'isolation-registered-here'"):
+            pool.call(conformance.check_forward, call, here, "cpu")
+        assert pool.call(isolation.resolutions) == {"torch": 1, "gdn_equiv.harness.planted:SLOW_TORCH": 1}
+        assert (pool.started, pool.deaths) == (1, 0)
+    finally:
+        pool.close()
+    assert isolation.RESOLUTIONS == {}  # this process sent objects; it resolved no reference
 
 
 SETUP = textwrap.dedent(

@@ -15,7 +15,7 @@ from hypothesis.errors import InvalidArgument
 from gdn_equiv.harness import conformance as C
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import first_hit
-from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import Backend, get_backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall, conv_calls
 from gdn_equiv.strategies.conformance import conformance_calls
@@ -150,7 +150,7 @@ def planted_backends():
 def _caught(check, backend: str, **options):
     def fails(call) -> bool:
         try:
-            check(call, backend, "cpu")
+            check(call, get_backend(backend), "cpu")
         except Mismatch:
             return True
         return False
@@ -176,5 +176,5 @@ def test_contiguous_calls_do_not_see_the_planted_defects():
     for name in PLANTED:
         for seed in range(10):
             call = ConvCall(B=2, T=4, D=5, W=3, bias=True, activation="silu", initial_state=True, seed=seed)
-            C.check_forward(call, name, "cpu")
-            C.check_gradients(call, name, "cpu")
+            C.check_forward(call, get_backend(name), "cpu")
+            C.check_gradients(call, get_backend(name), "cpu")

@@ -14,6 +14,7 @@ from hypothesis import find
 from gdn_equiv.harness import cells, ledger, registry
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.ledger import Outcome
+from gdn_equiv.model.backends import get_backend
 from gdn_equiv.run import runner
 from gdn_equiv.serving.planted import GuardAdmitsNothing
 from gdn_equiv.strategies.combinations import all_cells, cell_call, feasible
@@ -53,7 +54,7 @@ def test_torch_in_a_combination_cell_is_compared_with_the_fp64_truth_not_with_it
     every promised combination after two examples while comparing nothing. A cell on torch is now checked
     against the fp64 truth: a truth that disagrees (planted here) is a failure, so the comparison is real."""
     cell, call = _cell_call()
-    cells.check_cell(call, cell, "torch", "cpu")  # torch agrees with the truth
+    cells.check_cell(call, cell, get_backend("torch"), "cpu")  # torch agrees with the truth
     real = cells.conv1d_truth
 
     def off(*args, **kwargs):
@@ -62,7 +63,7 @@ def test_torch_in_a_combination_cell_is_compared_with_the_fp64_truth_not_with_it
 
     monkeypatch.setattr(cells, "conv1d_truth", off)
     with pytest.raises(Mismatch, match="fp64 conv1d"):
-        cells.check_cell(call, cell, "torch", "cpu")
+        cells.check_cell(call, cell, get_backend("torch"), "cpu")
 
 
 def test_the_layer_against_itself_is_not_among_a_cells_checks_on_torch() -> None:

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation, planted
-from gdn_equiv.model.backends import torch_backend
+from gdn_equiv.model.backends import get_backend, torch_backend
 from gdn_equiv.run.cli import main
 from gdn_equiv.run.cli.common import EXIT_ENVIRONMENT, EXIT_USAGE
 
@@ -105,6 +105,12 @@ def test_a_sanitizer_report_is_a_failing_example_with_the_report_shrunk(fake_san
 def test_a_sanitized_call_returns_its_value_and_a_death_is_a_death(fake_sanitizer: Path) -> None:
     pool = isolation.SanitizedPool("racecheck", timeout=60, executable=str(fake_sanitizer))
     assert pool.call(planted.sanitizer_marked_call, 2) is True
+    from gdn_equiv.harness import conformance
+    from gdn_equiv.strategies import ConvCall
+
+    # a backend goes as its name and is resolved in the sanitized process, after its setup
+    call = ConvCall(B=1, T=3, D=4, W=2, initial_state=True, seed=1)
+    assert pool.call(conformance.check_forward, call, get_backend("torch"), "cpu") is None
     with pytest.raises(isolation.WorkerDied, match="exited with status 7"):
         pool.call(os._exit, 7)
     assert pool.deaths == 1 and pool.reports == 0
@@ -262,5 +268,5 @@ def test_the_gates_forward_check_reaches_the_planted_kernel(monkeypatch: pytest.
     monkeypatch.setattr(kernels, "planted_conv_fwd_kernel", Counted())
     call = ConvCall(B=1, T=5, D=6, W=3, dtype="float32", bias=True, activation="silu", initial_state=False)
     with registered(planted.SANITIZER_OOB):
-        conformance.check_forward(call, planted.SANITIZER_OOB.name, "cpu")
+        conformance.check_forward(call, planted.SANITIZER_OOB, "cpu")
     assert launches == [(1, 5)]

@@ -25,7 +25,7 @@ from gdn_equiv.harness import ground_truth as G
 from gdn_equiv.harness import planted
 from gdn_equiv.harness.compare import Mismatch
 from gdn_equiv.harness.testing import first_hit
-from gdn_equiv.model.backends import Backend, registered
+from gdn_equiv.model.backends import Backend, get_backend, registered
 from gdn_equiv.model.backends import torch_backend as tb
 from gdn_equiv.strategies import ConvCall
 from gdn_equiv.strategies.conformance import conformance_calls
@@ -143,9 +143,10 @@ def test_the_sweeps_are_green_on_correct_kernels(sweeps) -> None:
 
 def _caught(backend: str, call: ConvCall) -> bool:
     try:
-        G.check_forward(call, backend, "cpu")
-        G.check_gradients(call, backend, "cpu")
-        C.check_forward(call, backend, "cpu")
+        impl = get_backend(backend)
+        G.check_forward(call, impl, "cpu")
+        G.check_gradients(call, impl, "cpu")
+        C.check_forward(call, impl, "cpu")
     except Mismatch:
         return True
     return False
@@ -220,8 +221,8 @@ def test_huge_sums_stay_where_a_squaring_activation_keeps_them_finite(dtype: str
                 B=1, T=T, D=6, W=2, dtype=dtype, bias=seed % 2 == 0, activation="relu2", initial_state=False,
                 seq_lens=lens, seed=seed, layouts=(), param_dtype=None, values="huge",
             )  # fmt: skip
-            ground_truth.check_forward(call, "torch", "cpu")
-            ground_truth.check_gradients(call, "torch", "cpu")
+            ground_truth.check_forward(call, get_backend("torch"), "cpu")
+            ground_truth.check_gradients(call, get_backend("torch"), "cpu")
 
 
 def test_the_truth_takes_relus_registered_slope_at_zero() -> None:
@@ -235,7 +236,7 @@ def test_the_truth_takes_relus_registered_slope_at_zero() -> None:
             B=1, T=1 + seed % 3, D=6, W=2, dtype="float32", bias=False, activation="relu", initial_state=False,
             seq_lens=(), seed=seed, layouts=(), param_dtype=None, values="negative-zero",
         )  # fmt: skip
-        ground_truth.check_gradients(call, "torch", "cpu")
+        ground_truth.check_gradients(call, get_backend("torch"), "cpu")
 
 
 @pytest.mark.parametrize("kind", VALUE_KINDS)

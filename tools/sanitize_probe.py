@@ -15,8 +15,9 @@ os.environ.setdefault("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
 mode = sys.argv[1]
 if mode == "probe":
     from gdn_equiv.harness import planted
+    from gdn_equiv.model.backends import get_backend
 
-    print("probe", sys.argv[2], planted.sanitizer_probe(sys.argv[2]))
+    print("probe", sys.argv[2], planted.sanitizer_probe(get_backend(sys.argv[2])))
 elif mode == "raw":
     import torch
     import triton

@@ -12,6 +12,7 @@ import sys
 import time
 
 from gdn_equiv.harness import isolation, planted
+from gdn_equiv.model.backends import get_backend
 
 PLANTED = "gdn_equiv.harness.planted:"
 #: (backend, tool, caught?) : what the run must show
@@ -37,7 +38,7 @@ def main() -> int:
         pool = isolation.SanitizedPool(tool, timeout=isolation.SANITIZE_TIMEOUT)
         start = time.perf_counter()
         try:
-            right = pool.call(planted.sanitizer_probe, backend)
+            right = pool.call(planted.sanitizer_probe, get_backend(backend))  # resolved again in its process
             verdict, detail = "clean", f"output right: {right}"
         except isolation.SanitizerReport as report:
             lines = [line for line in str(report).splitlines() if line.startswith("=========")]

@@ -22,7 +22,7 @@ from gdn_equiv.harness.conformance import (
 from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
 from gdn_equiv.harness.ground_truth import conv1d_truth
 from gdn_equiv.harness.premise import NotApplicable
-from gdn_equiv.model.backends import Backend, capabilities, get_backend
+from gdn_equiv.model.backends import Backend
 from gdn_equiv.strategies.combinations import all_cells, cell_call, combination_widths, feasible, layer_cells
 
 if TYPE_CHECKING:
@@ -135,14 +135,13 @@ def _truth(call: ConvCall, device: str, *, final: bool, grad: bool, unused: int)
     return out
 
 
-def check_cell(call: ConvCall, cell: Cell, backend: str | Backend, device: str) -> None:
+def check_cell(call: ConvCall, cell: Cell, impl: Backend, device: str) -> None:
     """y, the final state's declared slots (when the cell requests it; ``None`` when it does not) and,
     under gradients, every input's gradient from ``dy`` (and ``d final_state``) == the torch backend's,
     within §6. The torch backend itself is compared with the fp64 truth instead: torch against torch
-    compares nothing (the ledger's vacuous row), and would label its cell reached for nothing. ``backend``:
-    a name, or the object a caller that checks many cells resolved once."""
+    compares nothing (the ledger's vacuous row), and would label its cell reached for nothing. ``impl``: the
+    backend's object, resolved once by the caller that checks many cells."""
     label_conv_call(call, grad=cell.grad, final_state=cell.final_state)
-    impl = get_backend(backend)
     backend = impl.name  # the words name it
     unused = impl.unused_state_slots
     got = _run(call, impl, device, final=cell.final_state, grad=cell.grad, unused=unused)
@@ -217,16 +216,15 @@ def part_share(cells: list, part: int | None, of: int) -> list:
     return share
 
 
-def check_cells(cells: list, backend: str, device: str, *, part: int | None = None, of: int = PARTS) -> None:
+def check_cells(cells: list, impl: Backend, device: str, *, part: int | None = None, of: int = PARTS) -> None:
     """Every promised combination the backend can run reached by the calls themselves (a strategy that
     lost one fails here, before any kernel runs), then each call checked in its cell (with ``part``, the
     calls of that part only: ``cells[part::of]``)."""
-    varlen_state = capabilities([backend]).varlen_initial_state
-    missed = missed_combinations(cells, widths=combination_widths(backend), varlen_initial_state=varlen_state)
+    varlen_state = impl.capabilities.varlen_initial_state
+    missed = missed_combinations(cells, widths=combination_widths(impl), varlen_initial_state=varlen_state)
     assert not missed, f"{len(missed)} promised combination(s) not reached by this example's calls: {missed}"
     share = part_share(cells, part, of)
     note(f"{len(share)} of {len(cells)} cells; a failure names its call and cell")
-    impl = get_backend(backend)
     for cell, call in share:
         check_cell(call, cell, impl, device)
 
@@ -242,10 +240,10 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu", part: 
     import random
 
     try:
-        call, _, backend = conv_call_of(example)
+        call, _, impl = conv_call_of(example)
     except NotAConvCall as exc:
         raise NotApplicable(str(exc)) from None
-    caps = capabilities([backend])
+    caps = impl.capabilities
     lo, hi = caps.widths or (1, 4)
     # the grid's widths up to 4, and the layer's own (a conv_size 5 layer on triton: its call is W=5, past the
     # grid, and every cell then asked for a width the grid did not have)
@@ -253,7 +251,6 @@ def check_example_in_every_cell(example: Example, *, device: str = "cpu", part: 
     base = dataclasses.replace(call, seq_lens=(), B=max(1, call.B))
     rng = random.Random(example.seed)
     varlen_state = caps.varlen_initial_state
-    impl = get_backend(backend)
     grid = [
         (cell, cell_call(rng, base, cell, widths, channel_step=caps.channel_step))
         for cell in all_cells()

@@ -91,13 +91,14 @@ def state_name(s: slice, W: int, name: str) -> str:
 
 
 # ---- the checks, one call each (the suite draws the calls; tests/ plants defects and searches with them).
-# Each takes the backend by name: a check may run in an isolation worker, which is sent names (see
-# gdn_equiv.harness.isolation); it looks the backend up once and hands the object on.
+# Each takes the backend as its object, resolved by the caller (the plan, the suite's test): it hands it to
+# every kernel call and names it by its name. In an isolation worker the object is the worker's own, resolved
+# from its name once for the process (gdn_equiv.harness.isolation.resolved).
 
 
-def check_forward(call: ConvCall, backend: str, device: str) -> None:
+def check_forward(call: ConvCall, impl: Backend, device: str) -> None:
     """y and the final state's declared slots == the torch backend's, within §6."""
-    impl = get_backend(backend)
+    backend = impl.name
     tensors = call.tensors(device)
     y, final = conv_forward(call, tensors, impl)
     y_ref, final_ref = conv_forward(call, tensors, "torch")
@@ -146,11 +147,11 @@ def _leaf(truth: Callable[[], dict], name: str) -> Tensor:
     return truth()[name]
 
 
-def check_gradients(call: ConvCall, backend: str, device: str) -> None:
+def check_gradients(call: ConvCall, impl: Backend, device: str) -> None:
     """Gradients of every input (through its layout) from ``dy`` and ``d final_state`` (zero on the slots
     the backend declares unused) == torch's, within §6 (or, past it, as accurate as torch's against the
     fp64 truth: :func:`close_to_torch`)."""
-    impl = get_backend(backend)
+    backend = impl.name
     unused = impl.unused_state_slots  # the reviewed backend's convention, for both
     *_, grads = _grads(call, impl, device, unused)
     *_, grads_ref = _grads(call, "torch", device, unused)
@@ -159,10 +160,10 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
         close_to_torch(g, grads_ref[name], f"grad.{name}", backend, call, functools.partial(_leaf, truth, name))
 
 
-def check_update(call: ConvCall, backend: str, device: str) -> None:
+def check_update(call: ConvCall, impl: Backend, device: str) -> None:
     """The single-step ``update`` on ``x[:, 0]``: y and the new state's declared slots == torch's; the
     state passed in is unchanged."""
-    impl = get_backend(backend)
+    backend = impl.name
     t = call.tensors(device)
     x, state = t["x"][:, 0], t["initial_state"]
     before = state.clone()
@@ -183,13 +184,13 @@ def _continued(call: ConvCall, t: dict, backend: str | Backend, split: int):
     return torch.cat([y1, y2], 1), final
 
 
-def check_continuation(call: ConvCall, split: int, backend: str, device: str) -> None:
+def check_continuation(call: ConvCall, split: int, impl: Backend, device: str) -> None:
     """Two calls, ``x[:, :split]`` then ``x[:, split:]`` from the first call's final state (all ``W`` slots
     as the backend returned them) == the same two calls on torch: y, the gradients of every input through
     both calls, and the last final state's declared slots. (Two torch calls, not one: a gradient summed
     from two calls is rounded twice in fp16/bf16.)"""
     context = f"{call}, split at {split}"
-    impl = get_backend(backend)
+    backend = impl.name
     unused = impl.unused_state_slots
 
     def continued(c: ConvCall, t: dict, on: str | Backend) -> tuple:
@@ -222,12 +223,12 @@ def _decoded(call: ConvCall, t: dict, backend: str | Backend, split: int):
     return torch.cat(ys, 1), state
 
 
-def check_decode_continuation(call: ConvCall, split: int, backend: str, device: str) -> None:
+def check_decode_continuation(call: ConvCall, split: int, impl: Backend, device: str) -> None:
     """A prefill of ``x[:, :split]`` (none when ``split == 0``: the initial state, or zeros), then one
     ``update`` per remaining token from the state the previous call returned == the same on torch: every
     y and the last state's declared slots."""
     context = f"{call}, prefill of {split}"
-    impl = get_backend(backend)
+    backend = impl.name
     t = call.tensors(device)
     with torch.no_grad():
         y, state = _decoded(call, t, impl, split)
@@ -238,7 +239,7 @@ def check_decode_continuation(call: ConvCall, split: int, backend: str, device: 
     close_to_torch(state[..., s], state_ref[..., s], name, backend, context, of=call)
 
 
-def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: str) -> None:
+def check_fused_slices(call: ConvCall, dims: list[int], impl: Backend, device: str) -> None:
     """One call over ``sum(dims)`` channels == one call per channel slice of the same (laid out) ``x``:
     y and dx bitwise."""
     D = sum(dims)
@@ -249,7 +250,6 @@ def check_fused_slices(call: ConvCall, dims: list[int], backend: str, device: st
     x = t["x"]
     w, b = t["weight"].detach(), None if t["bias"] is None else t["bias"].detach()
     dy = wide.cotangents(device)["dy"]
-    impl = get_backend(backend)
     y_fused, _ = causal_conv1d(x, w, b, call.activation, backend=impl)
     (dx_fused,) = torch.autograd.grad(y_fused, [x], dy)
     ys, start = [], 0
@@ -323,21 +323,21 @@ def edge_splits(backend: str) -> list[tuple[int, int]]:
     return list(dict.fromkeys((max(m, edge // m * m), m) for edge in block_edges(backend))) or [(m, m)]
 
 
-def check_block_edges(call: ConvCall, splits: list[tuple[int, int]], backend: str, device: str) -> int:
+def check_block_edges(call: ConvCall, splits: list[tuple[int, int]], impl: Backend, device: str) -> int:
     """:func:`check_fused_slices` on ``call`` at each of ``splits`` (:func:`edge_splits`), and on its fp32 twin
     (where the backend takes fp32) with a bias and at least ``2W`` tokens: a different summation order rounds
     differently in fp32 sums of several non-zero terms, and a bf16/fp16 output or a one-token call hides it.
     Returns the number of fused calls compared (at least one: an exception on any is a failure, never
     agreement)."""
-    dtype = "float32" if capabilities([backend, "torch"]).dtypes_among(["float32"]) else call.dtype
+    dtype = "float32" if capabilities([impl, "torch"]).dtypes_among(["float32"]) else call.dtype
     twin = dataclasses.replace(call, dtype=dtype, param_dtype=None, bias=True, T=max(call.T, 2 * call.W))
     compared = 0
     for swept in dict.fromkeys([call, twin]):
         for split in splits:
-            isolation.call(check_fused_slices, swept, list(split), backend, device)
+            isolation.call(check_fused_slices, swept, list(split), impl, device)
             compared += 1
     if not compared:
-        raise AssertionError(f"the block-edge sweep compared nothing on {backend!r} (splits {splits})")
+        raise AssertionError(f"the block-edge sweep compared nothing on {impl.name!r} (splits {splits})")
     return compared
 
 
@@ -363,7 +363,7 @@ def _right_answer(y: Tensor, final: Tensor | None, t: dict, call: ConvCall, impl
         close_to_torch(final[..., s], final_ref[..., s].to(final.dtype), "final_state", impl.name, context)
 
 
-def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) -> str:
+def check_outside_capabilities(outside: OutsideCall, impl: Backend, device: str) -> str:
     """The backend called as it is (its own ``forward``, not through the registry, which hands a backend only
     the layouts it declares) on a call that breaks one of its declared limits: it must refuse it with an
     exception whose message says something (its ``InvalidArgument``, or the upstream kernel's own error),
@@ -372,7 +372,7 @@ def check_outside_capabilities(outside: OutsideCall, backend: str, device: str) 
     brought back inside it (:attr:`OutsideCall.inside`) is answered right: a kernel wrong there too (one that
     ignores the initial state, on a call outside its bias limit) is wrong inside its declaration, and the
     finding says so. Returns what happened (for the report)."""
-    impl = get_backend(backend)
+    backend = impl.name
     t = outside.tensors(device)
     try:
         y, final = _answer(impl, t, outside.call.activation)
@@ -414,21 +414,22 @@ class NotAConvCall(Exception):
     backend does not run): the property is not applicable, as the layer properties' premises are."""
 
 
-def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
+def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], Backend]:
     """The conv call the example's fused prologue would make, as plain data: every slot's channels side
     by side; the q conv's width, activation and parameter dtype; a bias where the layer's ``conv_bias``
     says so and every conv has one (upstream's rule for the fused call); the example's dtype, batch,
     length and seed; ``cu_seqlens`` varlen as packed sequences; an initial state when the example
     continues a populated cache (a padding mask only zeroes inputs: dense here). Returns the call, the
-    slots' channel counts and the backend."""
+    slots' channel counts and the backend, its object: the example carries its name, looked up here once
+    for every check the row runs on the call."""
 
     config = example.config
     if not config.use_short_conv:
         raise NotAConvCall("use_short_conv=False: the layer makes no conv call")
     first = config.SLOTS[0]
     q = config.conv_spec(first)
-    backend, W = config.slot_backend(first), config.slot_kernel_size(first)
-    caps = capabilities([backend, "torch"])
+    impl, W = get_backend(config.slot_backend(first)), config.slot_kernel_size(first)
+    caps = capabilities([impl, "torch"])
     varlen = example.varlen == "cu_seqlens"
     state = example.cache == "populated" and (not varlen or caps.varlen_initial_state)
     dims = tuple(config.conv_channels(n) for n in config.SLOTS)
@@ -449,12 +450,12 @@ def conv_call_of(example: Example) -> tuple[ConvCall, tuple[int, ...], str]:
     )
     reason = call.refusal(caps)
     if reason is not None:
-        raise NotAConvCall(f"backend {backend!r} does not take the layer's fused conv call: {reason}")
-    return call, dims, backend
+        raise NotAConvCall(f"backend {impl.name!r} does not take the layer's fused conv call: {reason}")
+    return call, dims, impl
 
 
 def check_layer_conv_call(
-    call: ConvCall, dims: tuple[int, ...], backend: str, *, seed: int, grad: bool, device: str = "cpu"
+    call: ConvCall, dims: tuple[int, ...], backend: Backend, *, seed: int, grad: bool, device: str = "cpu"
 ) -> None:
     """Every conformance check on a layer's fused conv call (:func:`conv_call_of`) on its backend:
     forward and final state; gradients (``grad``); the step kernel from a state (unchanged after);

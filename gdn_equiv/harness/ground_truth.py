@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from gdn_equiv.harness.compare import assert_equivalent, assert_zero_signs, extreme_allowance
-from gdn_equiv.model.backends import causal_conv1d, causal_conv1d_update, get_backend
+from gdn_equiv.model.backends import Backend, causal_conv1d, causal_conv1d_update
 from gdn_equiv.model.conv_ops import get_activation
 from gdn_equiv.strategies.values import cotangent_scale
 
@@ -193,9 +193,10 @@ def _same_zeros(actual: torch.Tensor | None, truth: torch.Tensor, name: str, bac
     assert_zero_signs(actual, truth, name=name, paths=(backend, "fp64 conv1d"), context=call)
 
 
-def check_forward(call: ConvCall, backend: str, device: str) -> None:
-    """y and the final state of one call == the fp64 truth's, within §6."""
-    impl = get_backend(backend)  # by name: the check may run in an isolation worker
+def check_forward(call: ConvCall, impl: Backend, device: str) -> None:
+    """y and the final state of one call == the fp64 truth's, within §6. ``impl``: the backend's object, its
+    caller's (in an isolation worker, the worker's own: gdn_equiv.harness.isolation.resolved)."""
+    backend = impl.name
     t = call.tensors(device)
     y, final = causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=impl
@@ -209,12 +210,12 @@ def check_forward(call: ConvCall, backend: str, device: str) -> None:
     _same_zeros(None if final is None else final[..., s], final_true[..., s], "final_state", backend, call)
 
 
-def check_gradients(call: ConvCall, backend: str, device: str) -> None:
+def check_gradients(call: ConvCall, impl: Backend, device: str) -> None:
     """Gradients of x, weight, bias and initial_state through y and the final state == the truth's."""
+    backend = impl.name
     tensors = call.tensors(device)
     names = [n for n in ("x", "weight", "bias", "initial_state") if tensors[n] is not None]
     t = {k: (v.detach().clone().requires_grad_() if k in names else v) for k, v in tensors.items()}
-    impl = get_backend(backend)
     y, final = causal_conv1d(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], True, t["cu_seqlens"], backend=impl
     )
@@ -242,11 +243,11 @@ def check_gradients(call: ConvCall, backend: str, device: str) -> None:
         _close(g, g_true, f"grad.{name}", backend, call, summed=True)
 
 
-def check_update(call: ConvCall, backend: str, device: str) -> None:
+def check_update(call: ConvCall, impl: Backend, device: str) -> None:
     """The single-step update: y and the new state == the truth's one-token forward, within §6."""
+    backend = impl.name
     t = call.tensors(device)
     x, state = t["x"][:, 0], t["initial_state"]
-    impl = get_backend(backend)
     y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=impl)
     y_true, new_true = update_truth(x, state, t["weight"], t["bias"], call.activation)
     _close(y, y_true, "update.y", backend, call)

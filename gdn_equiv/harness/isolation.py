@@ -11,11 +11,15 @@ Every check that calls the kernel under test runs this way: the layer properties
 :mod:`gdn_equiv.harness.properties` (P2-P5, P8), the conformance checks of :mod:`gdn_equiv.harness.conformance` and
 the ground-truth checks of :mod:`gdn_equiv.harness.ground_truth`. The worker gets the function by module and
 name (so it must be a module-level function a fresh process can import) and its arguments, pickled
-(an ``Example``, a ``ConvCall``, a ``BadCall``, a backend name, a target); it sends back the
-value, or the exception it raised (:class:`~gdn_equiv.harness.properties.NotApplicable`, a ``Mismatch``:
-re-raised here as they are), and the comparison reports it made (for ``check``'s worst-difference
-column). Backends are loaded in the worker by name, so a backend must be a name a fresh process can
-resolve (built-in, entry point or ``module:attr``), not one registered at run time.
+(an ``Example``, a ``ConvCall``, a ``BadCall``, a :class:`~gdn_equiv.model.backends.Backend`, a target); it
+sends back the value, or the exception it raised (:class:`~gdn_equiv.harness.properties.NotApplicable`, a
+``Mismatch``: re-raised here as they are), and the comparison reports it made (for ``check``'s
+worst-difference column).
+
+A backend crosses the boundary as a reference, its name (pickle's persistent IDs: :func:`dumps`), wherever it
+sits in the arguments; the worker resolves each name once for the life of its process (:func:`resolved`) and
+hands every later call the same object. So a backend must be one a fresh process can resolve by its name
+(built-in, entry point or ``module:attr``), not one registered at run time.
 
 Workers start from a fork server that has imported torch and gdn_equiv once, so replacing a dead
 worker costs milliseconds, not an interpreter start: shrinking a crash replays many candidates.
@@ -33,6 +37,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import io
 import math
 import multiprocessing
 import os
@@ -43,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,7 +57,7 @@ from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import compare
 from gdn_equiv.harness.compare import observe
 from gdn_equiv.harness.interpreter import make_faithful
-from gdn_equiv.model.backends import BUILTIN_BACKENDS
+from gdn_equiv.model.backends import BUILTIN_BACKENDS, Backend, get_backend
 from gdn_equiv.model.families import BUILTIN_FAMILIES as FAMILIES
 
 __all__ = [
@@ -154,6 +160,56 @@ def _address(fn: Callable[..., Any] | str) -> str:
     return f"{module}:{name}"
 
 
+#: the persistent ID a backend is pickled as: ``(BACKEND_REFERENCE, name)``
+BACKEND_REFERENCE = "gdn_equiv.backend"
+#: this process' backends resolved from a reference, by name: each name is resolved once per process
+_RESOLVED: dict[str, Backend] = {}
+#: how many times this process resolved each name (a probe's figure: 1 a name, however many calls it served)
+RESOLUTIONS: Counter[str] = Counter()
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a :class:`Backend` as its name (its functions may be closures, and the worker holds its own)."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        return (BACKEND_REFERENCE, obj.name) if isinstance(obj, Backend) else None
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        kind, name = pid
+        if kind != BACKEND_REFERENCE:
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return resolved(name)
+
+
+def resolved(name: str) -> Backend:
+    """The backend a reference names, resolved once for this process (built-in, entry point or ``module:attr``:
+    what a fresh process can load) and the same object for every later call; :class:`InvalidArgument` (the
+    registry's words) for a name it cannot resolve."""
+    if name not in _RESOLVED:
+        _RESOLVED[name] = get_backend(name)
+        RESOLUTIONS[name] += 1
+    return _RESOLVED[name]
+
+
+def resolutions() -> dict[str, int]:
+    """:data:`RESOLUTIONS` as a plain dict (a probe calls it in a worker)."""
+    return dict(RESOLUTIONS)
+
+
+def dumps(obj: Any) -> bytes:
+    """``obj`` pickled for a worker, every :class:`Backend` in it as a reference (:func:`loads` resolves it)."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
+def loads(data: bytes) -> Any:
+    """What :func:`dumps` pickled, each backend reference resolved (once a process: :func:`resolved`)."""
+    return _Unpickler(io.BytesIO(data)).load()
+
+
 def _serve(conn: Any, env: dict[str, str], threads: int, setup: tuple[str, ...]) -> None:
     """The worker: run requests until the parent closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends us
@@ -172,11 +228,12 @@ def _serve(conn: Any, env: dict[str, str], threads: int, setup: tuple[str, ...])
     conn.send("ready")  # the time limit starts with the examples, not with the imports
     while True:
         try:
-            where, args, kwargs = conn.recv()
+            request = conn.recv_bytes()
         except (EOFError, OSError):
             return
         with observe() as reports:
             try:
+                where, args, kwargs = loads(request)  # a backend it cannot resolve is the call's exception
                 reply: tuple[Any, ...] = ("ok", _resolve(where)(*args, **kwargs))
             except Exception as exc:
                 reply = ("raised", _portable(exc), traceback.format_exc())
@@ -297,7 +354,7 @@ class WorkerPool:
             self._start()
         what = f"{where.partition(':')[2]} on {_describe(args)}"
         try:
-            self._conn.send((where, args, kwargs))
+            self._conn.send_bytes(dumps((where, args, kwargs)))
             if not self._conn.poll(self.timeout):
                 self._discard(kill=True)
                 self.deaths += 1
@@ -318,7 +375,7 @@ SANITIZED_MAIN = "import sys; from gdn_equiv.harness.isolation import run_one; r
 
 def run_one(request: str, reply: str) -> None:
     """A sanitized process' body: the pickled request's call, its pickled reply written (as a worker sends it)."""
-    env, threads, setup, where, args, kwargs = pickle.loads(Path(request).read_bytes())
+    env, threads, setup, call = pickle.loads(Path(request).read_bytes())
     os.environ.update(env)
     import torch
 
@@ -328,6 +385,7 @@ def run_one(request: str, reply: str) -> None:
         _resolve(step)()
     with observe() as reports:
         try:
+            where, args, kwargs = loads(call)  # after the setup, as a worker's calls come after its setup
             answer: tuple[Any, ...] = ("ok", _resolve(where)(*args, **kwargs))
             if torch.cuda.is_initialized():
                 torch.cuda.synchronize()  # every kernel finished (and checked) before the process says it is done
@@ -398,7 +456,8 @@ class SanitizedPool(WorkerPool):
         env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
         with tempfile.TemporaryDirectory(prefix="gdn-equiv-sanitize-") as tmp:
             request, reply, log = Path(tmp, "request"), Path(tmp, "reply"), Path(tmp, "sanitizer.log")
-            request.write_bytes(pickle.dumps((env, torch.get_num_threads(), self.setup, where, args, kwargs)))
+            call = dumps((where, args, kwargs))
+            request.write_bytes(pickle.dumps((env, torch.get_num_threads(), self.setup, call)))
             self.started += 1
             process = subprocess.Popen(
                 self.command(log, request, reply),

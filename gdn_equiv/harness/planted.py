@@ -445,15 +445,15 @@ def sanitizer_marked_call(T: int) -> bool:
     return bool(torch.isfinite(y).all())
 
 
-def sanitizer_probe(backend: str, B: int = 2, T: int = 8, D: int = 40, dtype: str = "float32") -> bool:
+def sanitizer_probe(backend: Backend, B: int = 2, T: int = 8, D: int = 40, dtype: str = "float32") -> bool:
     """One forward of ``backend`` on fresh contiguous CUDA tensors, checked against torch's conv (a module-level
-    function a sanitized process can run: ``tools/sanitize_teeth.py``)."""
+    function a sanitized process can run, handed the backend's object: ``tools/sanitize_teeth.py``)."""
     gen = torch.Generator("cuda").manual_seed(0)
     kind = getattr(torch, dtype)
     x = torch.randn(B, T, D, device="cuda", generator=gen).to(kind)
     weight = torch.randn(D, 4, device="cuda", generator=gen).to(kind)
     bias = torch.randn(D, device="cuda", generator=gen).to(kind)
-    y = get_backend(backend).forward(x, weight, bias, "silu", None, False, None)[0]
+    y = backend.forward(x, weight, bias, "silu", None, False, None)[0]
     want = tb.forward(x, weight, bias, "silu", None, False, None)[0]
     torch.cuda.synchronize()
     return bool(torch.allclose(y.float(), want.float(), rtol=1e-3, atol=1e-3))

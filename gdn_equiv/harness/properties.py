@@ -546,10 +546,10 @@ def check_conv_conformance(example: Example, *, device: str = "cpu", target: Tar
     such call (no short convs; a width or activation the backend does not run)."""
     _, _, decision = _setup(example, device, target)
     try:
-        call, dims, backend = conv_call_of(example)
+        call, dims, impl = conv_call_of(example)
     except NotAConvCall as exc:
         raise NotApplicable(str(exc)) from None
-    check_layer_conv_call(call, dims, backend, seed=example.seed, grad=example.grad, device=device)
+    check_layer_conv_call(call, dims, impl, seed=example.seed, grad=example.grad, device=device)
     return decision
 
 
@@ -561,13 +561,13 @@ def check_conv_ground_truth(example: Example, *, device: str = "cpu", target: Ta
 
     _, _, decision = _setup(example, device, target)
     try:
-        call, _, backend = conv_call_of(example)
+        call, _, impl = conv_call_of(example)
     except NotAConvCall as exc:
         raise NotApplicable(str(exc)) from None
-    truth_forward(call, backend, device)
+    truth_forward(call, impl, device)
     if example.grad:
-        truth_gradients(call, backend, device)
-    truth_update(dataclasses.replace(call, seq_lens=(), B=max(call.B, 1), initial_state=True), backend, device)
+        truth_gradients(call, impl, device)
+    truth_update(dataclasses.replace(call, seq_lens=(), B=max(call.B, 1), initial_state=True), impl, device)
     return decision
 
 

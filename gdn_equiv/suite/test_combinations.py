@@ -20,7 +20,7 @@ from gdn_equiv.harness import registry
 from gdn_equiv.harness.cells import check_cells, missed_layer_combinations, part_share, parts
 from gdn_equiv.harness.coverage import label_example
 from gdn_equiv.harness.testing import count_example
-from gdn_equiv.model.backends import capabilities
+from gdn_equiv.model.backends import capabilities, get_backend
 from gdn_equiv.strategies.combinations import combination_calls, layer_cell_examples
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -37,7 +37,7 @@ def test_backend_matches_torch_in_every_combination(data, gdn_backend, device, p
     """One base call in every cell: y, the final state when requested, gradients when taken, within §6."""
     cells = data.draw(combination_calls(gdn_backend), label="cells")
     count_example()
-    check_cells(cells, gdn_backend, device, part=part, of=parts("conv"))
+    check_cells(cells, get_backend(gdn_backend), device, part=part, of=parts("conv"))
 
 
 #: the layer checks each cell runs: the path taken, whichever of P3/P4/P5 the cell's state meets, and

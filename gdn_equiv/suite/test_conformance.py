@@ -48,7 +48,7 @@ from gdn_equiv.harness.conformance import (
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ledger import Outcome
 from gdn_equiv.harness.testing import count_example
-from gdn_equiv.model.backends import capabilities
+from gdn_equiv.model.backends import capabilities, get_backend
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.strategies import ConvCall, outside_calls
 from gdn_equiv.strategies.conformance import channel_slices, conformance_calls, conformance_reach, split_calls
@@ -61,6 +61,13 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.fir
 
 def _draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     return data.draw(conformance_calls(backend, **options), label="call")
+
+
+def _check(check, *args, backend: str, device: str) -> object:
+    """``check(*args, the backend, device)``, in a worker under ``--gdn-isolate``: the run's backend name is
+    resolved here, once an example (a backend a test registers in its place is the one checked), and the check
+    gets its object (a worker resolves it from its name once for the process: ``isolation.resolved``)."""
+    return isolation.call(check, *args, get_backend(backend), device)
 
 
 def against_torch(backend: str) -> None:
@@ -84,7 +91,7 @@ def test_backend_forward_matches_torch(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
+    _check(check_forward, call, backend=gdn_backend, device=device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -96,7 +103,7 @@ def test_backend_varlen_matches_torch(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
+    _check(check_forward, call, backend=gdn_backend, device=device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -108,7 +115,7 @@ def test_backend_gradients_match_torch(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=True, final_state=True)
-    isolation.call(check_gradients, call, gdn_backend, device)
+    _check(check_gradients, call, backend=gdn_backend, device=device)
 
 
 @settings(deadline=None)
@@ -119,7 +126,7 @@ def test_backend_update_matches_torch_and_keeps_state(data, gdn_backend, device)
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    isolation.call(check_update, call, gdn_backend, device)
+    _check(check_update, call, backend=gdn_backend, device=device)
 
 
 @settings(deadline=None)
@@ -132,7 +139,7 @@ def test_backend_final_state_continues_the_sequence(data, gdn_backend, device):
     count_example()
     note(f"{call!r}, split at {split}")
     label_conv_call(call, grad=True, final_state=True)
-    isolation.call(check_continuation, call, split, gdn_backend, device)
+    _check(check_continuation, call, split, backend=gdn_backend, device=device)
 
 
 @settings(deadline=None)
@@ -144,7 +151,7 @@ def test_backend_decode_continues_the_prefill(data, gdn_backend, device):
     count_example()
     note(f"{call!r}, prefill of {split}")
     label_conv_call(call, grad=False, final_state=True)
-    isolation.call(check_decode_continuation, call, split, gdn_backend, device)
+    _check(check_decode_continuation, call, split, backend=gdn_backend, device=device)
 
 
 # each example sweeps its share of the edges in reach, twice (11 edges on a GPU: 22 fused-vs-split checks,
@@ -165,7 +172,7 @@ def test_backend_calls_across_each_block_edge_are_bitwise_the_split_calls(data, 
     splits = edge_splits(gdn_backend)
     share = splits[part :: edge_parts()] or [splits[part % len(splits)]]
     note(f"{call!r}, splits {share} of {splits}")
-    check_block_edges(call, share, gdn_backend, device)
+    check_block_edges(call, share, get_backend(gdn_backend), device)
 
 
 def sweep_dtypes(backend: str) -> tuple[str, ...]:
@@ -190,7 +197,7 @@ def run_sweep(calls: list[ConvCall], backend: str, device: str, checks: tuple) -
     for call in inside:
         label_conv_call(call, grad=True, final_state=True)
         for check in checks:
-            isolation.call(check, call, backend, device)
+            _check(check, call, backend=backend, device=device)
 
 
 # each example sweeps 3 dtypes x (3 lengths + 1 packed) calls: a fifth of the profile's examples
@@ -233,7 +240,7 @@ def test_backend_matches_torch_at_every_value_extreme_in_every_dtype(data, gdn_b
     run_sweep(swept, gdn_backend, device, (check_forward, check_gradients))
     for c in swept:
         if c.refusal(capabilities([gdn_backend, "torch"])) is None:
-            isolation.call(check_update, dataclasses.replace(c, initial_state=True), gdn_backend, device)
+            _check(check_update, dataclasses.replace(c, initial_state=True), backend=gdn_backend, device=device)
 
 
 @settings(deadline=None)
@@ -248,7 +255,7 @@ def test_backend_fused_channel_slices_are_bitwise_the_split_calls(data, dims, gd
     dims = [d * m for d in dims] if m <= 64 else [m * (1 + d % 2) for d in dims]
     count_example()
     note(f"{call!r}, slices {dims}")
-    isolation.call(check_fused_slices, call, dims, gdn_backend, device)
+    _check(check_fused_slices, call, dims, backend=gdn_backend, device=device)
 
 
 @settings(deadline=None)
@@ -266,4 +273,4 @@ def test_outside_capabilities_is_refused_or_right(data, gdn_backend, device):
     outside = data.draw(outside_calls(caps), label="outside")
     count_example()
     note(repr(outside))
-    isolation.call(check_outside_capabilities, outside, gdn_backend, device)
+    _check(check_outside_capabilities, outside, backend=gdn_backend, device=device)

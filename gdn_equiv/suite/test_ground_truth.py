@@ -28,7 +28,7 @@ from gdn_equiv.harness.ground_truth import (
     gated_deltanet_truth,
 )
 from gdn_equiv.harness.testing import count_example, randn
-from gdn_equiv.model.backends import capabilities
+from gdn_equiv.model.backends import capabilities, get_backend
 from gdn_equiv.model.backends.capabilities import DTYPE_NAMES
 from gdn_equiv.model.example import Example, build_layer
 from gdn_equiv.strategies import ConvCall
@@ -43,6 +43,13 @@ def draw_call(data: st.DataObject, backend: str, **options) -> ConvCall:
     return data.draw(ground_truth_calls(backend, **options), label="call")
 
 
+def _check(check, call: ConvCall, *, backend: str, device: str) -> None:
+    """``check(call, the backend, device)``, in a worker under ``--gdn-isolate``: the run's backend name is
+    resolved here, once a check (a backend a test registers in its place is the one checked), and the check gets
+    its object (a worker resolves it from its name once for the process: ``isolation.resolved``)."""
+    isolation.call(check, call, get_backend(backend), device)
+
+
 @settings(deadline=None)
 @given(data=st.data())
 def test_backend_forward_matches_fp64_ground_truth(data, gdn_backend, device):
@@ -51,7 +58,7 @@ def test_backend_forward_matches_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
+    _check(check_forward, call, backend=gdn_backend, device=device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -62,7 +69,7 @@ def test_backend_varlen_matches_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    isolation.call(check_forward, call, gdn_backend, device)  # in a worker under --gdn-isolate
+    _check(check_forward, call, backend=gdn_backend, device=device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -73,7 +80,7 @@ def test_backend_gradients_match_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=True, final_state=True)
-    isolation.call(check_gradients, call, gdn_backend, device)  # in a worker under --gdn-isolate
+    _check(check_gradients, call, backend=gdn_backend, device=device)  # in a worker under --gdn-isolate
 
 
 @settings(deadline=None)
@@ -84,7 +91,7 @@ def test_backend_update_matches_fp64_ground_truth(data, gdn_backend, device):
     count_example()
     note(repr(call))
     label_conv_call(call, grad=False, final_state=True)
-    isolation.call(check_update, call, gdn_backend, device)  # in a worker under --gdn-isolate
+    _check(check_update, call, backend=gdn_backend, device=device)  # in a worker under --gdn-isolate
 
 
 def _sweep(calls: list[ConvCall], backend: str, device: str, *, update: bool = False) -> None:
@@ -94,10 +101,10 @@ def _sweep(calls: list[ConvCall], backend: str, device: str, *, update: bool = F
     assert inside, f"no call of the sweep is inside {backend!r}'s capabilities: {calls[0]}"
     for call in inside:
         label_conv_call(call, grad=True, final_state=True)
-        isolation.call(check_forward, call, backend, device)
-        isolation.call(check_gradients, call, backend, device)
+        _check(check_forward, call, backend=backend, device=device)
+        _check(check_gradients, call, backend=backend, device=device)
         if update:
-            isolation.call(check_update, dataclasses.replace(call, initial_state=True), backend, device)
+            _check(check_update, dataclasses.replace(call, initial_state=True), backend=backend, device=device)
 
 
 def _dtypes(backend: str) -> tuple[str, ...]:

@@ -167,9 +167,10 @@ def as_backend(obj: object, name: str, origin: str = "") -> Backend:
     return backend.check()
 
 
-def capabilities(names: Sequence[str]) -> Capabilities:
-    """What every backend of ``names`` runs (:func:`~gdn_equiv.model.backends.capabilities.joint`); a name that
-    does not load counts as claiming everything (the run refuses it elsewhere, naming why)."""
+def capabilities(names: Sequence[str | Backend]) -> Capabilities:
+    """What every backend of ``names`` (names, or backends a caller already holds) runs
+    (:func:`~gdn_equiv.model.backends.capabilities.joint`); a name that does not load counts as claiming
+    everything (the run refuses it elsewhere, naming why)."""
     declared = []
     for name in names:
         try:
