@@ -307,7 +307,7 @@ def test_every_combination_cell_at_the_extremes_passes_correct_kernels(kind) -> 
     with registered(FP64_INSIDE):
         for cell, call in _grid_at(kind, "float32", range(1)):
             if cell.grad:  # the sums a kernel may order otherwise (the forward's taps agree to the bit here)
-                for backend in ("torch", FP64_INSIDE.name):
+                for backend in (get_backend("torch"), FP64_INSIDE):
                     K.check_cell(call, cell, backend, "cpu")
 
 
@@ -321,7 +321,7 @@ def test_every_combination_cell_at_the_extremes_catches_each_value_defect(defect
     with registered(planted.BACKENDS[defect]):
         for cell, call in _grid_at(kind, dtype or "float32", range(2)):
             try:
-                K.check_cell(call, cell, defect, "cpu")
+                K.check_cell(call, cell, planted.BACKENDS[defect], "cpu")
             except Mismatch:
                 caught += 1
     assert caught, f"{defect}: no cell of {kind} values caught it"
