@@ -311,9 +311,10 @@ def test_every_combination_cell_at_the_extremes_passes_correct_kernels(kind) -> 
                     K.check_cell(call, cell, backend, "cpu")
 
 
-@pytest.mark.parametrize("defect", ["planted-fp16-accumulate", "planted-flush-subnormals"])
+@pytest.mark.parametrize("defect", sorted(VALUE_DEFECTS))
 def test_every_combination_cell_at_the_extremes_catches_each_value_defect(defect) -> None:
-    """The same cells on the planted value defects that change an output: red in some cell of their kind."""
+    """The same cells on each planted value defect: red in some cell of its kind (a dropped ``-0.0`` sign in a
+    final state's cells: the cell check compares zero signs as the conv checks do)."""
     from gdn_equiv.harness import cells as K
 
     kind, dtype = VALUE_DEFECTS[defect]
