@@ -15,9 +15,11 @@ from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.serving.cases import Batch, ConvSpec, HandoffCase, PackedCase, PrefixCase, SpecCase
 from gdn_equiv.serving.routing import RoutingCase, SchedRow
+from gdn_equiv.serving.routing_apc import ApcCase
 from gdn_equiv.serving.surface import BLOCK_TABLE, POSITIONAL, SLOTS, WINDOWS, OpSurface, Row, SurfaceCase
 
 __all__ = [
+    "apc_cases",
     "batches",
     "channel_counts",
     "conv_specs",
@@ -382,3 +384,50 @@ def routing_cases(
             rows = draw(st.permutations(rows))
         steps.append(tuple(rows))
     return RoutingCase(k, tuple(steps), num_blocks, draw(st.booleans()), held)
+
+
+@st.composite
+def apc_cases(
+    draw: st.DrawFn,
+    *,
+    min_block: int = 2,
+    max_block: int = 4,
+    max_requests: int = 3,
+    max_columns: int = 4,
+    max_steps: int = 3,
+) -> ApcCase:
+    """Scheduler steps in Mamba2's "all" prefix-caching mode (:class:`~gdn_equiv.serving.routing_apc.ApcCase`):
+    a block size ``B`` of ``min_block``..``max_block`` (a scale model of vLLM's: the indices are in blocks), up
+    to ``max_requests`` requests, each with a block table of up to ``max_columns`` blocks (drawn from one
+    shuffled pool, so a request's columns lie apart) and a cached prefix of whole blocks (a prefix-cache hit) or
+    none; each step schedules some of them, one-token decodes of a request with computed tokens first, then
+    chunks of any length its table still holds (fresh prompts, chunked prefills resuming inside a block or on a
+    boundary, chunks crossing several boundaries), then up to one pad. Shrinks to one fresh request of one
+    block, one step, one token, the smallest block."""
+    _bounds("block", min_block, max_block, 1)
+    _bounds("requests", 1, max_requests, 1)
+    _bounds("columns", 1, max_columns, 1)
+    _bounds("steps", 1, max_steps, 1)
+    B = draw(st.integers(min_block, max_block))
+    cols = draw(st.lists(st.integers(1, max_columns), min_size=1, max_size=max_requests))
+    ids = draw(st.permutations(range(1, sum(cols) + 1 + draw(st.integers(0, 2)))))
+    tables, at = [], 0
+    for c in cols:
+        tables.append(tuple(ids[at : at + c]))
+        at += c
+    cached = [B * draw(st.integers(0, c - 1)) for c in cols]
+    done = list(cached)
+    steps = []
+    for _ in range(draw(st.integers(1, max_steps))):
+        open_ = [r for r in range(len(cols)) if done[r] < cols[r] * B]
+        if not open_:
+            break
+        chosen = draw(st.permutations(open_))[: draw(st.integers(1, len(open_)))]
+        front, back = [], []
+        for r in chosen:
+            n = draw(st.integers(1, cols[r] * B - done[r]))
+            (front if n == 1 and done[r] > 0 else back).append((r, n))
+            done[r] += n
+        pads = [(-1, 0)] * draw(st.integers(0, 1))
+        steps.append(tuple(front + back + pads))
+    return ApcCase(B, tuple(tables), tuple(cached), tuple(steps), draw(st.booleans()))

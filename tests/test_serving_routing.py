@@ -123,3 +123,127 @@ def test_a_release_builder_routes_a_mixed_batch_as_the_pool_says(version: str, f
         if engine.unavailable():
             pytest.skip(str(engine.unavailable()))
         R.check_routing(engine, case)
+
+
+# ---- Mamba2's "all" prefix-caching mode (gdn_equiv/serving/routing_apc.py) ---------------------------------------
+
+from gdn_equiv.serving import routing_apc as A  # noqa: E402
+from gdn_equiv.serving.planted import PLANTED_APC  # noqa: E402
+from gdn_equiv.strategies.pools import apc_cases  # noqa: E402
+
+
+def test_an_all_mode_chunk_writes_each_boundary_window_to_its_column_and_its_last_window_to_the_last() -> None:
+    """W=4, B=2: a chunk of 5 tokens after 1 computed crosses the boundaries at 2 and 4 tokens: columns 0 and 1
+    (``first`` = 0) get the windows after tokens 2 and 4 of the request, column 2 (``last``) the one after 6."""
+    case = A.ApcCase(2, ((4, 5, 6, 7),), (0,), (((0, 5),),))
+    pool, out = A.ApcPool(case), {}
+    pool.blocks[4] = (None, None, "r0.0")  # the window after the 1 computed token
+    call = A.ConvCall("fn", (0, 1, 2, 3, 4), (4, 5, 6, 7), True, 0, 2, 0, 1, 2)
+    pool.run(call, ["r0.1", "r0.2", "r0.3", "r0.4", "r0.5"], out)
+    assert pool.blocks[4] == (None, "r0.0", "r0.1") and pool.blocks[5] == ("r0.1", "r0.2", "r0.3")
+    assert pool.blocks[6] == ("r0.3", "r0.4", "r0.5") and pool.blocks[7] == ("init7.0", "init7.1", "init7.2")
+    assert out[0] == (None, None, "r0.0", "r0.1")
+    skipped, none = A.ApcPool(case), {}
+    skipped.run(A.ConvCall("fn", (0,), (0, 5), True, 0, 1), ["r0.1"], none)  # the null block: no output, no write
+    assert none == {} and skipped.blocks == A.ApcPool(case).blocks
+
+
+def test_the_all_mode_contract_reads_a_cached_prefix_and_leaves_other_blocks_alone() -> None:
+    """A prefix-cache hit of 2 blocks (B=2): its columns hold the windows after 2 and 4 tokens before any step;
+    one decode after it must see tokens 2..4 and write column 2 only."""
+    case = A.ApcCase(2, ((1, 2, 3), (4,)), (4, 0), (((0, 1),),))
+    pool = A.ApcPool(case)
+    assert pool.blocks[1] == (None, "r0.0", "r0.1") and pool.blocks[2] == ("r0.1", "r0.2", "r0.3")
+    blocks = dict(pool.blocks)
+    want = A.reference_step(case, 0, blocks)
+    assert want == {0: ("r0.1", "r0.2", "r0.3", "r0.4")}
+    assert {b for b in blocks if blocks[b] != pool.blocks[b]} == {3}
+    A.check_apc(A.ReferenceApcRouting(), case)
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(case=apc_cases())
+def test_the_in_house_all_mode_builder_keeps_the_contract(case: A.ApcCase) -> None:
+    A.check_apc(A.ReferenceApcRouting(), case)
+
+
+def _decode_only(c: A.ApcCase, s: int) -> bool:
+    return all(n == 1 and k for t, _, n, k in c.rows() if t == s)
+
+
+@pytest.mark.parametrize(
+    ("what", "holds"),
+    [
+        ("a prefix-cache hit", lambda c: any(c.cached)),
+        ("a chunk resuming on a block boundary",
+         lambda c: any(n > 1 and k and k % c.block_size == 0 for _, _, n, k in c.rows())),
+        ("a chunk resuming inside a block", lambda c: any(n > 1 and k % c.block_size for _, _, n, k in c.rows())),
+        ("a chunk crossing two boundaries",
+         lambda c: any(r >= 0 and (k + n - 1) // c.block_size - k // c.block_size >= 2 for _, r, n, k in c.rows())),
+        ("a decode completing a block",
+         lambda c: any(n == 1 and k and (k + 1) % c.block_size == 0 for _, _, n, k in c.rows())),
+        ("a decode-only step staged for a full CUDA graph",
+         lambda c: c.full_cudagraph and any(_decode_only(c, s) for s in range(len(c.steps)))),
+        ("decodes and prefills in one step",
+         lambda c: any(any(n == 1 and k for t, _, n, k in c.rows() if t == s)
+                       and any(n > 1 or (n and not k) for t, _, n, k in c.rows() if t == s)
+                       for s in range(len(c.steps)))),
+        ("a fresh one-token prompt", lambda c: any(n == 1 and not k for _, _, n, k in c.rows())),
+        ("a pad", lambda c: any(r < 0 for _, r, _, _ in c.rows())),
+        ("three steps", lambda c: len(c.steps) == 3),
+    ],
+)  # fmt: skip
+def test_the_all_mode_strategy_reaches_each_kind_of_row(what: str, holds) -> None:
+    find(apc_cases(), holds, settings=first_hit(2000))
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_APC))
+def test_each_planted_all_mode_builder_is_caught_and_the_in_house_one_passes_the_same_case(name: str) -> None:
+    engine = PLANTED_APC[name]()
+
+    def caught(case: A.ApcCase) -> bool:
+        try:
+            A.check_apc(engine, case)
+        except R.Misrouted:
+            return True
+        return False
+
+    case = find(apc_cases(), caught, settings=first_hit(200))
+    A.check_apc(A.ReferenceApcRouting(), case)
+    with pytest.raises(R.Misrouted, match=f"{type(engine).__name__} \\(a Mamba2 all-mode metadata builder\\)"):
+        A.check_apc(engine, case)
+
+
+def test_a_release_whose_all_mode_cannot_be_loaded_is_a_named_reason_never_a_pass(monkeypatch) -> None:
+    monkeypatch.delenv(R.SOURCES_ENV, raising=False)
+    monkeypatch.setattr(R, "_FAILED", {})
+    monkeypatch.setattr(R, "_LOADED", {})
+    why = A.VllmMamba2ApcRouting("0.31.0").unavailable()
+    assert why is not None and why.startswith(f"not reached: {A.APC_BUILDER} (vllm 0.31.0) cannot be loaded: ")
+
+
+@pytest.mark.skipif(not os.environ.get(R.SOURCES_ENV), reason=f"{R.SOURCES_ENV} unset: no release's whole source here")
+def test_a_release_without_the_all_mode_says_so_from_its_source() -> None:
+    """0.32.0 on: no "all" mode (the process's release is 0.34.0, as the builder test's above)."""
+    why = A.VllmMamba2ApcRouting("0.34.0").unavailable()
+    if why is not None and why.startswith("not reached"):
+        pytest.skip(why)
+    assert why is not None and why.startswith("n/a: vllm 0.34.0 has no Mamba 'all' prefix-caching mode")
+
+
+@pytest.mark.skipif(not os.environ.get(R.SOURCES_ENV), reason=f"{R.SOURCES_ENV} unset: no release's whole source here")
+def test_a_release_all_mode_builder_keeps_the_contract_in_its_own_process() -> None:
+    """0.31.0's Mamba2 builder and mixer routing on 30 derandomized cases (its own process: one release per
+    process), and the same builder with the read column planted one off caught, shrunk to a prefix hit."""
+    import subprocess
+    import sys
+
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "routing_mamba2_all.py")
+    run = subprocess.run([sys.executable, tool, "0.31.0", "--examples", "30"], capture_output=True, text=True)
+    if run.returncode == 3:
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0 and "0.31.0 Mamba2 all mode: pass, 30 cases" in run.stdout, run.stdout + run.stderr
+    planted = "0.31.0+reads-first-scheduled-block"
+    run = subprocess.run([sys.executable, tool, planted, "--examples", "30"], capture_output=True, text=True)
+    assert run.returncode == 1 and f"{planted} Mamba2 all mode: FINDING" in run.stdout, run.stdout + run.stderr
+    assert "first scheduled: ApcCase(B=2 tables=[[1, 2]] cached=[2] steps=[r0+1c2])" in run.stdout, run.stdout

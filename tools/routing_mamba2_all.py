@@ -1,0 +1,85 @@
+"""vLLM's Mamba2 "all" prefix-caching mode on one release (or the in-house builder, or a planted one): the
+release's own ``Mamba2AttentionMetadataBuilder.build`` and ``MambaMixer2``'s conv calls from its metadata on
+derandomized draws of ``apc_cases``, against the block-keyed pool's contract (``gdn_equiv/serving/routing_apc.py``,
+``docs/serving-routing.md``). Prints ``pass, N cases, S s``, ``FINDING (S s): <the shrunk mismatch>`` or the
+reason it cannot run (``n/a: ...`` where the release has no such mode). ``--rate``: every case judged, none
+shrunk, and how many catch the engine (a planted builder's catch rate). Exit 0 pass, 1 finding, 3 not driven.
+One release per process.
+
+    PYTHONPATH=/tmp/routing-deps GDN_EQUIV_ENGINE_SOURCES=/tmp/eng python tools/routing_mamba2_all.py 0.31.0
+    python tools/routing_mamba2_all.py apc-reads-first-scheduled-block --rate --examples 400
+    ... tools/routing_mamba2_all.py 0.31.0+reads-first-scheduled-block   # the defect planted in the release's builder
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+from gdn_equiv.serving import routing_apc as A
+from gdn_equiv.serving.planted import PLANTED_APC, ReleaseReadsFirstScheduledBlock
+from gdn_equiv.serving.routing import Misrouted
+from gdn_equiv.strategies.pools import apc_cases
+
+
+def engine(name: str) -> A.ApcRouting | str:
+    if name == "reference":
+        return A.ReferenceApcRouting()
+    if name in PLANTED_APC:
+        return PLANTED_APC[name]()
+    version, _, planted = name.partition("+")
+    if planted not in ("", "reads-first-scheduled-block"):
+        return f"not driven: no planted release defect {planted!r} (one: reads-first-scheduled-block)"
+    e = ReleaseReadsFirstScheduledBlock(version) if planted else A.VllmMamba2ApcRouting(version)
+    return e.unavailable() or e
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("engine", help=f"a vLLM release (0.28.0 ...; 0.31.0+reads-first-scheduled-block: that defect "
+                   f"planted in the release's builder), 'reference' or one of {sorted(PLANTED_APC)}")  # fmt: skip
+    p.add_argument("--examples", type=int, default=200)
+    p.add_argument("--rate", action="store_true", help="judge every case (no shrinking): how many catch it")
+    args = p.parse_args(argv)
+    if args.examples < 1:
+        p.error(f"--examples {args.examples}: need at least 1")
+    e = engine(args.engine)
+    if isinstance(e, str):
+        print(f"{args.engine} Mamba2 all mode: {e}")
+        return 3
+    ran, caught = [0], [0]
+    phases = [Phase.generate] if args.rate else [Phase.generate, Phase.shrink]
+
+    @settings(max_examples=args.examples, derandomize=True, database=None, deadline=None, phases=phases,
+              report_multiple_bugs=False, suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(case=apc_cases())
+    def run(case: A.ApcCase) -> None:
+        ran[0] += 1
+        try:
+            A.check_apc(e, case, ctx=f"{args.engine}: ")
+        except Misrouted:
+            caught[0] += 1
+            if not args.rate:
+                raise
+
+    start = time.perf_counter()
+    try:
+        run()
+    except Misrouted as exc:
+        secs = time.perf_counter() - start
+        print(f"{args.engine} Mamba2 all mode: FINDING ({secs:.1f} s): {str(exc).splitlines()[0]}")
+        return 1
+    secs = time.perf_counter() - start
+    if args.rate:
+        print(f"{args.engine} Mamba2 all mode: {caught[0]} of {ran[0]} cases catch it "
+              f"({100 * caught[0] / ran[0]:.1f}%), {secs:.1f} s")  # fmt: skip
+        return 1 if caught[0] else 0
+    print(f"{args.engine} Mamba2 all mode: pass, {ran[0]} cases, {secs:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
