@@ -197,8 +197,45 @@ def test_the_all_mode_strategy_reaches_each_kind_of_row(what: str, holds) -> Non
     find(apc_cases(), holds, settings=first_hit(2000))
 
 
-@pytest.mark.parametrize("name", sorted(PLANTED_APC))
-def test_each_planted_all_mode_builder_is_caught_and_the_in_house_one_passes_the_same_case(name: str) -> None:
+@settings(max_examples=20, deadline=None, database=None)
+@given(case=apc_cases(min_spec=1, max_spec=3))
+def test_the_in_house_all_mode_builder_keeps_the_contract_with_verify_rows(case: A.ApcCase) -> None:
+    A.check_apc(A.ReferenceApcRouting(), case)
+
+
+def _straddles(c: A.ApcCase) -> bool:
+    """A verify row after a verify row whose drafts crossed a block boundary its accepted tokens did not reach."""
+    B = c.block_size
+    return any(x.drafts >= 0 and x.prev_last >= 0 and x.prev_last != max(-(-x.computed // B) - 1, 0)
+               for step in c.timeline() for x in step)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("what", "holds"),
+    [
+        ("a verify row of 0 drafts", lambda c: any(x.drafts == 0 for s in c.timeline() for x in s)),
+        ("an accepted count past 1", lambda c: any(x.counts > 1 for s in c.timeline() for x in s)),
+        ("a verify after a verify that crossed a boundary its accepted tokens did not reach", _straddles),
+        ("verify rows and chunks in one step",
+         lambda c: any(any(x.drafts >= 0 for x in s) and any(x.drafts < 0 and x.tokens > 1 for x in s)
+                       for s in c.timeline())),
+    ],
+)  # fmt: skip
+def test_the_all_mode_strategy_reaches_each_kind_of_verify_row(what: str, holds) -> None:
+    find(apc_cases(min_spec=1, max_spec=3), holds, settings=first_hit(2000))
+
+
+#: each planted all-mode builder and the drafts its cases draw (the verify-row defect needs verify rows)
+PLANTED_SPEC = {"apc-reads-first-scheduled-block": 0, "apc-writes-past-last-block": 0,
+                "apc-verify-reads-last-computed-block": 3}  # fmt: skip
+
+
+def test_every_planted_all_mode_builder_has_its_catch_test() -> None:
+    assert set(PLANTED_SPEC) == set(PLANTED_APC)
+
+
+@pytest.mark.parametrize(("name", "spec"), sorted(PLANTED_SPEC.items()))
+def test_each_planted_all_mode_builder_is_caught_and_the_in_house_one_passes_its_case(name: str, spec: int) -> None:
     engine = PLANTED_APC[name]()
 
     def caught(case: A.ApcCase) -> bool:
@@ -208,7 +245,7 @@ def test_each_planted_all_mode_builder_is_caught_and_the_in_house_one_passes_the
             return True
         return False
 
-    case = find(apc_cases(), caught, settings=first_hit(200))
+    case = find(apc_cases(min_spec=min(spec, 1), max_spec=spec), caught, settings=first_hit(400))
     A.check_apc(A.ReferenceApcRouting(), case)
     with pytest.raises(R.Misrouted, match=f"{type(engine).__name__} \\(a Mamba2 all-mode metadata builder\\)"):
         A.check_apc(engine, case)
@@ -247,3 +284,19 @@ def test_a_release_all_mode_builder_keeps_the_contract_in_its_own_process() -> N
     run = subprocess.run([sys.executable, tool, planted, "--examples", "30"], capture_output=True, text=True)
     assert run.returncode == 1 and f"{planted} Mamba2 all mode: FINDING" in run.stdout, run.stdout + run.stderr
     assert "first scheduled: ApcCase(B=2 tables=[[1, 2]] cached=[2] steps=[r0+1c2])" in run.stdout, run.stdout
+
+
+@pytest.mark.skipif(not os.environ.get(R.SOURCES_ENV), reason=f"{R.SOURCES_ENV} unset: no release's whole source here")
+def test_a_release_all_mode_verify_row_reads_the_stale_block_the_finding() -> None:
+    """0.28.0-0.31.0's MambaMixer2 hands the conv update of a verify row ``block_idx_last_computed_token`` as its
+    read column, not the column the previous verify ended in (docs/serving-routing.md, Findings): 0.31.0 with
+    one draft, shrunk to its smallest case (its own process)."""
+    import subprocess
+    import sys
+
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "routing_mamba2_all.py")
+    run = subprocess.run([sys.executable, tool, "0.31.0", "--max-spec", "1"], capture_output=True, text=True)
+    if run.returncode == 3:
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 1 and "verify rows of 0..1 drafts: FINDING" in run.stdout, run.stdout + run.stderr
+    assert "v1a1c1 | " in run.stdout and "its conv saw" in run.stdout, run.stdout

@@ -42,20 +42,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("engine", help=f"a vLLM release (0.28.0 ...; 0.31.0+reads-first-scheduled-block: that defect "
                    f"planted in the release's builder), 'reference' or one of {sorted(PLANTED_APC)}")  # fmt: skip
     p.add_argument("--examples", type=int, default=200)
+    p.add_argument("--max-spec", type=int, default=0, help="drafts per verify row, 1..this (0: no speculation)")
     p.add_argument("--rate", action="store_true", help="judge every case (no shrinking): how many catch it")
     args = p.parse_args(argv)
     if args.examples < 1:
         p.error(f"--examples {args.examples}: need at least 1")
+    if not 0 <= args.max_spec <= 3:
+        p.error(f"--max-spec {args.max_spec}: need 0..3")
     e = engine(args.engine)
+    label = f"{args.engine} Mamba2 all mode" + (f", verify rows of 0..{args.max_spec} drafts" if args.max_spec else "")
     if isinstance(e, str):
-        print(f"{args.engine} Mamba2 all mode: {e}")
+        print(f"{label}: {e}")
         return 3
     ran, caught = [0], [0]
     phases = [Phase.generate] if args.rate else [Phase.generate, Phase.shrink]
 
     @settings(max_examples=args.examples, derandomize=True, database=None, deadline=None, phases=phases,
               report_multiple_bugs=False, suppress_health_check=list(HealthCheck))  # fmt: skip
-    @given(case=apc_cases())
+    @given(case=apc_cases(min_spec=min(args.max_spec, 1), max_spec=args.max_spec))
     def run(case: A.ApcCase) -> None:
         ran[0] += 1
         try:
@@ -70,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         run()
     except Misrouted as exc:
         secs = time.perf_counter() - start
-        print(f"{args.engine} Mamba2 all mode: FINDING ({secs:.1f} s): {str(exc).splitlines()[0]}")
+        print(f"{label}: FINDING ({secs:.1f} s): {str(exc).splitlines()[0]}")
         return 1
     secs = time.perf_counter() - start
     if args.rate:
-        print(f"{args.engine} Mamba2 all mode: {caught[0]} of {ran[0]} cases catch it "
+        print(f"{label}: {caught[0]} of {ran[0]} cases catch it "
               f"({100 * caught[0] / ran[0]:.1f}%), {secs:.1f} s")  # fmt: skip
         return 1 if caught[0] else 0
-    print(f"{args.engine} Mamba2 all mode: pass, {ran[0]} cases, {secs:.1f} s")
+    print(f"{label}: pass, {ran[0]} cases, {secs:.1f} s")
     return 0
 
 

@@ -19,7 +19,7 @@ from gdn_equiv.serving import pool as ref
 from gdn_equiv.serving import surface
 from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.routing import Call, ReferenceRouting, RoutingCase, SchedRow
-from gdn_equiv.serving.routing_apc import ApcCase, Indices, ReferenceApcRouting, VllmMamba2ApcRouting
+from gdn_equiv.serving.routing_apc import ApcCase, ConvCall, Indices, ReferenceApcRouting, VllmMamba2ApcRouting
 from gdn_equiv.serving.surface import SurfaceCase, SurfaceOp
 
 Tensor = torch.Tensor
@@ -469,6 +469,27 @@ class ApcWritesPastLastBlock(ReferenceApcRouting):
         return replace(ix, last_scheduled=seq_len // block_size)
 
 
+class ApcVerifyReadsLastComputedBlock(ReferenceApcRouting):
+    """Mamba2 "all" mode with speculative decoding: the conv update of a verify row reads the last computed
+    token's column (``ceil(c/B) - 1``) instead of the one its request's previous verify ended in (where that
+    update left its windows): right unless the previous verify's tokens crossed a block boundary its accepted
+    ones did not reach (the class of vLLM 0.28.0-0.31.0's MambaMixer2 finding, planted in the in-house
+    builder so CI carries it without a release's source)."""
+
+    caller = "gdn_equiv/serving/planted.py:ApcVerifyReadsLastComputedBlock (a Mamba2 all-mode metadata builder)"
+
+    def route(self, case: ApcCase, s: int) -> list[ConvCall]:
+        step = case.timeline()[s]
+        B, calls, verify = case.block_size, super().route(case, s), iter(x for x in step if x.tokens and x.request >= 0)
+        out = []
+        for call in calls:
+            x = next(verify)
+            if x.drafts >= 0:
+                call = replace(call, initial=self.indices(x.computed, x.computed + x.tokens, B).last_computed)
+            out.append(call)
+        return out
+
+
 class ReleaseReadsFirstScheduledBlock(VllmMamba2ApcRouting):
     """:class:`ApcReadsFirstScheduledBlock`'s defect planted in a release's own builder object: its
     ``_compute_prefix_caching_block_indices`` answers the first scheduled token's column as the last computed
@@ -493,7 +514,8 @@ class ReleaseReadsFirstScheduledBlock(VllmMamba2ApcRouting):
 
 #: the Mamba2 all-mode planted builders (``check_apc``'s teeth; their catch is tests/test_serving_routing.py's)
 PLANTED_APC = {"apc-reads-first-scheduled-block": ApcReadsFirstScheduledBlock,
-               "apc-writes-past-last-block": ApcWritesPastLastBlock}  # fmt: skip
+               "apc-writes-past-last-block": ApcWritesPastLastBlock,
+               "apc-verify-reads-last-computed-block": ApcVerifyReadsLastComputedBlock}  # fmt: skip
 
 
 S0 = "check_s0_reference"

@@ -66,18 +66,41 @@ Token = str | None  # None: a zero column
 
 
 @dataclass(frozen=True)
+class Sched:
+    """One scheduled row as the runner hands it: ``request`` (``-1``: a pad), ``tokens``, ``drafts`` (``-1``: not
+    a verify row), ``accepted`` (of a verify row's tokens, how many the sampler keeps: the outcome, which moves
+    the request's computed tokens), ``computed``, ``counts`` (``num_accepted_tokens``: the request's previous
+    verify's accepted count, 1 if none) and ``prev_idx`` (the runner's ``prev_last_scheduled_idx``: the column
+    of the request's previous step's last token where that step was a full verify of ``1 + k`` tokens, else
+    ``-1``); ``prev_last``: the column of the request's previous step's last token, wherever that step was a
+    verify row (``-1``: none), where that step left the windows a count picks from."""
+
+    request: int
+    tokens: int
+    drafts: int
+    accepted: int
+    computed: int
+    counts: int
+    prev_idx: int
+    prev_last: int = -1
+
+
+@dataclass(frozen=True)
 class ApcCase:
     """Scheduler steps over requests in Mamba2's "all" mode: ``block_size`` (``B``), each request's block table
     (``tables``: its blocks, column by column, no block in two tables or columns), the tokens of its prefix
     already cached when it is first scheduled (``cached``, whole blocks: a prefix-cache hit), and per step the
-    scheduled rows ``(request, tokens)`` (request ``-1``: a pad of 0 tokens on the null block's row). A row's
-    computed tokens are its request's cached prefix and every token scheduled for it before."""
+    scheduled rows ``(request, tokens)`` (request ``-1``: a pad of 0 tokens on the null block's row) or, with
+    ``num_spec`` drafts at most (speculative decoding), verify rows ``(request, 1 + drafts, drafts, accepted)``.
+    A row's computed tokens are its request's cached prefix and every token kept before (all of a chunk's, a
+    verify row's ``accepted``)."""
 
     block_size: int
     tables: tuple[tuple[int, ...], ...]
     cached: tuple[int, ...]
-    steps: tuple[tuple[tuple[int, int], ...], ...]
+    steps: tuple[tuple[tuple[int, ...], ...], ...]
     full_cudagraph: bool = False
+    num_spec: int = 0
 
     @property
     def num_blocks(self) -> int:
@@ -87,31 +110,48 @@ class ApcCase:
     def columns(self) -> int:
         return max((len(t) for t in self.tables), default=1)
 
-    def computed(self) -> list[list[int]]:
-        """Per step, each row's computed tokens (pads: 0)."""
-        done = list(self.cached)
+    def timeline(self) -> list[list[Sched]]:
+        """Per step, each row as the runner hands it (:class:`Sched`)."""
+        n_req = len(self.tables)
+        done, counts, idx, wrote = list(self.cached), [1] * n_req, [-1] * n_req, [-1] * n_req
         out = []
         for rows in self.steps:
-            out.append([done[r] if r >= 0 else 0 for r, _ in rows])
-            for r, n in rows:
-                if r >= 0:
-                    done[r] += n
+            step = []
+            for row in rows:
+                r, n = row[0], row[1]
+                d, a = (row[2], row[3]) if len(row) > 2 else (-1, n)
+                step.append(Sched(r, n, d, a, *((done[r], counts[r], idx[r], wrote[r]) if r >= 0 else (0, 1, -1, -1))))
+            for x in step:
+                if x.request >= 0:
+                    counts[x.request] = x.accepted if x.drafts >= 0 else 1
+                    last = max(0, (x.computed + x.tokens - 1) // self.block_size)
+                    full = self.num_spec > 0 and x.tokens == 1 + self.num_spec
+                    idx[x.request] = last if full else -1  # gpu_model_runner's postprocess_mamba_all
+                    wrote[x.request] = last if x.drafts >= 0 else -1
+                    done[x.request] += x.accepted
+            out.append(step)
         return out
+
+    def computed(self) -> list[list[int]]:
+        """Per step, each row's computed tokens (pads: 0)."""
+        return [[x.computed for x in step] for step in self.timeline()]
 
     def rows(self) -> list[tuple[int, int, int, int]]:
         """Every row of every step: ``(step, request, tokens, computed)``."""
-        return [(s, r, n, c) for s, (rows, cs) in enumerate(zip(self.steps, self.computed(), strict=True))
-                for (r, n), c in zip(rows, cs, strict=True)]  # fmt: skip
+        return [(s, x.request, x.tokens, x.computed) for s, step in enumerate(self.timeline()) for x in step]
 
     def short(self) -> str:
-        comp = self.computed()
-        steps = " | ".join(
-            " ".join("pad" if r < 0 else f"r{r}+{n}c{c}" for (r, n), c in zip(rows, cs, strict=True))
-            for rows, cs in zip(self.steps, comp, strict=True)
-        )
+        def one(x: Sched) -> str:
+            if x.request < 0:
+                return "pad"
+            verify = f"v{x.drafts}a{x.accepted}" if x.drafts >= 0 else ""
+            return f"r{x.request}+{x.tokens}{verify}c{x.computed}"
+
+        steps = " | ".join(" ".join(one(x) for x in step) for step in self.timeline())
+        k = f" k={self.num_spec}" if self.num_spec else ""
         cg = " full-cudagraph" if self.full_cudagraph else ""
         cached = f" cached={list(self.cached)}" if any(self.cached) else ""
-        return f"ApcCase(B={self.block_size}{cg} tables={[list(t) for t in self.tables]}{cached} steps=[{steps}])"
+        return f"ApcCase(B={self.block_size}{k}{cg} tables={[list(t) for t in self.tables]}{cached} steps=[{steps}])"
 
 
 @dataclass(frozen=True)
@@ -119,8 +159,9 @@ class ConvCall:
     """One row of a conv op call in "all" mode: ``kind`` (``fn``: ``causal_conv1d_fn``; ``update``:
     ``causal_conv1d_update``, one token), the packed batch's token indices, the row's ``cache_indices`` /
     ``conv_state_indices`` (its block table), ``has_state``, ``initial`` (``initial_state_idx``), ``last``
-    (``block_idx_last_scheduled_token``), and for ``fn`` ``first`` (``block_idx_first_scheduled_token``),
-    ``computed`` (``num_computed_tokens``) and ``block_size`` (``block_size_to_align``)."""
+    (``block_idx_last_scheduled_token``), for ``fn`` ``first`` (``block_idx_first_scheduled_token``),
+    ``computed`` (``num_computed_tokens``) and ``block_size`` (``block_size_to_align``), for an update with
+    ``num_accepted_tokens`` its count (``None``: without)."""
 
     kind: str
     tokens: tuple[int, ...]
@@ -131,10 +172,13 @@ class ConvCall:
     first: int = 0
     computed: int = 0
     block_size: int = 0
+    accepted: int | None = None
 
 
 class ApcPool:
-    """Blocks of token ids (``W-1`` a block), keyed by block id; block 0 is the null block."""
+    """Blocks of token ids, keyed by block id (block 0 is the null block): ``W-1`` after a plain call, ``W-2+n``
+    after an update of ``n`` tokens with counts (the window after each of them; a count ``a`` reads the one
+    after ``a``, as :class:`gdn_equiv.serving.routing.Pool`'s verify calls)."""
 
     def __init__(self, case: ApcCase) -> None:
         self.blocks: dict[int, tuple[Token, ...]] = {
@@ -157,13 +201,19 @@ class ApcPool:
         src = call.table[call.initial]
         if src == NULL_BLOCK:  # the kernels return on the null block: no output, no write
             return
-        seq: list[Token] = list(self.blocks[src]) if call.has_state else [None] * (W - 1)
+        stored = self.blocks[src]
+        off = (call.accepted or 1) - 1
+        if call.has_state and (off < 0 or off + W - 1 > len(stored)):
+            why = f"block {src}: a count of {call.accepted} where it holds windows for counts 1..{len(stored) - W + 2}"
+            raise Misrouted(why, misrouted_report())
+        seq: list[Token] = list(stored[off : off + W - 1]) if call.has_state else [None] * (W - 1)
         for i in call.tokens:
             if i in outputs:
                 raise Misrouted(f"token {i} ({ids[i]}) reaches two conv calls", misrouted_report())
             seq.append(ids[i])
             outputs[i] = tuple(seq[-W:])
-        writes = {call.table[call.last]: tuple(seq[-(W - 1) :])}
+        wide = call.kind == "update" and call.accepted is not None
+        writes = {call.table[call.last]: tuple(seq[1:]) if wide else tuple(seq[-(W - 1) :])}
         if call.kind == "fn" and call.block_size > 0:
             n = len(call.tokens)
             bounds = [m for m in range(1, n) if (call.computed + m) % call.block_size == 0]
@@ -191,33 +241,57 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def histories(case: ApcCase) -> list[list[list[str]]]:
+    """Per step, each request's history before it (the token ids it kept: its cached prefix, every token of its
+    chunks, the accepted ones of its verify rows)."""
+    hist = [history(r, c) for r, c in enumerate(case.cached)]
+    out = []
+    for s, step in enumerate(case.timeline()):
+        out.append([list(h) for h in hist])
+        ids, starts = packed(case, s)
+        for i, x in enumerate(step):
+            if x.request >= 0:
+                hist[x.request] += ids[starts[i] : starts[i] + x.accepted]
+    return out
+
+
 def packed(case: ApcCase, s: int) -> tuple[list[str], list[int]]:
-    """Step ``s``'s packed token ids and each row's first packed index (and the total)."""
+    """Step ``s``'s packed token ids (position ``t`` of request ``r``: ``r<r>.<t>``; a verify row's, whose
+    rejected drafts' positions come again, ``r<r>.<t>@<step>``) and each row's first packed index."""
     ids: list[str] = []
     starts = [0]
-    for (r, n), c in zip(case.steps[s], case.computed()[s], strict=True):
-        ids += history(r, c + n)[c:] if r >= 0 else []
+    for x in case.timeline()[s]:
+        at = f"@{s}" if x.drafts >= 0 else ""
+        ids += [f"r{x.request}.{t}{at}" for t in range(x.computed, x.computed + x.tokens)] if x.request >= 0 else []
         starts.append(len(ids))
     return ids, starts
 
 
 def reference_step(case: ApcCase, s: int, blocks: dict[int, tuple[Token, ...]]) -> dict[int, tuple[Token, ...]]:
     """The contract of step ``s``: every token's window (returned, by packed index), and ``blocks`` updated to
-    what the step must leave (the boundary columns it crossed, its last token's column; nothing else)."""
+    what the step must leave: a chunk, the boundary columns it crossed and its last token's column; a verify
+    row, its last token's column (the window after each of its tokens, the next step's count picks one);
+    nothing else."""
     B = case.block_size
-    _, starts = packed(case, s)
+    ids, starts = packed(case, s)
+    before = histories(case)[s]
     want: dict[int, tuple[Token, ...]] = {}
-    for i, ((r, n), c) in enumerate(zip(case.steps[s], case.computed()[s], strict=True)):
-        if r < 0 or n == 0:
+    for i, x in enumerate(case.timeline()[s]):
+        if x.request < 0 or x.tokens == 0:
             continue
-        hist = history(r, c + n)
+        c, n = x.computed, x.tokens
+        hist: list[str] = before[x.request] + ids[starts[i] : starts[i + 1]]
         for t in range(n):
             want[starts[i] + t] = tuple(([None] * (W - 1) + hist[: c + t + 1])[-W:])
-        table = case.tables[r]
+        table = case.tables[x.request]
+        last = table[_ceil(c + n, B) - 1]
+        if x.drafts >= 0:
+            blocks[last] = (window_after(hist, c) + tuple(hist[c:]))[1:]
+            continue
         for j in range(len(table)):
             if c < (j + 1) * B < c + n:
                 blocks[table[j]] = window_after(hist, (j + 1) * B)
-        blocks[table[_ceil(c + n, B) - 1]] = window_after(hist, c + n)
+        blocks[last] = window_after(hist, c + n)
     return want
 
 
@@ -273,8 +347,11 @@ class Indices:
 class ReferenceApcRouting:
     """Mamba2's "all" mode as vLLM's builder forms it (``block_idx_last_computed_token = ceil(c/B) - 1``,
     ``block_idx_first_scheduled_token = floor(c/B)``, ``block_idx_last_scheduled_token = ceil(s/B) - 1``, both
-    last ones clamped at 0) and as its mixer routes it: one-token rows with computed tokens through the update
-    (read ``last_computed``, write ``last_scheduled``), the rest through ``causal_conv1d_fn``."""
+    last ones clamped at 0) and as its mixer routes it: one-token rows with computed tokens and verify rows
+    through the update (read ``last_computed``, write ``last_scheduled``; with counts when speculating), the
+    rest through ``causal_conv1d_fn``. A verify row reads where its request's previous step wrote: the
+    runner's ``prev_last_scheduled_idx`` where it has one, else ``last_computed`` (what the builder forms as
+    ``block_idx_last_scheduled_token_prev_step`` and the mixer gives the SSM update)."""
 
     caller = "gdn_equiv/serving/routing_apc.py:ReferenceApcRouting"
 
@@ -287,14 +364,17 @@ class ReferenceApcRouting:
         _, starts = packed(case, s)
         B = case.block_size
         calls = []
-        for i, ((r, n), c) in enumerate(zip(case.steps[s], case.computed()[s], strict=True)):
-            if r < 0 or n == 0:
+        for i, x in enumerate(case.timeline()[s]):
+            c, n = x.computed, x.tokens
+            if x.request < 0 or n == 0:
                 continue
             ix = self.indices(c, c + n, B)
             toks = tuple(range(starts[i], starts[i + 1]))
-            table = case.tables[r]
-            if n == 1 and c > 0:
-                calls.append(ConvCall("update", toks, table, True, ix.last_computed, ix.last_scheduled))
+            table = case.tables[x.request]
+            counts = x.counts if case.num_spec else None
+            if x.drafts >= 0 or (n == 1 and c > 0):
+                read = x.prev_last if x.drafts >= 0 and x.prev_last >= 0 else ix.last_computed
+                calls.append(ConvCall("update", toks, table, True, read, ix.last_scheduled, accepted=counts))
             else:
                 calls.append(
                     ConvCall("fn", toks, table, c > 0, ix.last_computed, ix.last_scheduled, ix.first_scheduled, c, B)
@@ -312,9 +392,10 @@ APC_LAYER = "vllm/model_executor/layers/mamba/mamba_mixer2.py:MambaMixer2.conv_s
 #: what the driver gives the Mamba2 builder object in place of its ``__init__`` (which needs a ``VllmConfig``)
 APC_BUILDER_ATTRS = (
     "vllm_config.cache_config.mamba_cache_mode='all'", "kv_cache_spec (a MambaSpec of the case's block size)",
-    "chunk_size = the block size", "num_spec_tokens=0 (no speculative decoding)", "reorder_batch_threshold=1",
+    "chunk_size = the block size", "num_spec_tokens=k", "use_spec_decode", "reorder_batch_threshold=1+k",
     "compilation_config (full CUDA graphs on or off)", "decode_cudagraph_max_bs",
-    "its persistent all-mode decode buffers (state_indices_tensor_d, block_idx_last_*_token)", "ReplaySSM off",
+    "its persistent all-mode decode buffers (state_indices_tensor_d, block_idx_last_*_token, "
+    "block_idx_last_scheduled_token_prev_step, decode_num_accepted_tokens)", "ReplaySSM off",
     "PIN_MEMORY / is_pin_memory_available() False in its modules (no accelerator platform: no pinned memory)",
 )  # fmt: skip
 #: the arguments of MambaMixer2's conv calls this driver models, as the release's source must spell them
@@ -390,8 +471,8 @@ class VllmMamba2ApcRouting:
         cls = mod.Mamba2AttentionMetadataBuilder
         b = cls.__new__(cls)
         B, cols = case.block_size, case.columns
-        max_bs = 16
-        spec = kv.MambaSpec(block_size=B, shapes=((1, W - 1),), dtypes=(torch.float32,))
+        max_bs, k = 16, case.num_spec
+        spec = kv.MambaSpec(block_size=B, shapes=((1, W - 1 + k),), dtypes=(torch.float32,), num_speculative_blocks=k)
         if hasattr(spec, "mamba_cache_mode"):
             object.__setattr__(spec, "mamba_cache_mode", "all")
         cache = SimpleNamespace(mamba_cache_mode="all", use_replayssm=False, replayssm_buffer_len=0, mamba_block_size=B)
@@ -401,25 +482,28 @@ class VllmMamba2ApcRouting:
             cudagraph_mode=SimpleNamespace(has_full_cudagraphs=lambda: full), max_cudagraph_capture_size=None
         )
         attrs = {
-            "vllm_config": cfg, "kv_cache_spec": spec, "num_spec_tokens": 0, "use_spec_decode": False,
-            "reorder_batch_threshold": 1, "compilation_config": compilation, "speculative_config": None,
+            "vllm_config": cfg, "kv_cache_spec": spec, "num_spec_tokens": k, "use_spec_decode": k > 0,
+            "reorder_batch_threshold": 1 + k, "compilation_config": compilation, "speculative_config": None,
             "decode_cudagraph_max_bs": max_bs, "device": torch.device("cpu"), "layer_names": [],
             "chunk_size": B, "use_replayssm": False, "use_flashinfer_replayssm": False, "replayssm_buffer_len": 0,
-            "decode_bc_pre_scratch": None, "decode_replayssm_scratch": None, "supports_update_block_table": True,
+            "decode_bc_pre_scratch": None, "decode_replayssm_scratch": None, "supports_update_block_table": k == 0,
             "state_indices_tensor_d": torch.empty((max_bs, cols), dtype=torch.int32),
             "block_idx_last_scheduled_token": torch.empty((max_bs,), dtype=torch.int32),
             "block_idx_last_computed_token": torch.empty((max_bs,), dtype=torch.int32),
+            "block_idx_last_scheduled_token_prev_step": torch.empty((max_bs,), dtype=torch.int32),
+            "decode_num_accepted_tokens": torch.empty((max_bs,), dtype=torch.int32),
         }  # fmt: skip
         for name, value in attrs.items():
             setattr(b, name, value)
         return b
 
     def rows(self, case: ApcCase, s: int) -> tuple[tuple[SchedRow, ...], torch.Tensor]:
-        """The step's rows as the runner hands them (tokens, computed) and their 2-D block table."""
+        """The step's rows as the runner hands them (tokens, computed, drafts) and their 2-D block table."""
         cols = case.columns
         rows, table = [], []
-        for (r, n), c in zip(case.steps[s], case.computed()[s], strict=True):
-            rows.append(SchedRow(n, NULL_BLOCK if r < 0 else case.tables[r][0], c))
+        for x in case.timeline()[s]:
+            r = x.request
+            rows.append(SchedRow(x.tokens, NULL_BLOCK if r < 0 else case.tables[r][0], x.computed, x.drafts, x.counts))
             t = list(case.tables[r]) if r >= 0 else []
             table.append(t + [NULL_BLOCK] * (cols - len(t)))
         return tuple(rows), torch.tensor(table, dtype=torch.int32).reshape(len(rows), cols)
@@ -427,8 +511,16 @@ class VllmMamba2ApcRouting:
     def metadata(self, case: ApcCase, s: int) -> Any:
         _, backend, _ = self._modules()
         rows, table = self.rows(case, s)
-        m = runner_metadata(backend, rows, 0, table=table)
-        return self._builder(case).build(0, m)
+        m = runner_metadata(backend, rows, case.num_spec, table=table)
+        extra: dict[str, Any] = {}
+        if case.num_spec:  # the runner's arguments when speculating (gpu_model_runner: all mode's prev index too)
+            step = case.timeline()[s]
+            extra = {
+                "num_accepted_tokens": torch.tensor([x.counts for x in step], dtype=torch.int32),
+                "num_decode_draft_tokens_cpu": torch.tensor([x.drafts for x in step], dtype=torch.int32),
+                "prev_last_scheduled_idx": torch.tensor([x.prev_idx for x in step], dtype=torch.int32),
+            }
+        return self._builder(case).build(0, m, **extra)
 
     def route(self, case: ApcCase, s: int) -> list[ConvCall]:
         md = self.metadata(case, s)
@@ -448,8 +540,15 @@ class VllmMamba2ApcRouting:
                 toks = tuple(range(n_dec + bounds[i], n_dec + bounds[i + 1]))
                 calls.append(ConvCall("fn", toks, tuple(table[i].tolist()), bool(has[i]), int(comp_p[i]),
                                       int(last_p[i]), int(first[i]), int(computed[i]), B))  # fmt: skip
-        if n_dec > 0:  # x [num_decode_tokens, D]: token j is batch row j
-            table = md.state_indices_tensor_d
+        table = md.state_indices_tensor_d
+        if n_dec > 0 and md.num_accepted_tokens is not None:  # varlen: decode row i, query_start_loc_d, counts
+            bounds = md.query_start_loc_d.tolist()
+            counts = md.num_accepted_tokens.tolist()
+            for i in range(table.shape[0]):
+                toks = tuple(range(bounds[i], bounds[i + 1]))
+                calls.append(ConvCall("update", toks, tuple(table[i].tolist()), True, int(comp_d[i]), int(last_d[i]),
+                                      accepted=int(counts[i])))  # fmt: skip
+        elif n_dec > 0:  # x [num_decode_tokens, D]: token j is batch row j
             for j in range(n_dec):
                 if j >= table.shape[0]:
                     continue  # past the table: no state of ours
