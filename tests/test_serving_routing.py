@@ -1,20 +1,25 @@
 """S6-routing (SPEC §11, issue #50 item 6): the engines' own metadata builders on drawn scheduler batches, against
 the pool's contract on a symbolic pool (:mod:`gdn_equiv.serving.routing`). The teeth (the planted builder caught)
 are in ``tests/test_serving.py`` with every planted engine; a release's builder is driven here where its whole
-source is unpacked (``GDN_EQUIV_ENGINE_SOURCES``, docs/serving-routing.md)."""
+source is unpacked (``GDN_EQUIV_ENGINE_SOURCES``, docs/serving-routing.md). Mamba2's "all" prefix-caching mode
+(:mod:`gdn_equiv.serving.routing_apc`) has its contract, strategy, teeth and releases here too."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import find, given, settings
 
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.serving import routing as R
+from gdn_equiv.serving import routing_apc as A
 from gdn_equiv.serving.engines import EngineOps
+from gdn_equiv.serving.planted import PLANTED_APC
 from gdn_equiv.serving.records import SERVING
-from gdn_equiv.strategies.pools import routing_cases
+from gdn_equiv.strategies.pools import apc_cases, routing_cases
 
 ROUTING = next(r for r in SERVING if r.name == "S6-routing")
 
@@ -127,10 +132,6 @@ def test_a_release_builder_routes_a_mixed_batch_as_the_pool_says(version: str, f
 
 # ---- Mamba2's "all" prefix-caching mode (gdn_equiv/serving/routing_apc.py) ---------------------------------------
 
-from gdn_equiv.serving import routing_apc as A  # noqa: E402
-from gdn_equiv.serving.planted import PLANTED_APC  # noqa: E402
-from gdn_equiv.strategies.pools import apc_cases  # noqa: E402
-
 
 def test_an_all_mode_chunk_writes_each_boundary_window_to_its_column_and_its_last_window_to_the_last() -> None:
     """W=4, B=2: a chunk of 5 tokens after 1 computed crosses the boundaries at 2 and 4 tokens: columns 0 and 1
@@ -216,6 +217,8 @@ def _straddles(c: A.ApcCase) -> bool:
         ("a verify row of 0 drafts", lambda c: any(x.drafts == 0 for s in c.timeline() for x in s)),
         ("an accepted count past 1", lambda c: any(x.counts > 1 for s in c.timeline() for x in s)),
         ("a verify after a verify that crossed a boundary its accepted tokens did not reach", _straddles),
+        ("a verify-only step staged for a full CUDA graph",
+         lambda c: c.full_cudagraph and any(all(x.drafts >= 0 for x in s) for s in c.timeline())),
         ("verify rows and chunks in one step",
          lambda c: any(any(x.drafts >= 0 for x in s) and any(x.drafts < 0 and x.tokens > 1 for x in s)
                        for s in c.timeline())),
@@ -272,9 +275,6 @@ def test_a_release_without_the_all_mode_says_so_from_its_source() -> None:
 def test_a_release_all_mode_builder_keeps_the_contract_in_its_own_process() -> None:
     """0.31.0's Mamba2 builder and mixer routing on 30 derandomized cases (its own process: one release per
     process), and the same builder with the read column planted one off caught, shrunk to a prefix hit."""
-    import subprocess
-    import sys
-
     tool = os.path.join(os.path.dirname(__file__), "..", "tools", "routing_mamba2_all.py")
     run = subprocess.run([sys.executable, tool, "0.31.0", "--examples", "30"], capture_output=True, text=True)
     if run.returncode == 3:
@@ -291,9 +291,6 @@ def test_a_release_all_mode_verify_row_reads_the_stale_block_the_finding() -> No
     """0.28.0-0.31.0's MambaMixer2 hands the conv update of a verify row ``block_idx_last_computed_token`` as its
     read column, not the column the previous verify ended in (docs/serving-routing.md, Findings): 0.31.0 with
     one draft, shrunk to its smallest case (its own process)."""
-    import subprocess
-    import sys
-
     tool = os.path.join(os.path.dirname(__file__), "..", "tools", "routing_mamba2_all.py")
     run = subprocess.run([sys.executable, tool, "0.31.0", "--max-spec", "1"], capture_output=True, text=True)
     if run.returncode == 3:

@@ -10,16 +10,19 @@ column it fills (``block_idx_first_scheduled_token``) and the one it ends in (``
 and ``MambaMixer2.conv_ssm_forward`` hands them to the conv ops (:class:`ConvCall`: ``causal_conv1d_fn`` for the
 prefill rows with ``initial_state_idx``, ``block_idx_first_scheduled_token``, ``block_idx_last_scheduled_token``,
 ``num_computed_tokens``, ``block_size_to_align``, a 2-D ``cache_indices``; ``causal_conv1d_update`` for the
-decode rows with ``initial_state_idx`` and ``block_idx_last_scheduled_token``).
+decode and verify rows with ``initial_state_idx``, ``block_idx_last_scheduled_token`` and, when speculating,
+``num_accepted_tokens``).
 
 **The contract** (:func:`reference_step`, from the requests' token histories alone): every scheduled token's conv
 sees the last ``W`` tokens of its request's whole history (zeros before the first); after the step, column ``j``
 of a request holds the window after ``(j + 1) * B`` tokens for every block boundary the step crossed
-(``c < (j + 1) * B < s``), the column of its last token (``ceil(s / B) - 1``) the window after ``s``; every other
-block is as it was. **The ops** run as their contract says (:meth:`ApcPool.run`: read ``table[initial]`` when
-the row has state, else zeros; the final window into ``table[last]``; the window at each block boundary inside
-the chunk, counted from ``num_computed_tokens`` at ``block_size_to_align``, into ``table[first + i]``), as
-``gdn_equiv.serving.surface.expected`` writes the block-table branch, whose kernels S0-surface judges. What is
+(``c < (j + 1) * B < s``), the column of its last token (``ceil(s / B) - 1``) the window after ``s`` (after a
+verify row: the window after each of its tokens, the next step's count picks one); every other block is as it
+was. **The ops** run as their contract says (:meth:`ApcPool.run`: read ``table[initial]`` at offset
+``count - 1`` when the row has state, else zeros; the final window into ``table[last]``; the window at each
+block boundary inside the chunk, counted from ``num_computed_tokens`` at ``block_size_to_align``, into
+``table[first + i]``), as ``gdn_equiv.serving.surface.expected`` writes the block-table branch, whose kernels
+S0-surface judges. What is
 judged here is the builder's indices and the mixer's routing of them, on a symbolic pool (a state is the token
 ids it holds), so a column one off shows as a different window, exactly.
 
@@ -57,6 +60,7 @@ __all__ = [
     "ApcPool",
     "ConvCall",
     "ReferenceApcRouting",
+    "Sched",
     "VllmMamba2ApcRouting",
     "check_apc",
     "reference_step",
