@@ -274,12 +274,16 @@ def test_a_release_without_the_all_mode_says_so_from_its_source() -> None:
 @pytest.mark.skipif(not os.environ.get(R.SOURCES_ENV), reason=f"{R.SOURCES_ENV} unset: no release's whole source here")
 def test_a_release_all_mode_builder_keeps_the_contract_in_its_own_process() -> None:
     """0.31.0's Mamba2 builder and mixer routing on 30 derandomized cases (its own process: one release per
-    process), and the same builder with the read column planted one off caught, shrunk to a prefix hit."""
+    process), its Mamba1 builder and mixer likewise, and the Mamba2 builder with the read column planted one off
+    caught, shrunk to a prefix hit."""
     tool = os.path.join(os.path.dirname(__file__), "..", "tools", "routing_mamba2_all.py")
     run = subprocess.run([sys.executable, tool, "0.31.0", "--examples", "30"], capture_output=True, text=True)
     if run.returncode == 3:
         pytest.skip(run.stdout.strip())
     assert run.returncode == 0 and "0.31.0 Mamba2 all mode: pass, 30 cases" in run.stdout, run.stdout + run.stderr
+    run = subprocess.run([sys.executable, tool, "0.31.0", "--mixer", "mamba1", "--examples", "30"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0 and "0.31.0 Mamba1 all mode: pass, 30 cases" in run.stdout, run.stdout + run.stderr
     planted = "0.31.0+reads-first-scheduled-block"
     run = subprocess.run([sys.executable, tool, planted, "--examples", "30"], capture_output=True, text=True)
     assert run.returncode == 1 and f"{planted} Mamba2 all mode: FINDING" in run.stdout, run.stdout + run.stderr

@@ -1,5 +1,6 @@
 """vLLM's Mamba2 "all" prefix-caching mode on one release (or the in-house builder, or a planted one): the
-release's own ``Mamba2AttentionMetadataBuilder.build`` and ``MambaMixer2``'s conv calls from its metadata on
+release's own ``Mamba2AttentionMetadataBuilder.build`` and ``MambaMixer2``'s conv calls from its metadata (with
+``--mixer mamba1``: ``Mamba1AttentionMetadataBuilder.build`` and ``MambaMixer``'s) on
 derandomized draws of ``apc_cases``, against the block-keyed pool's contract (``gdn_equiv/serving/routing_apc.py``,
 ``docs/serving-routing.md``). Prints ``pass, N cases, S s``, ``FINDING (S s): <the shrunk mismatch>`` or the
 reason it cannot run (``n/a: ...`` where the release has no such mode). ``--rate``: every case judged, none
@@ -25,7 +26,10 @@ from gdn_equiv.serving.routing import Misrouted
 from gdn_equiv.strategies.pools import apc_cases
 
 
-def engine(name: str) -> A.ApcRouting | str:
+def engine(name: str, mixer: str = "mamba2") -> A.ApcRouting | str:
+    if mixer == "mamba1":  # a release's Mamba1 builder and MambaMixer (no planted or in-house variant)
+        e1 = A.VllmMamba1ApcRouting(name)
+        return e1.unavailable() or e1
     if name == "reference":
         return A.ReferenceApcRouting()
     if name in PLANTED_APC:
@@ -42,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("engine", help=f"a vLLM release (0.28.0 ...; 0.31.0+reads-first-scheduled-block: that defect "
                    f"planted in the release's builder), 'reference' or one of {sorted(PLANTED_APC)}")  # fmt: skip
     p.add_argument("--examples", type=int, default=200)
+    p.add_argument("--mixer", choices=("mamba2", "mamba1"), default="mamba2",
+                   help="mamba1: the release's Mamba1AttentionMetadataBuilder and MambaMixer instead")  # fmt: skip
     p.add_argument("--max-spec", type=int, default=0, help="drafts per verify row, 1..this (0: no speculation)")
     p.add_argument("--rate", action="store_true", help="judge every case (no shrinking): how many catch it")
     args = p.parse_args(argv)
@@ -49,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--examples {args.examples}: need at least 1")
     if not 0 <= args.max_spec <= 3:
         p.error(f"--max-spec {args.max_spec}: need 0..3")
-    e = engine(args.engine)
-    label = f"{args.engine} Mamba2 all mode" + (f", verify rows of 0..{args.max_spec} drafts" if args.max_spec else "")
+    e = engine(args.engine, args.mixer)
+    label = f"{args.engine} {args.mixer.capitalize()} all mode"
+    label += f", verify rows of 0..{args.max_spec} drafts" if args.max_spec else ""
+    if args.max_spec and isinstance(e, A.VllmMamba1ApcRouting):
+        e = "n/a: MambaMixer's update takes no counts and Mamba1AttentionMetadataBuilder.build none (no speculation)"
     if isinstance(e, str):
         print(f"{label}: {e}")
         return 3

@@ -61,6 +61,7 @@ __all__ = [
     "ConvCall",
     "ReferenceApcRouting",
     "Sched",
+    "VllmMamba1ApcRouting",
     "VllmMamba2ApcRouting",
     "check_apc",
     "reference_step",
@@ -432,11 +433,19 @@ class VllmMamba2ApcRouting:
     ``CommonAttentionMetadata``, a 2-D block table), and the conv calls ``MambaMixer2.conv_ssm_forward`` makes
     from its metadata: the first ``num_decode_tokens`` tokens through ``causal_conv1d_update`` (token ``j`` is
     batch row ``j``: ``state_indices_tensor_d[j]``, ``initial_state_idx`` / ``block_idx_last_scheduled_token`` the
-    decode part of ``block_idx_last_computed_token`` / ``block_idx_last_scheduled_token``), the rest through
-    ``causal_conv1d_fn`` (``state_indices_tensor_p``, ``has_initial_states_p``, ``query_start_loc_p``,
-    ``block_idx_first_scheduled_token_p``, the prefill part of the two others, ``num_computed_tokens_p``,
-    ``block_size_to_align`` the block size)."""
+    decode part of ``block_idx_last_computed_token`` / ``block_idx_last_scheduled_token``; with counts, per
+    decode row over ``query_start_loc_d``), the rest through ``causal_conv1d_fn`` (``state_indices_tensor_p``,
+    ``has_initial_states_p``, ``query_start_loc_p``, ``block_idx_first_scheduled_token_p``, the prefill part of
+    the two others, ``num_computed_tokens_p``, ``block_size_to_align`` the block size)."""
 
+    builder_module = "vllm.v1.attention.backends.mamba2_attn"
+    builder_class = "Mamba2AttentionMetadataBuilder"
+    builder_name = APC_BUILDER
+    mixer_module = MIXER_MODULE
+    mixer_name = "MambaMixer2"
+    mixer_args = MIXER_CONV_ARGS
+    #: whether the mixer's update takes counts (speculative decoding)
+    speculates = True
     caller = f"{APC_BUILDER} + {APC_LAYER}"
 
     def __init__(self, version: str) -> None:
@@ -444,7 +453,7 @@ class VllmMamba2ApcRouting:
 
     def _modules(self) -> tuple[Any, Any, Any]:
         _, backend, kv = load_vllm(self.version)
-        mod = vllm_module(self.version, "vllm.v1.attention.backends.mamba2_attn")
+        mod = vllm_module(self.version, self.builder_module)
         return mod, backend, kv
 
     def unavailable(self) -> str | None:
@@ -454,25 +463,25 @@ class VllmMamba2ApcRouting:
         try:
             mod, _, _ = self._modules()
         except ImportError as exc:
-            return f"not reached: {APC_BUILDER} (vllm {self.version}) cannot be loaded: {exc}"
-        mixer = _source(MIXER_MODULE)
-        passed = [a for a in MIXER_CONV_ARGS if a in mixer]
-        builder = hasattr(mod.Mamba2AttentionMetadataBuilder, "_compute_prefix_caching_block_indices")
-        if not builder and not any("initial_state_idx" in a and a in mixer for a in MIXER_CONV_ARGS):
+            return f"not reached: {self.builder_name} (vllm {self.version}) cannot be loaded: {exc}"
+        mixer = _source(self.mixer_module)
+        passed = [a for a in self.mixer_args if a in mixer]
+        builder = hasattr(getattr(mod, self.builder_class), "_compute_prefix_caching_block_indices")
+        if not builder and not any("initial_state_idx" in a and a in mixer for a in self.mixer_args):
             return (
                 f"n/a: vllm {self.version} has no Mamba 'all' prefix-caching mode: its builder has no "
-                "_compute_prefix_caching_block_indices and its MambaMixer2 passes no block indices "
+                f"_compute_prefix_caching_block_indices and its {self.mixer_name} passes no block indices "
                 "(initial_state_idx, block_idx_*_scheduled_token, block_size_to_align) to causal_conv1d_fn / "
                 "causal_conv1d_update"
             )
-        if len(passed) != len(MIXER_CONV_ARGS) or not builder:
-            missing = [a for a in MIXER_CONV_ARGS if a not in mixer]
+        if len(passed) != len(self.mixer_args) or not builder:
+            missing = [a for a in self.mixer_args if a not in mixer]
             return f"not reached: vllm {self.version}'s mixer conv calls differ from the modelled ones: {missing}"
         return None
 
     def _builder(self, case: ApcCase) -> Any:
         mod, _, kv = self._modules()
-        cls = mod.Mamba2AttentionMetadataBuilder
+        cls = getattr(mod, self.builder_class)
         b = cls.__new__(cls)
         B, cols = case.block_size, case.columns
         max_bs, k = 16, case.num_spec
@@ -558,3 +567,25 @@ class VllmMamba2ApcRouting:
                     continue  # past the table: no state of ours
                 calls.append(ConvCall("update", (j,), tuple(table[j].tolist()), True, int(comp_d[j]), int(last_d[j])))
         return calls
+
+
+MAMBA1_BUILDER = (
+    "vllm/v1/attention/backends/mamba1_attn.py:Mamba1AttentionMetadataBuilder.build "
+    "(mamba_attn.py:_compute_common_metadata, mamba_cache_mode='all')"
+)
+MAMBA1_LAYER = "vllm/model_executor/layers/mamba/mamba_mixer.py:MambaMixer.forward_impl (its conv calls)"
+
+
+class VllmMamba1ApcRouting(VllmMamba2ApcRouting):
+    """Mamba1's "all" mode: the release's ``Mamba1AttentionMetadataBuilder.build`` (the same common metadata, no
+    counts: its ``build`` takes none) and ``MambaMixer``'s conv calls, which pass the same block arguments as
+    ``MambaMixer2``'s (the update without ``num_accepted_tokens``)."""
+
+    builder_module = "vllm.v1.attention.backends.mamba1_attn"
+    builder_class = "Mamba1AttentionMetadataBuilder"
+    builder_name = MAMBA1_BUILDER
+    mixer_module = "vllm.model_executor.layers.mamba.mamba_mixer"
+    mixer_name = "MambaMixer"
+    mixer_args = MIXER_CONV_ARGS
+    speculates = False
+    caller = f"{MAMBA1_BUILDER} + {MAMBA1_LAYER}"
