@@ -10,6 +10,7 @@ One release per process.
     PYTHONPATH=/tmp/routing-deps GDN_EQUIV_ENGINE_SOURCES=/tmp/eng python tools/routing_mamba2_all.py 0.31.0
     python tools/routing_mamba2_all.py apc-reads-first-scheduled-block --rate --examples 400
     ... tools/routing_mamba2_all.py 0.31.0+reads-first-scheduled-block   # the defect planted in the release's builder
+    ... tools/routing_mamba2_all.py 0.31.0+conv-reads-prev-step --max-spec 3   # what if the conv read the SSM's column
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 from hypothesis import HealthCheck, Phase, given, settings
 
@@ -24,6 +26,30 @@ from gdn_equiv.serving import routing_apc as A
 from gdn_equiv.serving.planted import PLANTED_APC, ReleaseReadsFirstScheduledBlock
 from gdn_equiv.serving.routing import Misrouted
 from gdn_equiv.strategies.pools import apc_cases
+
+
+class ConvReadsPrevStep(A.VllmMamba2ApcRouting):
+    """What if (the finding's fix, in part): the release's builder and mixer, but the conv update of a row with
+    counts reads ``block_idx_last_scheduled_token_prev_step`` (the SSM update's read column) instead of
+    ``block_idx_last_computed_token``."""
+
+    def __init__(self, version: str) -> None:
+        super().__init__(version)
+        self.caller = f"{A.VllmMamba2ApcRouting.caller}, what if: conv reads prev_step"
+
+    def route(self, case: A.ApcCase, s: int) -> list[A.ConvCall]:
+        md = self.metadata(case, s)
+        prev = md.block_idx_last_scheduled_token_prev_step
+        out, j = [], 0
+        for call in super().route(case, s):
+            if call.kind == "update" and call.accepted is not None and prev is not None:
+                call = replace(call, initial=int(prev[j]))
+                j += 1
+            out.append(call)
+        return out
+
+
+VARIANTS = {"reads-first-scheduled-block": ReleaseReadsFirstScheduledBlock, "conv-reads-prev-step": ConvReadsPrevStep}
 
 
 def engine(name: str, mixer: str = "mamba2") -> A.ApcRouting | str:
@@ -34,17 +60,18 @@ def engine(name: str, mixer: str = "mamba2") -> A.ApcRouting | str:
         return A.ReferenceApcRouting()
     if name in PLANTED_APC:
         return PLANTED_APC[name]()
-    version, _, planted = name.partition("+")
-    if planted not in ("", "reads-first-scheduled-block"):
-        return f"not driven: no planted release defect {planted!r} (one: reads-first-scheduled-block)"
-    e = ReleaseReadsFirstScheduledBlock(version) if planted else A.VllmMamba2ApcRouting(version)
+    version, _, variant = name.partition("+")
+    if variant and variant not in VARIANTS:
+        return f"not driven: no release variant {variant!r} (there are: {', '.join(VARIANTS)})"
+    e = VARIANTS[variant](version) if variant else A.VllmMamba2ApcRouting(version)
     return e.unavailable() or e
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("engine", help=f"a vLLM release (0.28.0 ...; 0.31.0+reads-first-scheduled-block: that defect "
-                   f"planted in the release's builder), 'reference' or one of {sorted(PLANTED_APC)}")  # fmt: skip
+    p.add_argument("engine", help=f"a vLLM release (0.28.0 ...; <v>+reads-first-scheduled-block: that defect "
+                   "planted in the release's builder; <v>+conv-reads-prev-step: what if its conv update read the "
+                   f"SSM's column), 'reference' or one of {sorted(PLANTED_APC)}")  # fmt: skip
     p.add_argument("--examples", type=int, default=200)
     p.add_argument("--mixer", choices=("mamba2", "mamba1"), default="mamba2",
                    help="mamba1: the release's Mamba1AttentionMetadataBuilder and MambaMixer instead")  # fmt: skip
