@@ -15,9 +15,11 @@ from hypothesis.errors import InvalidArgument
 
 from gdn_equiv.serving.cases import Batch, ConvSpec, HandoffCase, PackedCase, PrefixCase, SpecCase
 from gdn_equiv.serving.routing import RoutingCase, SchedRow
+from gdn_equiv.serving.routing_apc import ApcCase
 from gdn_equiv.serving.surface import BLOCK_TABLE, POSITIONAL, SLOTS, WINDOWS, OpSurface, Row, SurfaceCase
 
 __all__ = [
+    "apc_cases",
     "batches",
     "channel_counts",
     "conv_specs",
@@ -353,7 +355,8 @@ def routing_cases(
     computed = {b: draw(st.integers(0, 3)) if h == 1 else h for b, h in enumerate(held, start=1)}
     holds = dict(enumerate(held, start=1))
     steps = []
-    for _ in range(draw(st.integers(1, max_steps))):
+    # with drafts, a chunk then a verify after a verify: 3 steps at least, a step more than max_steps at most
+    for _ in range(draw(st.integers(min(3, max_steps + 1) if k else 1, max_steps + (k > 0)))):
         n = draw(st.integers(1, max_rows))
         blocks = draw(st.permutations(range(1, num_blocks + 1)))[:n]
         front, back = [], []
@@ -382,3 +385,70 @@ def routing_cases(
             rows = draw(st.permutations(rows))
         steps.append(tuple(rows))
     return RoutingCase(k, tuple(steps), num_blocks, draw(st.booleans()), held)
+
+
+@st.composite
+def apc_cases(
+    draw: st.DrawFn,
+    *,
+    min_block: int = 2,
+    max_block: int = 4,
+    max_requests: int = 3,
+    max_columns: int = 4,
+    max_steps: int = 3,
+    min_spec: int = 0,
+    max_spec: int = 0,
+) -> ApcCase:
+    """Scheduler steps in Mamba2's "all" prefix-caching mode (:class:`~gdn_equiv.serving.routing_apc.ApcCase`):
+    a block size ``B`` of ``min_block``..``max_block`` (a scale model of vLLM's: the indices are in blocks), up
+    to ``max_requests`` requests, each with a block table of up to ``max_columns`` blocks (drawn from one
+    shuffled pool, so a request's columns lie apart) and a cached prefix of whole blocks (a prefix-cache hit) or
+    none; each step schedules some of them, one-token decodes of a request with computed tokens first, then
+    chunks of any length its table still holds (fresh prompts, chunked prefills resuming inside a block or on a
+    boundary, chunks crossing several boundaries), then up to one pad. With ``k`` of ``min_spec..max_spec``
+    drafts (speculative decoding), a request past its first chunk may turn to verify rows of ``1 + d`` tokens
+    (``d`` of 0..k; any accepted count of 1..1+d), which lead the step, and stays there (then 3 to
+    ``max_steps + 1`` steps, so a verify can follow a verify after the first chunk). Shrinks to one fresh
+    request of one block, one step, one token, the smallest block, the fewest drafts."""
+    _bounds("block", min_block, max_block, 1)
+    _bounds("requests", 1, max_requests, 1)
+    _bounds("columns", 1, max_columns, 1)
+    _bounds("steps", 1, max_steps, 1)
+    _bounds("spec", min_spec, max_spec, 0)
+    B = draw(st.integers(min_block, max_block))
+    k = draw(st.integers(min_spec, max_spec))
+    # verify rows need room for a chunk and two verifies after it: tables of 2 blocks more
+    cols = draw(st.lists(st.integers(1 + 2 * (k > 0), max_columns + 2 * (k > 0)), min_size=1, max_size=max_requests))
+    ids = draw(st.permutations(range(1, sum(cols) + 1 + draw(st.integers(0, 2)))))
+    tables, at = [], 0
+    for c in cols:
+        tables.append(tuple(ids[at : at + c]))
+        at += c
+    cached = [B * draw(st.integers(0, c - 1)) for c in cols]
+    done = list(cached)
+    started = [False] * len(cols)
+    verifying = [False] * len(cols)
+    steps = []
+    # with drafts, a chunk then a verify after a verify: 3 steps at least, a step more than max_steps at most
+    for _ in range(draw(st.integers(min(3, max_steps + 1) if k else 1, max_steps + (k > 0)))):
+        open_ = [r for r in range(len(cols)) if done[r] < cols[r] * B]
+        if not open_:
+            break
+        chosen = draw(st.permutations(open_))[: draw(st.integers(1, len(open_)))]
+        front, back = [], []
+        for r in chosen:
+            room = cols[r] * B - done[r]
+            if k and started[r] and (verifying[r] or draw(st.integers(0, 3)) > 0):
+                d = draw(st.integers(0, min(k, room - 1)))
+                a = draw(st.integers(1, d + 1))
+                front.append((r, d + 1, d, a))
+                verifying[r] = True
+                done[r] += a
+                continue
+            n = draw(st.integers(1, room))
+            (front if n == 1 and done[r] > 0 else back).append((r, n))
+            started[r] = True
+            done[r] += n
+        pads = [(-1, 0)] * draw(st.integers(0, 1))
+        steps.append(tuple(front + back + pads))
+    return ApcCase(B, tuple(tables), tuple(cached), tuple(steps), draw(st.booleans()), k)

@@ -11,6 +11,7 @@ Nothing is patched: the defect is the adapter's own code, as an engine's kernel 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -18,6 +19,7 @@ from gdn_equiv.serving import pool as ref
 from gdn_equiv.serving import surface
 from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.routing import Call, ReferenceRouting, RoutingCase, SchedRow
+from gdn_equiv.serving.routing_apc import ApcCase, ConvCall, Indices, ReferenceApcRouting, VllmMamba2ApcRouting
 from gdn_equiv.serving.surface import SurfaceCase, SurfaceOp
 
 Tensor = torch.Tensor
@@ -439,6 +441,81 @@ class OnePromptAsDecode(ReferenceAdapter):
 
     def short_conv_routing(self) -> _OnePromptAsDecode:
         return _OnePromptAsDecode()
+
+
+class ApcReadsFirstScheduledBlock(ReferenceApcRouting):
+    """Mamba2 "all" mode: a metadata builder whose ``block_idx_last_computed_token`` is the first scheduled
+    token's column (``floor(c/B)``) instead of the last computed token's (``ceil(c/B) - 1``): right while a
+    request resumes inside a block, one block off (the column it is about to fill) when its computed tokens end
+    on a boundary (a prefix-cache hit, a chunk that ended on one). Driven by ``check_apc``, not a
+    :data:`PLANTED` adapter (the all-mode driver is not one of S6-routing's layers)."""
+
+    caller = "gdn_equiv/serving/planted.py:ApcReadsFirstScheduledBlock (a Mamba2 all-mode metadata builder)"
+
+    def indices(self, computed: int, seq_len: int, block_size: int) -> Indices:
+        ix = super().indices(computed, seq_len, block_size)
+        return replace(ix, last_computed=ix.first_scheduled)
+
+
+class ApcWritesPastLastBlock(ReferenceApcRouting):
+    """Mamba2 "all" mode: a metadata builder whose ``block_idx_last_scheduled_token`` is ``floor(s/B)`` instead
+    of ``ceil(s/B) - 1``: right unless the step ends on a block boundary, where the last state goes one column
+    past the block it completes."""
+
+    caller = "gdn_equiv/serving/planted.py:ApcWritesPastLastBlock (a Mamba2 all-mode metadata builder)"
+
+    def indices(self, computed: int, seq_len: int, block_size: int) -> Indices:
+        ix = super().indices(computed, seq_len, block_size)
+        return replace(ix, last_scheduled=seq_len // block_size)
+
+
+class ApcVerifyReadsLastComputedBlock(ReferenceApcRouting):
+    """Mamba2 "all" mode with speculative decoding: the conv update of a verify row reads the last computed
+    token's column (``ceil(c/B) - 1``) instead of the one its request's previous verify ended in (where that
+    update left its windows): right unless the previous verify's tokens crossed a block boundary its accepted
+    ones did not reach (the class of vLLM 0.28.0-0.31.0's MambaMixer2 finding, planted in the in-house
+    builder so CI carries it without a release's source)."""
+
+    caller = "gdn_equiv/serving/planted.py:ApcVerifyReadsLastComputedBlock (a Mamba2 all-mode metadata builder)"
+
+    def route(self, case: ApcCase, s: int) -> list[ConvCall]:
+        step = case.timeline()[s]
+        B, calls, verify = case.block_size, super().route(case, s), iter(x for x in step if x.tokens and x.request >= 0)
+        out = []
+        for call in calls:
+            x = next(verify)
+            if x.drafts >= 0:
+                call = replace(call, initial=self.indices(x.computed, x.computed + x.tokens, B).last_computed)
+            out.append(call)
+        return out
+
+
+class ReleaseReadsFirstScheduledBlock(VllmMamba2ApcRouting):
+    """:class:`ApcReadsFirstScheduledBlock`'s defect planted in a release's own builder object: its
+    ``_compute_prefix_caching_block_indices`` answers the first scheduled token's column as the last computed
+    token's, the rest of ``build`` and the mixer's routing the release's (the driver's teeth through the real
+    path; needs the release's source)."""
+
+    def __init__(self, version: str) -> None:
+        super().__init__(version)
+        self.caller = f"{VllmMamba2ApcRouting.caller}, planted: last computed = first scheduled"
+
+    def _builder(self, case: ApcCase) -> Any:
+        b = super()._builder(case)
+        own = b._compute_prefix_caching_block_indices
+
+        def planted(m: Any, block_size: int) -> tuple[Tensor, Tensor, Tensor]:
+            _, first, last = own(m, block_size)
+            return first.clone(), first, last
+
+        b._compute_prefix_caching_block_indices = planted
+        return b
+
+
+#: the Mamba2 all-mode planted builders (``check_apc``'s teeth; their catch is tests/test_serving_routing.py's)
+PLANTED_APC = {"apc-reads-first-scheduled-block": ApcReadsFirstScheduledBlock,
+               "apc-writes-past-last-block": ApcWritesPastLastBlock,
+               "apc-verify-reads-last-computed-block": ApcVerifyReadsLastComputedBlock}  # fmt: skip
 
 
 S0 = "check_s0_reference"

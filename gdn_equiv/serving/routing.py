@@ -142,7 +142,7 @@ class Pool:
         if off < 0 or off + W - 1 > len(stored):
             raise Misrouted(
                 f"block {block}: a count of {accepted} where it holds windows for counts 1..{len(stored) - W + 2}",
-                _report(),
+                misrouted_report(),
             )
         return stored[off : off + W - 1]
 
@@ -153,7 +153,7 @@ class Pool:
         seq = list(window)
         for i in call.tokens:
             if i in outputs:
-                raise Misrouted(f"token {i} ({ids[i]}) reaches two conv calls", _report())
+                raise Misrouted(f"token {i} ({ids[i]}) reaches two conv calls", misrouted_report())
             seq.append(ids[i])
             outputs[i] = tuple(seq[-W:])
         self.blocks[call.block] = tuple(seq[1:]) if call.kind == "verify" else tuple(seq[-(W - 1) :])
@@ -163,7 +163,7 @@ class Misrouted(Mismatch):
     """A step's tokens reached the wrong conv call, block, state or count (or none, or two)."""
 
 
-def _report() -> Any:
+def misrouted_report() -> Any:
     return compare(torch.zeros(1), torch.ones(1), name="routing")
 
 
@@ -223,13 +223,13 @@ def check_routing(engine: RoutingEngine, case: RoutingCase, ctx: str = "") -> No
                     raise Misrouted(
                         f"{where}: step {s}, row {i} ({r.short()}), token {t}: its conv saw {got.get(t)}, "
                         f"the pool's contract says {want[t]}",
-                        _report(),
+                        misrouted_report(),
                     )
         for b in ref.blocks:
             if mine.blocks[b] != ref.blocks[b]:
                 raise Misrouted(
                     f"{where}: after step {s}, block {b} holds {mine.blocks[b]}, the contract says {ref.blocks[b]}",
-                    _report(),
+                    misrouted_report(),
                 )
 
 
@@ -264,7 +264,7 @@ def _unpin_vllm() -> None:
             setattr(module, "is_pin_memory_available", _no_pinned_memory)  # noqa: B010
 
 
-def _load_vllm(version: str) -> Any:
+def load_vllm(version: str) -> Any:
     """The release's ``gdn_attn`` module (one vLLM release per process: torch keeps the first one's registered
     custom ops and types)."""
     key = ("vllm", version)
@@ -307,14 +307,15 @@ def _load_vllm(version: str) -> Any:
     return _LOADED["vllm"]
 
 
-def _common_metadata(backend: Any, rows: tuple[SchedRow, ...], k: int) -> Any:
+def runner_metadata(backend: Any, rows: tuple[SchedRow, ...], k: int, table: torch.Tensor | None = None) -> Any:
     """The runner's ``CommonAttentionMetadata`` of one step's rows (block table: the conv block, then ``k``
-    speculative columns), with the fields the release's dataclass has."""
+    speculative columns; or ``table``, a 2-D one), with the fields the release's dataclass has."""
     starts = torch.tensor(_starts(rows), dtype=torch.int32)
     seq = torch.tensor([r.computed + r.tokens for r in rows], dtype=torch.int32)
-    table = torch.tensor([[r.block, *(list(r.spare) + [NULL_BLOCK] * k)[:k]] for r in rows], dtype=torch.int32).reshape(
-        len(rows), k + 1
-    )
+    if table is None:
+        table = torch.tensor(
+            [[r.block, *(list(r.spare) + [NULL_BLOCK] * k)[:k]] for r in rows], dtype=torch.int32
+        ).reshape(len(rows), k + 1)
     computed = torch.tensor([r.computed for r in rows], dtype=torch.int32)
     known = {
         "query_start_loc": starts, "query_start_loc_cpu": starts.clone(), "seq_lens": seq,
@@ -344,13 +345,13 @@ class VllmGdnRouting:
 
     def unavailable(self) -> str | None:
         try:
-            _load_vllm(self.version)
+            load_vllm(self.version)
         except ImportError as exc:
             return f"not reached: {GDN_BUILDER} (vllm {self.version}) cannot be loaded: {exc}"
         return None
 
     def _builder(self, case: RoutingCase) -> Any:
-        mod, _, kv = _load_vllm(self.version)
+        mod, _, kv = load_vllm(self.version)
         cls = mod.GDNAttentionMetadataBuilder
         b = cls.__new__(cls)
         k = case.num_spec
@@ -378,9 +379,9 @@ class VllmGdnRouting:
 
     def metadata(self, rows: tuple[SchedRow, ...], case: RoutingCase) -> Any:
         """The builder's metadata for one step's rows (the runner's ``CommonAttentionMetadata`` of them)."""
-        _, backend, _ = _load_vllm(self.version)
+        _, backend, _ = load_vllm(self.version)
         k = case.num_spec
-        m = _common_metadata(backend, rows, k)
+        m = runner_metadata(backend, rows, k)
         accepted = torch.tensor([r.accepted for r in rows], dtype=torch.int32)
         drafts = torch.tensor([r.drafts for r in rows], dtype=torch.int32)
         b = self._builder(case)
@@ -434,13 +435,13 @@ VLLM_SHORT_CONV_BUILDER_ATTRS = (
 )  # fmt: skip
 
 
-def _vllm_module(version: str, dotted: str) -> Any:
-    """One more module of the release :func:`_load_vllm` loaded (its failure is the row's reason), imported and
+def vllm_module(version: str, dotted: str) -> Any:
+    """One more module of the release :func:`load_vllm` loaded (its failure is the row's reason), imported and
     unpinned once per process."""
     key = ("vllm", f"{version}:{dotted}")
     if key in _FAILED:
         raise ImportError(_FAILED[key])
-    _load_vllm(version)
+    load_vllm(version)
     loaded = f"vllm:{version}:{dotted}"
     if loaded in _LOADED:
         return _LOADED[loaded]
@@ -471,8 +472,8 @@ class VllmShortConvRouting:
         self._layer_counts: bool | None = None
 
     def _modules(self) -> tuple[Any, Any, Any]:
-        _, backend, kv = _load_vllm(self.version)
-        mod = _vllm_module(self.version, "vllm.v1.attention.backends.short_conv_attn")
+        _, backend, kv = load_vllm(self.version)
+        mod = vllm_module(self.version, "vllm.v1.attention.backends.short_conv_attn")
         return mod, backend, kv
 
     def unavailable(self) -> str | None:
@@ -522,7 +523,7 @@ class VllmShortConvRouting:
     def metadata(self, rows: tuple[SchedRow, ...], case: RoutingCase) -> Any:
         _, backend, _ = self._modules()
         k = case.num_spec
-        m = _common_metadata(backend, rows, k)
+        m = runner_metadata(backend, rows, k)
         extra: dict[str, Any] = {}
         if k and self.layer_counts():  # the runner's extra arguments for the builders that take them
             extra = {
