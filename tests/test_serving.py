@@ -24,6 +24,7 @@ from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.serving.records import SERVING
 from gdn_equiv.serving.surface import REFERENCE_SURFACES
 from gdn_equiv.strategies.pools import (
+    apc_cases,
     batches,
     handoff_cases,
     packed_cases,
@@ -46,6 +47,7 @@ CASES: dict[str, Any] = {
     "check_s0_surface": surface_calls(REFERENCE_SURFACES),
     "check_s0_outside": surface_calls(REFERENCE_SURFACES, outside=True),
     "check_s6_routing": routing_cases(),
+    "check_s6_routing_all": apc_cases(max_spec=3),
 }
 
 

@@ -512,6 +512,37 @@ class ReleaseReadsFirstScheduledBlock(VllmMamba2ApcRouting):
         return b
 
 
+class _ApcPlanted(ReferenceAdapter):
+    """A reference engine whose Mamba2 all-mode builder is one of the planted ones (S6-routing-all's teeth)."""
+
+    builder: type[ReferenceApcRouting] = ReferenceApcRouting
+
+    def apc_routing(self) -> ReferenceApcRouting:
+        return self.builder()
+
+
+class ApcFirstScheduled(_ApcPlanted):
+    """S6-routing-all: :class:`ApcReadsFirstScheduledBlock` as an engine's builder."""
+
+    name = "planted-apc-reads-first-scheduled-block"
+    builder = ApcReadsFirstScheduledBlock
+
+
+class ApcPastLast(_ApcPlanted):
+    """S6-routing-all: :class:`ApcWritesPastLastBlock` as an engine's builder."""
+
+    name = "planted-apc-writes-past-last-block"
+    builder = ApcWritesPastLastBlock
+
+
+class ApcVerifyLastComputed(_ApcPlanted):
+    """S6-routing-all: :class:`ApcVerifyReadsLastComputedBlock` (vLLM 0.28.0-0.31.0's finding's class) as an
+    engine's builder."""
+
+    name = "planted-apc-verify-reads-last-computed-block"
+    builder = ApcVerifyReadsLastComputedBlock
+
+
 #: the Mamba2 all-mode planted builders (``check_apc``'s teeth; their catch is tests/test_serving_routing.py's)
 PLANTED_APC = {"apc-reads-first-scheduled-block": ApcReadsFirstScheduledBlock,
                "apc-writes-past-last-block": ApcWritesPastLastBlock,
@@ -552,6 +583,9 @@ PLANTED: dict[str, tuple[type[ReferenceAdapter], tuple[str, ...]]] = {
     AnswersOutside.name: (AnswersOutside, ("check_s0_outside",)),
     CountsFromBatchFront.name: (CountsFromBatchFront, ("check_s6_routing",)),
     OnePromptAsDecode.name: (OnePromptAsDecode, ("check_s6_routing",)),
+    ApcFirstScheduled.name: (ApcFirstScheduled, ("check_s6_routing_all",)),
+    ApcPastLast.name: (ApcPastLast, ("check_s6_routing_all",)),
+    ApcVerifyLastComputed.name: (ApcVerifyLastComputed, ("check_s6_routing_all",)),
 }
 
 #: the class of issue #50's list each surface-planted engine stands for

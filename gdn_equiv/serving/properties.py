@@ -364,6 +364,7 @@ def check_s7_packed_qkv(adapter: EngineAdapter, case: PackedCase) -> None:
 # S0 over each engine version's whole declared surface, and outside it (defined with the surfaces; here so every
 # driver finds every serving property by name in this module)
 from gdn_equiv.serving.routing import check_s6_routing  # noqa: E402
+from gdn_equiv.serving.routing_apc import check_s6_routing_all  # noqa: E402
 from gdn_equiv.serving.surface import check_s0_outside, check_s0_surface  # noqa: E402
 
-__all__ += ["check_s0_outside", "check_s0_surface", "check_s6_routing"]
+__all__ += ["check_s0_outside", "check_s0_surface", "check_s6_routing", "check_s6_routing_all"]

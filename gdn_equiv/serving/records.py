@@ -28,6 +28,7 @@ from gdn_equiv.serving.adapters import EngineAdapter
 from gdn_equiv.serving.engines import engine_adapters
 from gdn_equiv.serving.planted import PLANTED
 from gdn_equiv.serving.routing import unavailable as routing_unavailable
+from gdn_equiv.serving.routing_apc import apc_unavailable
 from gdn_equiv.serving.surface import declared
 from gdn_equiv.strategies import pools
 
@@ -236,6 +237,8 @@ class ServingRecord:
                 )
         if a is not None and self.function == "check_s6_routing":
             why = routing_unavailable(a)
+        if a is not None and self.function == "check_s6_routing_all":
+            why = apc_unavailable(a)
         return why
 
     def strategy(self, engine: str) -> st.SearchStrategy[Draw]:
@@ -288,5 +291,8 @@ SERVING: list[ServingRecord] = [
         (6, "routing", "the engine's own metadata builder routes mixed prefill/decode/verify batches (counts, "
          "pads, several steps) as the pool's contract says", "check_s6_routing",
          lambda a: pools.routing_cases(pads_between=getattr(a, "engine", None) is None)),
+        (6, "routing-all", "vLLM's Mamba 'all' prefix-caching mode as the engine's builder and mixers route it "
+         "(chunks, prefix hits, decodes, verify rows; 2-D block tables) = a block-keyed pool's contract",
+         "check_s6_routing_all", lambda a: pools.apc_cases(max_spec=3)),
     ]
 ]  # fmt: skip

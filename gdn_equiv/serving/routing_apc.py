@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import torch
 
+from gdn_equiv.serving.adapters import NotExercised
 from gdn_equiv.serving.routing import (
     NULL_BLOCK,
     Misrouted,
@@ -589,3 +590,53 @@ class VllmMamba1ApcRouting(VllmMamba2ApcRouting):
     mixer_args = MIXER_CONV_ARGS
     speculates = False
     caller = f"{MAMBA1_BUILDER} + {MAMBA1_LAYER}"
+
+
+# ---- S6-routing-all: the record every driver runs (check --serving-engine, fuzz, the gate) -------------------------
+
+
+def apc_routing_engines(adapter: Any) -> list[ApcRouting] | str:
+    """The all-mode callers an engine path runs: an adapter's own (``apc_routing()``: planted builders), the
+    in-house builder for the reference engine, a vLLM release's Mamba2 builder and mixer (and its Mamba1 pair,
+    which takes no counts); a string says why none can be driven (the row's reason, never a pass)."""
+    own = getattr(adapter, "apc_routing", None)
+    if callable(own):
+        return [own()]
+    engine, version = getattr(adapter, "engine", None), getattr(adapter, "version", "")
+    if engine is None:
+        return [ReferenceApcRouting()]
+    if engine != "vllm":
+        return (
+            f"n/a: {engine} {version} has no Mamba 'all' prefix-caching mode to drive (the mode, its builder and "
+            "its mixers' block arguments are vLLM's)"
+        )
+    mamba2, mamba1 = VllmMamba2ApcRouting(version), VllmMamba1ApcRouting(version)
+    why = mamba2.unavailable()
+    if why is not None:
+        return why
+    return [mamba2] if mamba1.unavailable() is not None else [mamba2, mamba1]
+
+
+def apc_unavailable(adapter: Any) -> str | None:
+    """Why the all-mode routing row of ``adapter`` cannot run; a vLLM path other than ``cpu-torch`` runs the same
+    device-independent builders as the release's ``cpu-torch`` row."""
+    if getattr(adapter, "engine", None) == "vllm" and getattr(adapter, "path", "") != "cpu-torch":
+        return "the metadata builder is device-independent Python: its row is the release's cpu-torch path's"
+    engines = apc_routing_engines(adapter)
+    return engines if isinstance(engines, str) else None
+
+
+def check_s6_routing_all(adapter: Any, case: ApcCase) -> None:
+    """S6-routing-all: vLLM's Mamba "all" prefix-caching mode as the engine routes it (its metadata builder's
+    block indices, its mixer's conv calls from them) on the scheduler steps of ``case``, on a block-keyed pool =
+    the pool's contract (:func:`check_apc`: every scheduled token's window, every block after each step). A
+    Mamba1 builder takes no counts: it runs the cases without verify rows. A path whose caller cannot be loaded
+    or has no such mode is never a pass: its row says which and why."""
+    engines = apc_routing_engines(adapter)
+    if isinstance(engines, str):
+        raise NotExercised(engines)
+    ctx = f"{getattr(adapter, 'name', '?')} {getattr(adapter, 'version', '')}: "
+    for engine in engines:
+        if case.num_spec and not getattr(engine, "speculates", True):
+            continue
+        check_apc(engine, case, ctx=ctx)
