@@ -118,3 +118,43 @@ def test_a_layer_wider_than_the_grid_is_checked_in_every_cell() -> None:
 
     config = GDNConfig(hidden_size=8, head_dim=6, num_heads=2, conv_size=5, conv_bias=False)
     cells.check_example_in_every_cell(Example(config=config, dtype="float32", seq_len=1))
+
+
+# ---- a row's failure message and its example are one failure's ------------------------------------------------
+
+
+def _two_sites(example: int, device: str = "cpu") -> None:
+    """Fails every example from 10 on, at one of two lines of the same kind (``Mismatch``): Hypothesis reports the
+    two as distinct failures, each shrunk on its own (10 at the first line, 11 at the second)."""
+    from gdn_equiv.harness.compare import Report
+
+    if example >= 10 and example % 2 == 0:
+        raise Mismatch(f"even site: {example}", Report("two-sites", ("a", "b"), False, 0))
+    if example >= 10:
+        raise Mismatch(f"odd site: {example}", Report("two-sites", ("a", "b"), False, 0))
+
+
+class _TwoSitesRecord:
+    function = "two_sites"
+    serving = True
+    check = staticmethod(_two_sites)
+
+    @staticmethod
+    def strategy(backend: str):
+        from hypothesis import strategies as st
+
+        from gdn_equiv.harness.premise import Draw
+
+        return st.integers(0, 1000).map(lambda n: Draw(n, False))
+
+
+def test_a_rows_failure_message_is_the_one_its_shrunk_example_raises() -> None:
+    """Two failures of one kind at two lines (as vLLM 0.31.0's all-mode row showed, a wrong count and a wrong
+    window, both ``Misrouted``): the row's message and its example belong to the same failure. Before, the
+    message was the first error's and the example the last replayed one's (the other failure's), so the
+    reproducer replayed an example whose failure the row did not describe."""
+    check = runner.run_property("two-sites", "stub", max_examples=300, record=_TwoSitesRecord(), derandomize=True)
+    assert check.result == Outcome.FAILED, check.failure
+    site = "even" if "even site" in check.failure else "odd"
+    assert check.failure.endswith(f"{site} site: {check.example}"), (check.failure, check.example)
+    assert check.example == (10 if site == "even" else 11), (check.failure, check.example)

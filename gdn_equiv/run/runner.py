@@ -195,6 +195,9 @@ def run_property(
     known: dict[str, Check] = {}
     tally = ledger.Tally()
     failing: dict[str, Example] = {}  # kind -> its example, as Hypothesis reports each distinct failure
+    # each raised error -> (the error, kept alive so its id stays its own; the example that raised it): Hypothesis
+    # reports two failures of one kind raised at different lines as two errors, each from its own shrunk example
+    raised: dict[int, tuple[BaseException, Example]] = {}
 
     def one(draw: Draw) -> None:
         example = draw.example
@@ -213,6 +216,7 @@ def run_property(
                 # the last failing call of a kind is Hypothesis' replay of its shrunk example: the row keeps
                 # that one (the first failing draw is the unshrunk one, seen before any shrinking)
                 failing[_kind(exc)] = example
+                raised[id(exc)] = (exc, example)
                 raise
             finally:
                 check.examples, check.not_applicable = tally.drawn, tally.not_applicable
@@ -228,6 +232,7 @@ def run_property(
 
     while True:
         failing.clear()
+        raised.clear()
         try:
             spent = _round(
                 strategy,
@@ -253,7 +258,11 @@ def run_property(
                 # P1's missed fusion is a finding of its own kind in the ledger
                 row.result = Outcome.MISSED_FUSION if isinstance(error, P.MissedFusion) else Outcome.FAILED
                 row.failure = f"{type(error).__name__}: {error}"
-                row.example = failing.get(kind, next(iter(failing.values())))
+                # the example that raised this very error (its message and its example one failure's), else
+                # the last of its kind (Hypothesis' replay of the shrunk example)
+                row.example = (
+                    raised[id(error)][1] if id(error) in raised else failing.get(kind, next(iter(failing.values())))
+                )
                 # the shrunk example's comparison, or the crash
                 row.worst = (
                     error.report
