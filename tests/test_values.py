@@ -71,8 +71,9 @@ def few(prop, examples: int = 2):
     run = quick(given(data=st.data())(inner))
     if "part" not in inspect.signature(inner).parameters:
         return run
-    # a sweep in parts (on a GPU): every part, the whole sweep
-    return lambda **kwargs: [run(part=part, **kwargs) for part in range(C.value_parts())]
+    # a sweep in parts (on a GPU): every part, the whole sweep (as many as the test's own parametrization)
+    parts = next(m.args[1] for m in getattr(prop, "pytestmark", []) if m.name == "parametrize" and m.args[0] == "part")
+    return lambda **kwargs: [run(part=part, **kwargs) for part in parts]
 
 
 def _red(prop, backend: Backend) -> list[BaseException]:
@@ -249,6 +250,16 @@ def test_a_calls_tensors_all_sit_on_the_device_asked_whatever_their_values(kind:
     placed = {name: str(t.device) for name, t in tensors.items() if t is not None and name != "cu_seqlens"}
     assert set(placed) == {"x", "weight", "bias", "initial_state"}
     assert set(placed.values()) == {"meta"}, placed
+
+
+def test_the_length_sweeps_parts_cover_every_swept_call_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the length sweeps run in parts (``length_share``) likewise: each call in one part, none empty."""
+    monkeypatch.setattr(C, "length_parts", lambda: C.GPU_LENGTH_PARTS)
+    calls = list(range(12))
+    shares = [C.length_share(calls, part) for part in range(C.GPU_LENGTH_PARTS)]
+    assert sorted(c for share in shares for c in share) == calls and all(shares)
+    short = [C.length_share(calls[:9], part) for part in range(C.GPU_LENGTH_PARTS)]
+    assert all(short) and {c for share in short for c in share} == set(range(9))
 
 
 def test_the_value_sweeps_parts_cover_every_swept_call_once(monkeypatch: pytest.MonkeyPatch) -> None:

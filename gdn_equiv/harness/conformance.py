@@ -306,10 +306,31 @@ def value_parts() -> int:
     return GPU_VALUE_PARTS if torch.cuda.is_available() else 1
 
 
-def value_share(swept: list[ConvCall], part: int) -> list[ConvCall]:
-    """The swept calls of ``part``: ``swept[part::parts]``, or one call where there are fewer calls than parts."""
-    parts = value_parts()
+#: the length sweeps likewise: 3 dtypes x (3 lengths past the time tiles + 1 packed) = 12 calls, one a part on a
+#: GPU. On the H100 (2026-12-07, -n 14, kernels cached) the undivided ground-truth length sweep on triton took
+#: 137.0 s warm and the conformance one 77.8 s, the lane's longest tests. One part on a CPU.
+GPU_LENGTH_PARTS = 12
+
+
+def length_parts() -> int:
+    """How many parts the length sweeps run as here: :data:`GPU_LENGTH_PARTS` on a GPU, one on a CPU."""
+    return GPU_LENGTH_PARTS if torch.cuda.is_available() else 1
+
+
+def sweep_share(swept: list[ConvCall], part: int, parts: int) -> list[ConvCall]:
+    """The swept calls of ``part`` of ``parts``: ``swept[part::parts]``, or one call where there are fewer calls
+    than parts (a part never runs none)."""
     return swept[part::parts] or [swept[part % len(swept)]]
+
+
+def value_share(swept: list[ConvCall], part: int) -> list[ConvCall]:
+    """The value sweep's calls of ``part`` (:func:`value_parts` parts)."""
+    return sweep_share(swept, part, value_parts())
+
+
+def length_share(swept: list[ConvCall], part: int) -> list[ConvCall]:
+    """The length sweep's calls of ``part`` (:func:`length_parts` parts)."""
+    return sweep_share(swept, part, length_parts())
 
 
 def edge_splits(backend: str) -> list[tuple[int, int]]:

@@ -42,6 +42,8 @@ from gdn_equiv.harness.conformance import (
     check_update,
     edge_parts,
     edge_splits,
+    length_parts,
+    length_share,
     value_parts,
     value_share,
 )
@@ -200,10 +202,12 @@ def run_sweep(calls: list[ConvCall], backend: str, device: str, checks: tuple) -
             _check(check, call, backend=backend, device=device)
 
 
-# each example sweeps 3 dtypes x (3 lengths + 1 packed) calls: a fifth of the profile's examples
+# each example sweeps 3 dtypes x (3 lengths + 1 packed) calls: a fifth of the profile's examples; on a GPU in
+# parts (conformance.length_parts)
+@pytest.mark.parametrize("part", range(length_parts()))
 @settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
 @given(data=st.data())
-def test_backend_matches_torch_past_every_time_tile_in_every_dtype(data, gdn_backend, device):
+def test_backend_matches_torch_past_every_time_tile_in_every_dtype(data, gdn_backend, device, part):
     """Issue #49: a drawn call (one row, up to 16 channels) moved just past each time tile in reach (65, 129,
     257 tokens: fla's 64-token chunk, the Triton kernels' 64- and 128-row chunks) and packed after a short
     sequence, in every dtype: y, the final state and every gradient == torch's, within §6. A kernel wrong only
@@ -220,7 +224,7 @@ def test_backend_matches_torch_past_every_time_tile_in_every_dtype(data, gdn_bac
         varlen_initial_state=caps.varlen_initial_state,
         channel_step=caps.channel_step,
     )
-    run_sweep(sweep, gdn_backend, device, (check_forward, check_gradients))
+    run_sweep(length_share(sweep, part), gdn_backend, device, (check_forward, check_gradients))
 
 
 # each example sweeps 3 dtypes x 5 value kinds: a fifth of the profile's examples

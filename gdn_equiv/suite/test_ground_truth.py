@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from gdn_equiv.harness import isolation
 from gdn_equiv.harness.compare import assert_equivalent
-from gdn_equiv.harness.conformance import value_parts, value_share
+from gdn_equiv.harness.conformance import length_parts, length_share, value_parts, value_share
 from gdn_equiv.harness.coverage import label_conv_call
 from gdn_equiv.harness.ground_truth import (
     check_forward,
@@ -113,10 +113,12 @@ def _dtypes(backend: str) -> tuple[str, ...]:
     return caps.dtypes_among(("float32", "float16", "bfloat16")) or caps.dtypes_among(DTYPE_NAMES)
 
 
-# each example sweeps 3 dtypes x (3 lengths + 1 packed) calls: a fifth of the profile's examples
+# each example sweeps 3 dtypes x (3 lengths + 1 packed) calls: a fifth of the profile's examples; on a GPU in
+# parts (conformance.length_parts)
+@pytest.mark.parametrize("part", range(length_parts()))
 @settings(deadline=None, max_examples=max(3, settings().max_examples // 5))
 @given(data=st.data())
-def test_backend_matches_fp64_ground_truth_past_every_time_tile_in_every_dtype(data, gdn_backend, device):
+def test_backend_matches_fp64_ground_truth_past_every_time_tile_in_every_dtype(data, gdn_backend, device, part):
     """Issue #49: a drawn call (one row, up to 16 channels) moved just past each time tile in reach (65, 129,
     257 tokens) and packed after a short sequence, in every dtype: y, the final state and the gradients ==
     the fp64 truth's, within §6. A kernel wrong only for fp16 past 64 tokens is caught by every example."""
@@ -132,7 +134,7 @@ def test_backend_matches_fp64_ground_truth_past_every_time_tile_in_every_dtype(d
         varlen_initial_state=caps.varlen_initial_state,
         channel_step=caps.channel_step,
     )
-    _sweep(sweep, gdn_backend, device)
+    _sweep(length_share(sweep, part), gdn_backend, device)
 
 
 # each example sweeps 3 dtypes x 5 value kinds: a fifth of the profile's examples; on a GPU in parts
