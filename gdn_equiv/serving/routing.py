@@ -216,21 +216,40 @@ def check_routing(engine: RoutingEngine, case: RoutingCase, ctx: str = "") -> No
             mine.run(call, ids, got)
         for call in reference_plan(rows, case.num_spec):
             ref.run(call, ids, want)
-        starts = _starts(rows)
-        for i, r in enumerate(rows):
-            for t in range(starts[i], starts[i + 1]):
-                if got.get(t) != want[t]:
-                    raise Misrouted(
-                        f"{where}: step {s}, row {i} ({r.short()}), token {t}: its conv saw {got.get(t)}, "
-                        f"the pool's contract says {want[t]}",
-                        misrouted_report(),
-                    )
-        for b in ref.blocks:
-            if mine.blocks[b] != ref.blocks[b]:
+        rows_said = [f"{i} ({r.short()})" for i, r in enumerate(rows)]
+        assert_step_routed(f"{where}: step {s}", _starts(rows), rows_said, got, want, mine.blocks, ref.blocks)
+
+
+def assert_step_routed(
+    where: str,
+    starts: list[int],
+    rows: list[str],
+    got: dict[int, Any],
+    want: dict[int, Any],
+    blocks: dict[int, Any],
+    contract: dict[int, Any],
+    *,
+    ids: list[str] | None = None,
+    says: str = "the pool's contract says",
+) -> None:
+    """One step judged: every token ``t`` of row ``i`` (``starts[i] <= t < starts[i + 1]``, the row said as
+    ``rows[i]``; with ``ids``, each token said with its id too) saw the window ``want[t]``, and every block of
+    ``contract`` holds what it says after the step (``blocks``: the engine's pool). A difference is
+    :class:`Misrouted`, naming the step, row, token or block."""
+    for i, said in enumerate(rows):
+        for t in range(starts[i], starts[i + 1]):
+            if got.get(t) != want[t]:
+                token = f"{t} ({ids[t]})" if ids else str(t)
                 raise Misrouted(
-                    f"{where}: after step {s}, block {b} holds {mine.blocks[b]}, the contract says {ref.blocks[b]}",
+                    f"{where}, row {said}, token {token}: its conv saw {got.get(t)}, {says} {want[t]}",
                     misrouted_report(),
                 )
+    for b in contract:
+        if blocks[b] != contract[b]:
+            where_after = where.replace(": step ", ": after step ", 1)
+            raise Misrouted(
+                f"{where_after}, block {b} holds {blocks[b]}, the contract says {contract[b]}", misrouted_report()
+            )
 
 
 # ---- vLLM's GDN metadata builder ------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from gdn_equiv.serving.routing import (
     Misrouted,
     SchedRow,
     W,
+    assert_step_routed,
     load_vllm,
     misrouted_report,
     runner_metadata,
@@ -322,20 +323,10 @@ def check_apc(engine: ApcRouting, case: ApcCase, ctx: str = "") -> None:
             except Misrouted as exc:
                 raise Misrouted(f"{where}: step {s}, {call}: {exc}", misrouted_report()) from None
         want = reference_step(case, s, ref.blocks)
-        for t in range(len(ids)):
-            if got.get(t) != want[t]:
-                row = next(i for i in range(len(starts) - 1) if starts[i] <= t < starts[i + 1])
-                raise Misrouted(
-                    f"{where}: step {s}, row {row}, token {t} ({ids[t]}): its conv saw {got.get(t)}, "
-                    f"its history says {want[t]}",
-                    misrouted_report(),
-                )
-        for b in ref.blocks:
-            if mine.blocks[b] != ref.blocks[b]:
-                raise Misrouted(
-                    f"{where}: after step {s}, block {b} holds {mine.blocks[b]}, the contract says {ref.blocks[b]}",
-                    misrouted_report(),
-                )
+        rows = [str(i) for i in range(len(starts) - 1)]
+        assert_step_routed(
+            f"{where}: step {s}", starts, rows, got, want, mine.blocks, ref.blocks, ids=ids, says="its history says"
+        )
 
 
 # ---- the in-house builder (vLLM's index formulas): the stand-in for CI and the planted defects -----------------
