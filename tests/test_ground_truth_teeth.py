@@ -49,9 +49,21 @@ def _state_off_by_one_update(x, state, weight, bias, activation):
     return tb.update(x, _shifted(state), weight, bias, activation)
 
 
+def _one_percent_off_forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """Every output 1% too large: past every tolerance of the table, under an atol of 1 at randn's scale."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return y * 1.01, final
+
+
+def _one_percent_off_update(x, state, weight, bias, activation):
+    y, new_state = tb.update(x, state, weight, bias, activation)
+    return y * 1.01, new_state
+
+
 DEFECTS = {
     "reversed_taps": (_reversed_taps_forward, _reversed_taps_update),
     "state_off_by_one": (_state_off_by_one_forward, _state_off_by_one_update),
+    "one_percent_off": (_one_percent_off_forward, _one_percent_off_update),
 }
 
 
@@ -121,3 +133,25 @@ def test_ground_truth_computes_each_builtin_activation_on_its_own(activation):
         silu, _ = conv1d_truth(x, w, b, "silu")
         assert not torch.allclose(truth, silu)
         assert (truth >= 0).all()
+
+
+def test_the_combination_cells_judge_torch_by_the_fp64_truth(broken_torch):
+    """P7-combinations on the torch backend compares each cell with the fp64 truth (torch against itself would
+    compare nothing): a defective torch registered in its place fails some cell of a plain call's grid."""
+    import random
+
+    from gdn_equiv.harness import cells as K
+    from gdn_equiv.strategies import ConvCall
+
+    impl = get_backend("torch")  # the defective copy
+    caught = 0
+    for seed in range(2):
+        base = ConvCall(B=1, T=8, D=4, W=3, dtype="float32", bias=True, activation="silu", seed=seed)
+        rng = random.Random(seed)
+        for cell in K.all_cells():
+            if K.feasible(cell, widths=(1, 4)) is None:
+                try:
+                    K.check_cell(K.cell_call(rng, base, cell, (1, 4)), cell, impl, "cpu")
+                except Mismatch:
+                    caught += 1
+    assert caught, f"{broken_torch}: no cell caught it"

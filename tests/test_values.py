@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
+from gdn_equiv.errors import InvalidArgument
 from gdn_equiv.harness import conformance as C
 from gdn_equiv.harness import ground_truth as G
 from gdn_equiv.harness import planted
@@ -337,3 +338,32 @@ def test_every_combination_cell_at_the_extremes_catches_each_value_defect(defect
             except Mismatch:
                 caught += 1
     assert caught, f"{defect}: no cell of {kind} values caught it"
+
+
+def _final_always(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """Planted: a final state returned whether it was asked for or not."""
+    return tb.forward(x, weight, bias, activation, initial_state, True, cu_seqlens)
+
+
+def _final_one_percent_off(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens):
+    """Planted: y right, the final state 1% too large (its zeros, and their signs, kept)."""
+    y, final = tb.forward(x, weight, bias, activation, initial_state, output_final_state, cu_seqlens)
+    return y, None if final is None else final * 1.01
+
+
+@pytest.mark.parametrize("forward", [_final_always, _final_one_percent_off], ids=["not-asked", "one-percent-off"])
+def test_every_combination_cell_catches_a_wrong_final_state(forward) -> None:
+    """The cell check's final-state comparisons have teeth: a kernel returning a final state nobody asked for, and
+    one whose final state is 1% off (y right), each fail some cell of a randn call's grid (the first refused by
+    the registry's dispatch before the cell check sees it)."""
+    from gdn_equiv.harness import cells as K
+
+    planted_backend = Backend(f"planted-{forward.__name__}", forward=forward, update=tb.update)
+    caught = 0
+    with registered(planted_backend):
+        for cell, call in _grid_at("randn", "float32", range(1)):
+            try:
+                K.check_cell(call, cell, planted_backend, "cpu")
+            except (AssertionError, InvalidArgument):  # the dispatch refuses a final state not asked for first
+                caught += 1
+    assert caught, f"{planted_backend.name}: no cell caught it"
