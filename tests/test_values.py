@@ -361,7 +361,11 @@ def test_every_combination_cell_catches_a_wrong_final_state(forward) -> None:
     planted_backend = Backend(f"planted-{forward.__name__}", forward=forward, update=tb.update)
     caught = 0
     with registered(planted_backend):
+        # cells without gradients: there only the final state's comparison can see it (under gradients a wrong final
+        # state also shows in the gradients that flow back from it)
         for cell, call in _grid_at("randn", "float32", range(1)):
+            if cell.grad:
+                continue
             try:
                 K.check_cell(call, cell, planted_backend, "cpu")
             except (AssertionError, InvalidArgument):  # the dispatch refuses a final state not asked for first
