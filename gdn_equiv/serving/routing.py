@@ -474,6 +474,29 @@ def vllm_module(version: str, dotted: str) -> Any:
     return mod
 
 
+def mamba_builder(cls: Any, *, spec: Any, cache: Any, k: int, max_bs: int, full_cudagraph: bool, **extra: Any) -> Any:
+    """A vLLM Mamba-family metadata builder (``cls``) made with ``__new__`` and given what its ``build`` reads (its
+    ``__init__`` needs a whole ``VllmConfig``): the KV-cache ``spec``, the ``cache`` config, ``k`` draft tokens, a
+    decode CUDA-graph batch of ``max_bs``, whether full CUDA graphs are on, then the builder's own ``extra``."""
+    b = cls.__new__(cls)
+    cfg = SimpleNamespace(cache_config=cache, speculative_config=None, use_flashinfer_replayssm=False)
+    compilation = SimpleNamespace(
+        cudagraph_mode=SimpleNamespace(has_full_cudagraphs=lambda: full_cudagraph), max_cudagraph_capture_size=None
+    )
+    attrs = {
+        "vllm_config": cfg, "kv_cache_spec": spec, "num_spec_tokens": k, "use_spec_decode": k > 0,
+        "reorder_batch_threshold": 1 + k, "compilation_config": compilation, "speculative_config": None,
+        "decode_cudagraph_max_bs": max_bs, "device": torch.device("cpu"), "layer_names": [],
+        "use_replayssm": False, "use_flashinfer_replayssm": False, "replayssm_buffer_len": 0,
+        "decode_bc_pre_scratch": None, "decode_replayssm_scratch": None, "supports_update_block_table": k == 0,
+        "decode_num_accepted_tokens": torch.empty((max_bs,), dtype=torch.int32),
+        **extra,
+    }  # fmt: skip
+    for name, value in attrs.items():
+        setattr(b, name, value)
+    return b
+
+
 class VllmShortConvRouting:
     """vLLM's ``ShortConvAttentionMetadataBuilder.build`` (the Mamba family's common builder) on a
     :class:`RoutingCase`'s rows, and the conv calls the ShortConv layer's ``forward_cuda`` makes from its
@@ -513,31 +536,16 @@ class VllmShortConvRouting:
 
     def _builder(self, case: RoutingCase) -> Any:
         mod, _, kv = self._modules()
-        cls = mod.ShortConvAttentionMetadataBuilder
-        b = cls.__new__(cls)
         k = case.num_spec
         max_bs = 16 * (k + 1)
         spec = kv.MambaSpec(block_size=16, shapes=((1, W - 1),), dtypes=(torch.float32,), num_speculative_blocks=k)
         cache = SimpleNamespace(mamba_cache_mode="none", use_replayssm=False, replayssm_buffer_len=0)
-        cfg = SimpleNamespace(cache_config=cache, speculative_config=None, use_flashinfer_replayssm=False)
-        full = case.full_cudagraph
-        compilation = SimpleNamespace(
-            cudagraph_mode=SimpleNamespace(has_full_cudagraphs=lambda: full), max_cudagraph_capture_size=None
-        )
-        attrs = {
-            "vllm_config": cfg, "kv_cache_spec": spec, "num_spec_tokens": k, "use_spec_decode": k > 0,
-            "reorder_batch_threshold": 1 + k, "compilation_config": compilation, "speculative_config": None,
-            "decode_cudagraph_max_bs": max_bs, "device": torch.device("cpu"), "layer_names": [],
-            "use_replayssm": False, "use_flashinfer_replayssm": False, "replayssm_buffer_len": 0,
-            "decode_bc_pre_scratch": None, "decode_replayssm_scratch": None,
-            "decode_replayssm_state_indices_d": None, "supports_update_block_table": k == 0,
-            "state_indices_tensor_d": torch.empty((max_bs, 1 + k), dtype=torch.int32),
-            "decode_num_accepted_tokens": torch.empty((max_bs,), dtype=torch.int32),
-            "state_indices_tensor": torch.empty((max_bs, 1 + k), dtype=torch.int32),
-        }  # fmt: skip
-        for name, value in attrs.items():
-            setattr(b, name, value)
-        return b
+        return mamba_builder(
+            mod.ShortConvAttentionMetadataBuilder, spec=spec, cache=cache, k=k, max_bs=max_bs,
+            full_cudagraph=case.full_cudagraph, decode_replayssm_state_indices_d=None,
+            state_indices_tensor_d=torch.empty((max_bs, 1 + k), dtype=torch.int32),
+            state_indices_tensor=torch.empty((max_bs, 1 + k), dtype=torch.int32),
+        )  # fmt: skip
 
     def metadata(self, rows: tuple[SchedRow, ...], case: RoutingCase) -> Any:
         _, backend, _ = self._modules()

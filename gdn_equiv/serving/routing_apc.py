@@ -49,6 +49,7 @@ from gdn_equiv.serving.routing import (
     W,
     assert_step_routed,
     load_vllm,
+    mamba_builder,
     misrouted_report,
     runner_metadata,
     vllm_module,
@@ -473,34 +474,20 @@ class VllmMamba2ApcRouting:
 
     def _builder(self, case: ApcCase) -> Any:
         mod, _, kv = self._modules()
-        cls = getattr(mod, self.builder_class)
-        b = cls.__new__(cls)
         B, cols = case.block_size, case.columns
         max_bs, k = 16, case.num_spec
         spec = kv.MambaSpec(block_size=B, shapes=((1, W - 1 + k),), dtypes=(torch.float32,), num_speculative_blocks=k)
         if hasattr(spec, "mamba_cache_mode"):
             object.__setattr__(spec, "mamba_cache_mode", "all")
         cache = SimpleNamespace(mamba_cache_mode="all", use_replayssm=False, replayssm_buffer_len=0, mamba_block_size=B)
-        cfg = SimpleNamespace(cache_config=cache, speculative_config=None, use_flashinfer_replayssm=False)
-        full = case.full_cudagraph
-        compilation = SimpleNamespace(
-            cudagraph_mode=SimpleNamespace(has_full_cudagraphs=lambda: full), max_cudagraph_capture_size=None
-        )
-        attrs = {
-            "vllm_config": cfg, "kv_cache_spec": spec, "num_spec_tokens": k, "use_spec_decode": k > 0,
-            "reorder_batch_threshold": 1 + k, "compilation_config": compilation, "speculative_config": None,
-            "decode_cudagraph_max_bs": max_bs, "device": torch.device("cpu"), "layer_names": [],
-            "chunk_size": B, "use_replayssm": False, "use_flashinfer_replayssm": False, "replayssm_buffer_len": 0,
-            "decode_bc_pre_scratch": None, "decode_replayssm_scratch": None, "supports_update_block_table": k == 0,
-            "state_indices_tensor_d": torch.empty((max_bs, cols), dtype=torch.int32),
-            "block_idx_last_scheduled_token": torch.empty((max_bs,), dtype=torch.int32),
-            "block_idx_last_computed_token": torch.empty((max_bs,), dtype=torch.int32),
-            "block_idx_last_scheduled_token_prev_step": torch.empty((max_bs,), dtype=torch.int32),
-            "decode_num_accepted_tokens": torch.empty((max_bs,), dtype=torch.int32),
-        }  # fmt: skip
-        for name, value in attrs.items():
-            setattr(b, name, value)
-        return b
+        return mamba_builder(
+            getattr(mod, self.builder_class), spec=spec, cache=cache, k=k, max_bs=max_bs,
+            full_cudagraph=case.full_cudagraph, chunk_size=B,
+            state_indices_tensor_d=torch.empty((max_bs, cols), dtype=torch.int32),
+            block_idx_last_scheduled_token=torch.empty((max_bs,), dtype=torch.int32),
+            block_idx_last_computed_token=torch.empty((max_bs,), dtype=torch.int32),
+            block_idx_last_scheduled_token_prev_step=torch.empty((max_bs,), dtype=torch.int32),
+        )  # fmt: skip
 
     def rows(self, case: ApcCase, s: int) -> tuple[tuple[SchedRow, ...], torch.Tensor]:
         """The step's rows as the runner hands them (tokens, computed, drafts) and their 2-D block table."""
