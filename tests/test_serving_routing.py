@@ -16,8 +16,9 @@ from hypothesis import find, given, settings
 from gdn_equiv.harness.testing import first_hit
 from gdn_equiv.serving import routing as R
 from gdn_equiv.serving import routing_apc as A
+from gdn_equiv.serving.adapters import ReferenceAdapter
 from gdn_equiv.serving.engines import EngineOps
-from gdn_equiv.serving.planted import PLANTED_APC
+from gdn_equiv.serving.planted import PLANTED_APC, OnePromptAsDecode, Zeros
 from gdn_equiv.serving.records import SERVING
 from gdn_equiv.strategies.pools import apc_cases, routing_cases
 
@@ -301,3 +302,15 @@ def test_a_release_all_mode_verify_row_reads_the_stale_block_the_finding() -> No
         pytest.skip(run.stdout.strip())
     assert run.returncode == 1 and "verify rows of 0..1 drafts: FINDING" in run.stdout, run.stdout + run.stderr
     assert "v1a1c1 | " in run.stdout and "its conv saw" in run.stdout, run.stdout
+
+
+def test_a_plug_in_engine_without_a_routing_of_its_own_is_n_a_not_the_references_pass() -> None:
+    """The routing rows drive an engine's own builders. A plug-in engine (here a planted one) that declares no
+    routing caller got the in-house reference's routing driven in its name: S6-routing and S6-routing-all said
+    "pass" having checked nothing of it (seen through ``check --serving-engine gdn_equiv.serving.planted:Zeros``).
+    Now its rows are n/a with the reason; the reference engine itself still runs them, and a plug-in routing one
+    layer routes the other as the reference."""
+    assert "declares no routing of its own" in (R.unavailable(Zeros()) or ""), R.unavailable(Zeros())
+    assert "declares no routing of its own" in (A.apc_unavailable(Zeros()) or "")
+    assert R.unavailable(ReferenceAdapter()) is None and A.apc_unavailable(ReferenceAdapter()) is None
+    assert R.unavailable(OnePromptAsDecode()) is None

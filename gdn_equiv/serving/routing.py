@@ -605,7 +605,9 @@ def routing_engine(adapter: Any, layer: str = "gdn") -> RoutingEngine | str:
         return own()
     engine, version = getattr(adapter, "engine", None), getattr(adapter, "version", "")
     if engine is None:
-        return ReferenceRouting()
+        if routes_as_reference(adapter) or any(callable(getattr(adapter, m, None)) for m in LAYERS.values()):
+            return ReferenceRouting()  # the reference itself, or a plug-in routing some layers (the rest as ours)
+        return no_routing_of_its_own(adapter)
     if engine == "vllm":
         r = VLLM_ROUTING[layer](version)
         why = r.unavailable()
@@ -613,6 +615,24 @@ def routing_engine(adapter: Any, layer: str = "gdn") -> RoutingEngine | str:
     if engine == "sglang":
         return SGLANG_NOT_REACHED.format(version=version)
     return f"not reached: no routing caller known for engine {engine!r}"
+
+
+def routes_as_reference(adapter: Any) -> bool:
+    """Whether ``adapter`` is the in-house reference engine itself, whose routing the reference routings are (a
+    plug-in or planted engine subclassing it is not: its rows must drive a routing of its own)."""
+    from gdn_equiv.serving.adapters import ReferenceAdapter
+
+    return type(adapter) is ReferenceAdapter
+
+
+def no_routing_of_its_own(adapter: Any) -> str:
+    """The routing rows' reason for a plug-in engine that declares no routing caller of its own: driving the
+    in-house reference's routing in its name would check nothing of it (a vacuous pass)."""
+    name = getattr(adapter, "name", type(adapter).__name__)
+    return (
+        f"n/a: {name} declares no routing of its own (no routing(), short_conv_routing() or apc_routing()): its "
+        "routing rows would drive the in-house reference's builders, nothing of this engine"
+    )
 
 
 #: sglang's verify path and its post-verify scatter, and why neither is driven here (see docs/serving-routing.md)

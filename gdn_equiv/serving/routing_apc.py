@@ -51,6 +51,8 @@ from gdn_equiv.serving.routing import (
     load_vllm,
     mamba_builder,
     misrouted_report,
+    no_routing_of_its_own,
+    routes_as_reference,
     runner_metadata,
     vllm_module,
 )
@@ -575,14 +577,15 @@ class VllmMamba1ApcRouting(VllmMamba2ApcRouting):
 
 def apc_routing_engines(adapter: Any) -> list[ApcRouting] | str:
     """The all-mode callers an engine path runs: an adapter's own (``apc_routing()``: planted builders), the
-    in-house builder for the reference engine, a vLLM release's Mamba2 builder and mixer (and its Mamba1 pair,
-    which takes no counts); a string says why none can be driven (the row's reason, never a pass)."""
+    in-house builder for the reference engine itself (a plug-in declaring none: n/a, not the reference's pass),
+    a vLLM release's Mamba2 builder and mixer (and its Mamba1 pair, which takes no counts); a string says why none
+    can be driven (the row's reason, never a pass)."""
     own = getattr(adapter, "apc_routing", None)
     if callable(own):
         return [own()]
     engine, version = getattr(adapter, "engine", None), getattr(adapter, "version", "")
     if engine is None:
-        return [ReferenceApcRouting()]
+        return [ReferenceApcRouting()] if routes_as_reference(adapter) else no_routing_of_its_own(adapter)
     if engine != "vllm":
         return (
             f"n/a: {engine} {version} has no Mamba 'all' prefix-caching mode to drive (the mode, its builder and "
