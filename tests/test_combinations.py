@@ -51,8 +51,15 @@ def test_a_backend_without_varlen_states_or_wide_kernels_gets_the_cells_it_can_r
 def test_the_combination_test_catches_a_kernel_wrong_only_at_a_combination_in_one_example(name: str) -> None:
     backend = COMBINATION_BACKENDS[name]
     with registered(backend):
-
-        @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        # one failure reported (a cell's gradient can fail the table, or past it the fp64 truth: two raise sites,
+        # which Hypothesis would report as a group when its shrinking meets both)
+        @settings(
+            max_examples=1,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+        )
         @given(cells=combination_calls(backend.name))
         def gate(cells) -> None:
             for cell, call in cells:

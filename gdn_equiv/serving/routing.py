@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import torch
 
 from gdn_equiv.harness.compare import Mismatch, compare
-from gdn_equiv.serving.adapters import NotExercised
+from gdn_equiv.serving.adapters import NotExercised, ReferenceAdapter
 
 __all__ = [
     "VLLM_ROUTING",
@@ -620,8 +620,6 @@ def routing_engine(adapter: Any, layer: str = "gdn") -> RoutingEngine | str:
 def routes_as_reference(adapter: Any) -> bool:
     """Whether ``adapter`` is the in-house reference engine itself, whose routing the reference routings are (a
     plug-in or planted engine subclassing it is not: its rows must drive a routing of its own)."""
-    from gdn_equiv.serving.adapters import ReferenceAdapter
-
     return type(adapter) is ReferenceAdapter
 
 
