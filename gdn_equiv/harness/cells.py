@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from hypothesis import note
 
-from gdn_equiv.harness.compare import assert_equivalent, assert_zero_signs, extreme_allowance
+from gdn_equiv.harness.compare import assert_zero_signs
 from gdn_equiv.harness.conformance import (
     NotAConvCall,
     close_to_torch,
@@ -20,7 +20,7 @@ from gdn_equiv.harness.conformance import (
     state_name,
 )
 from gdn_equiv.harness.coverage import PROMISED, conv_call_regions, example_regions, label_conv_call
-from gdn_equiv.harness.ground_truth import conv1d_truth
+from gdn_equiv.harness.ground_truth import close_to_truth, conv1d_truth
 from gdn_equiv.harness.premise import NotApplicable
 from gdn_equiv.model.backends import Backend
 from gdn_equiv.strategies.combinations import all_cells, cell_call, combination_widths, feasible, layer_cells
@@ -152,12 +152,10 @@ def check_cell(call: ConvCall, cell: Cell, impl: Backend, device: str) -> None:
         ref = {k: None if v is None or got[k] is None else v.detach().to(got[k].dtype) for k, v in truth.items()}
 
         def close(actual, expected, name: str, backend: str, context: str) -> None:
-            # extreme values: the table's atol widened at their scale, a gradient as a sum over the tokens (as
-            # the conv-level ground truth judges them: :func:`gdn_equiv.harness.ground_truth._close`)
+            # as the conv-level ground truth judges (extreme values: atol widened at their scale; a gradient as a
+            # sum over the tokens)
             summed = name.startswith("grad.")
-            extra = extreme_allowance(expected, summed_over_tokens=summed) if call.values != "randn" else 0.0
-            paths = (backend, "fp64 conv1d")
-            assert_equivalent(actual, expected, name=name, paths=paths, exact=False, extra_atol=extra, context=context)
+            close_to_truth(actual, expected, name, backend, call, summed=summed, context=context)
     else:
         ref = _run(call, "torch", device, final=cell.final_state, grad=cell.grad, unused=unused)
         # the fp64 truth, run only where a gradient differs from torch's past the table (as at the conv:

@@ -175,17 +175,26 @@ def gated_deltanet_truth(layer: Any, x: Tensor, *, beta_scale: float | None = No
 # ---- a backend's call against the truth (the suite's ground-truth properties) ---------------------------
 
 
-def _close(
-    actual: torch.Tensor | None, truth: torch.Tensor, name: str, backend: str, call: ConvCall, *, summed: bool = False
+def close_to_truth(
+    actual: torch.Tensor | None,
+    truth: torch.Tensor,
+    name: str,
+    backend: str,
+    call: ConvCall,
+    *,
+    summed: bool = False,
+    context: object = None,
 ) -> None:
-    """``actual`` against the fp64 truth rounded to ``actual``'s dtype, within the §6 table for it."""
+    """``actual`` against the fp64 truth rounded to ``actual``'s dtype, within the §6 table for it (``context``,
+    default ``call``: what a mismatch names)."""
     expected = truth.detach().to(actual.dtype) if actual is not None else truth
     paths = (backend, "fp64 conv1d")
     # extreme values: the table's atol widened at their scale (compare.extreme_allowance); ``summed``: a sum
     # over the tokens (a gradient)
     extreme = getattr(call, "values", "randn") != "randn"
     extra = extreme_allowance(expected, summed_over_tokens=summed) if extreme else 0.0
-    assert_equivalent(actual, expected, name=name, paths=paths, exact=False, extra_atol=extra, context=call)
+    ctx = call if context is None else context
+    assert_equivalent(actual, expected, name=name, paths=paths, exact=False, extra_atol=extra, context=ctx)
 
 
 def _same_zeros(actual: torch.Tensor | None, truth: torch.Tensor, name: str, backend: str, call: ConvCall) -> None:
@@ -204,9 +213,9 @@ def check_forward(call: ConvCall, impl: Backend, device: str) -> None:
     y_true, final_true = conv1d_truth(
         t["x"], t["weight"], t["bias"], call.activation, t["initial_state"], t["cu_seqlens"]
     )
-    _close(y, y_true, "y", backend, call)
+    close_to_truth(y, y_true, "y", backend, call)
     s = impl.state_slots(call.W)  # the slots the backend declares meaningful
-    _close(None if final is None else final[..., s], final_true[..., s], "final_state", backend, call)
+    close_to_truth(None if final is None else final[..., s], final_true[..., s], "final_state", backend, call)
     _same_zeros(None if final is None else final[..., s], final_true[..., s], "final_state", backend, call)
 
 
@@ -240,7 +249,7 @@ def check_gradients(call: ConvCall, impl: Backend, device: str) -> None:
             g_true = torch.zeros_like(d[name])
         if g is None:
             raise AssertionError(f"backend {backend!r} gave no gradient for {name}\nExample: {call}")
-        _close(g, g_true, f"grad.{name}", backend, call, summed=True)
+        close_to_truth(g, g_true, f"grad.{name}", backend, call, summed=True)
 
 
 def check_update(call: ConvCall, impl: Backend, device: str) -> None:
@@ -250,7 +259,7 @@ def check_update(call: ConvCall, impl: Backend, device: str) -> None:
     x, state = t["x"][:, 0], t["initial_state"]
     y, new_state = causal_conv1d_update(x, state, t["weight"], t["bias"], call.activation, backend=impl)
     y_true, new_true = update_truth(x, state, t["weight"], t["bias"], call.activation)
-    _close(y, y_true, "update.y", backend, call)
+    close_to_truth(y, y_true, "update.y", backend, call)
     s = impl.state_slots(call.W)
-    _close(new_state[..., s], new_true[..., s], "update.new_state", backend, call)
+    close_to_truth(new_state[..., s], new_true[..., s], "update.new_state", backend, call)
     _same_zeros(new_state[..., s], new_true[..., s], "update.new_state", backend, call)
