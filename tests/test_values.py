@@ -253,25 +253,26 @@ def test_a_calls_tensors_all_sit_on_the_device_asked_whatever_their_values(kind:
     assert set(placed.values()) == {"meta"}, placed
 
 
-def test_the_length_sweeps_parts_cover_every_swept_call_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU the length sweeps run in parts (``length_share``) likewise: each call in one part, none empty."""
-    monkeypatch.setattr(C, "length_parts", lambda: C.GPU_LENGTH_PARTS)
-    calls = list(range(12))
-    shares = [C.length_share(calls, part) for part in range(C.GPU_LENGTH_PARTS)]
-    assert sorted(c for share in shares for c in share) == calls and all(shares)
-    short = [C.length_share(calls[:9], part) for part in range(C.GPU_LENGTH_PARTS)]
-    assert all(short) and {c for share in short for c in share} == set(range(9))
-
-
-def test_the_value_sweeps_parts_cover_every_swept_call_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU the value sweeps run in parts (``value_share``): every swept call in exactly one part, no part
-    empty; with fewer calls than parts (a backend of fewer dtypes) a part repeats a call rather than run none."""
-    monkeypatch.setattr(C, "value_parts", lambda: C.GPU_VALUE_PARTS)
-    calls = list(range(15))
-    shares = [C.value_share(calls, part) for part in range(C.GPU_VALUE_PARTS)]
-    assert sorted(c for share in shares for c in share) == calls and all(shares)
-    short = [C.value_share(calls[:10], part) for part in range(C.GPU_VALUE_PARTS)]
-    assert all(short) and {c for share in short for c in share} == set(range(10))
+@pytest.mark.parametrize(
+    ("parts", "gpu_parts", "share", "calls", "fewer"),
+    [
+        ("length_parts", C.GPU_LENGTH_PARTS, C.length_share, 12, 9),
+        ("value_parts", C.GPU_VALUE_PARTS, C.value_share, 15, 10),
+    ],
+    ids=["lengths", "values"],
+)
+def test_the_sweeps_parts_cover_every_swept_call_once(
+    monkeypatch: pytest.MonkeyPatch, parts, gpu_parts, share, calls, fewer
+) -> None:
+    """On a GPU the length and value sweeps run in parts (``length_share``, ``value_share``): every swept call in
+    exactly one part, no part empty; with fewer calls than parts (a backend of fewer dtypes) a part repeats a call
+    rather than run none."""
+    monkeypatch.setattr(C, parts, lambda: gpu_parts)
+    swept = list(range(calls))
+    shares = [share(swept, part) for part in range(gpu_parts)]
+    assert sorted(c for one in shares for c in one) == swept and all(shares)
+    short = [share(swept[:fewer], part) for part in range(gpu_parts)]
+    assert all(short) and {c for one in short for c in one} == set(range(fewer))
 
 
 # ---- the combination grid's cells at the extremes (P7-combinations) ---------------------------------------
