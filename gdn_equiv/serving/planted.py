@@ -447,8 +447,8 @@ class ApcReadsFirstScheduledBlock(ReferenceApcRouting):
     """Mamba2 "all" mode: a metadata builder whose ``block_idx_last_computed_token`` is the first scheduled
     token's column (``floor(c/B)``) instead of the last computed token's (``ceil(c/B) - 1``): right while a
     request resumes inside a block, one block off (the column it is about to fill) when its computed tokens end
-    on a boundary (a prefix-cache hit, a chunk that ended on one). Driven by ``check_apc``, not a
-    :data:`PLANTED` adapter (the all-mode driver is not one of S6-routing's layers)."""
+    on a boundary (a prefix-cache hit, a chunk that ended on one). An engine's builder in :class:`ApcFirstScheduled`
+    (``S6-routing-all``'s tooth in :data:`PLANTED`)."""
 
     caller = "gdn_equiv/serving/planted.py:ApcReadsFirstScheduledBlock (a Mamba2 all-mode metadata builder)"
 
@@ -543,7 +543,8 @@ class ApcVerifyLastComputed(_ApcPlanted):
     builder = ApcVerifyReadsLastComputedBlock
 
 
-#: the Mamba2 all-mode planted builders (``check_apc``'s teeth; their catch is tests/test_serving_routing.py's)
+#: the Mamba2 all-mode planted builders by name, for ``tools/routing_mamba2_all.py`` (the record's teeth are their
+#: adapters in :data:`PLANTED`; their catch is tests/test_serving.py's and tests/test_serving_routing.py's)
 PLANTED_APC = {"apc-reads-first-scheduled-block": ApcReadsFirstScheduledBlock,
                "apc-writes-past-last-block": ApcWritesPastLastBlock,
                "apc-verify-reads-last-computed-block": ApcVerifyReadsLastComputedBlock}  # fmt: skip
